@@ -1,0 +1,151 @@
+"""Training and test data: Fashion-MNIST from IDX files or tf.keras.datasets, or synthetic arrays,
+and the tf.data pipelines the loop distributes (shuffle, batch by the global batch, prefetch)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from runner.errors import RunnerError
+from runner.settings import DatasetSettings
+
+IMAGE_SHAPE = (28, 28, 1)
+NUM_CLASSES = 10
+IDX_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+
+
+@dataclass(frozen=True)
+class Arrays:
+    """Images as float32 in [0, 1] with shape (n, 28, 28, 1); labels as int64."""
+
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Read one IDX file (optionally gzipped) into an array of its declared type and shape."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        raw = handle.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise RunnerError(
+            f"{path} is not an IDX file (bad magic number {raw[:4].hex() or 'empty'}). Fix: point "
+            "dataset.dir at the original Fashion-MNIST files (train-images-idx3-ubyte.gz, ...)."
+        )
+    dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    expected = header + int(np.prod(shape)) * dtype.itemsize
+    if len(raw) != expected:
+        raise RunnerError(
+            f"{path} is truncated or malformed: its header declares shape {shape} ({expected} bytes) "
+            f"but the file holds {len(raw)} bytes. Fix: replace it with an intact copy."
+        )
+    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
+
+
+def _find_idx(directory: str, stem: str) -> str:
+    for candidate in (stem + ".gz", stem):
+        path = os.path.join(directory, candidate)
+        if os.path.exists(path):
+            return path
+    raise RunnerError(
+        f"dataset.dir={directory!r} has no {stem}.gz (nor {stem}). Fix: point dataset.dir at a directory "
+        f"holding all four Fashion-MNIST IDX files: {', '.join(f + '.gz' for f in IDX_FILES.values())}."
+    )
+
+
+def load_idx_directory(directory: str) -> tuple[np.ndarray, ...]:
+    """(train_images, train_labels, test_images, test_labels) from the four IDX files in a directory."""
+    arrays = [read_idx(_find_idx(directory, stem)) for stem in IDX_FILES.values()]
+    for images, labels, split in ((arrays[0], arrays[1], "train"), (arrays[2], arrays[3], "test")):
+        if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE[:2] or labels.shape != images.shape[:1]:
+            raise RunnerError(
+                f"dataset.dir={directory!r}: the {split} files hold images {images.shape} and labels "
+                f"{labels.shape}; expected (n, 28, 28) images and n labels. Fix: use Fashion-MNIST's own files."
+            )
+    return tuple(arrays)
+
+
+def _load_keras_fashion_mnist() -> tuple[np.ndarray, ...]:
+    try:
+        (train_x, train_y), (test_x, test_y) = tf.keras.datasets.fashion_mnist.load_data()
+    except Exception as error:  # the download raises anything from URLError to a bad-gzip error
+        raise RunnerError(
+            f"tf.keras.datasets.fashion_mnist.load_data() could not load Fashion-MNIST ({error}). "
+            "Fix: set dataset.dir to a directory holding the four IDX files, or copy them to "
+            "~/.keras/datasets/fashion-mnist/."
+        ) from None
+    return train_x, train_y, test_x, test_y
+
+
+def _synthetic(settings: DatasetSettings, seed: int) -> tuple[np.ndarray, ...]:
+    """Noisy copies of one random prototype per class: random, yet learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.uniform(0, 255, size=(NUM_CLASSES, *IMAGE_SHAPE[:2]))
+
+    def split(count: int):
+        labels = rng.integers(0, NUM_CLASSES, size=count)
+        noise = rng.normal(0, 64, size=(count, *IMAGE_SHAPE[:2]))
+        return np.clip(prototypes[labels] + noise, 0, 255).astype(np.uint8), labels.astype(np.uint8)
+
+    return (*split(settings.train_examples or 2048), *split(settings.test_examples or 512))
+
+
+def load_arrays(settings: DatasetSettings, seed: int) -> Arrays:
+    """Load, take the configured prefixes, scale to [0, 1] and add the channel axis."""
+    if settings.name == "synthetic":
+        raw = _synthetic(settings, seed)
+    elif settings.dir is not None:
+        raw = load_idx_directory(settings.dir)
+    else:
+        raw = _load_keras_fashion_mnist()
+    train_x, train_y, test_x, test_y = raw
+    train_x, train_y = train_x[: settings.train_examples], train_y[: settings.train_examples]
+    test_x, test_y = test_x[: settings.test_examples], test_y[: settings.test_examples]
+
+    def images(x: np.ndarray) -> np.ndarray:
+        return (x.astype(np.float32) / np.float32(255.0))[..., None]
+
+    return Arrays(images(train_x), train_y.astype(np.int64), images(test_x), test_y.astype(np.int64))
+
+
+def _with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    options = tf.data.Options()
+    # In-memory tensors have no files to shard by: multi-worker strategies shard by element.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def train_dataset(arrays: Arrays, batch_size: int, seed: int, shuffle_buffer: int | None,
+                  repeat: bool = False) -> tf.data.Dataset:
+    """Shuffled batches of `batch_size` (the global batch, or a per-replica batch in a dataset_fn)."""
+    count = len(arrays.train_labels)
+    dataset = tf.data.Dataset.from_tensor_slices((arrays.train_images, arrays.train_labels))
+    dataset = dataset.shuffle(shuffle_buffer or count, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size)
+    if repeat:
+        dataset = dataset.repeat()
+    return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
+
+
+def test_dataset(arrays: Arrays, batch_size: int) -> tf.data.Dataset:
+    dataset = tf.data.Dataset.from_tensor_slices((arrays.test_images, arrays.test_labels))
+    return _with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE))
+
+
+def batches_per_epoch(examples: int, global_batch: int) -> int:
+    return -(-examples // global_batch)

@@ -1,0 +1,131 @@
+"""The iteration styles: how the distributed train step is driven through one epoch.
+
+Each style wraps the same ReplicaSteps.distributed_train_step; none re-implements the step.
+`train_epoch(progress)` returns the sum of the per-step (replica-summed) losses and the step count.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import tensorflow as tf
+
+from runner.steps import ReplicaSteps
+
+
+class Progress(Protocol):
+    def advance(self, steps: int, loss) -> None: ...
+
+
+class ForInLoop:
+    """The tutorial: `for x in dist_dataset`, one tf.function call per step."""
+
+    repeats_dataset = False
+
+    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int):
+        self.dataset = dist_dataset
+        self.steps_per_epoch = steps_per_epoch
+        self.step = tf.function(steps.distributed_train_step)
+
+    def train_epoch(self, progress: Progress):
+        total, count = tf.constant(0.0), 0
+        for inputs in self.dataset:
+            loss = self.step(inputs)
+            total += loss
+            count += 1
+            progress.advance(1, loss)
+        return total, count
+
+
+class IteratorLoop:
+    """Explicit iter/next for a fixed number of steps over a repeated dataset (one iterator for the run)."""
+
+    repeats_dataset = True
+
+    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int):
+        self.dataset = dist_dataset
+        self.steps_per_epoch = steps_per_epoch
+        self.step = tf.function(steps.distributed_train_step)
+        self._iterator = None
+
+    @property
+    def iterator(self):
+        if self._iterator is None:
+            self._iterator = iter(self.dataset)
+        return self._iterator
+
+    def train_epoch(self, progress: Progress):
+        total = tf.constant(0.0)
+        for _ in range(self.steps_per_epoch):
+            loss = self.step(next(self.iterator))
+            total += loss
+            progress.advance(1, loss)
+        return total, self.steps_per_epoch
+
+
+class InFunctionLoop:
+    """The whole epoch inside one tf.function: AutoGraph turns `for x in dist_dataset` into a loop."""
+
+    repeats_dataset = False
+
+    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int):
+        self.dataset = dist_dataset
+        self.steps_per_epoch = steps_per_epoch
+        step = steps.distributed_train_step
+
+        @tf.function
+        def train_whole_epoch(dataset):
+            total, count = tf.constant(0.0), tf.constant(0)
+            for inputs in dataset:
+                total += step(inputs)
+                count += 1
+            return total, count
+
+        self.train_whole_epoch = train_whole_epoch
+
+    def train_epoch(self, progress: Progress):
+        total, count = self.train_whole_epoch(self.dataset)
+        progress.advance(int(count), total / tf.cast(count, tf.float32))
+        return total, int(count)
+
+
+class MultiStepLoop(IteratorLoop):
+    """`steps_per_call` steps per tf.function call, a tf.while_loop over the iterator (Model Garden's
+    steps_per_loop): Python and dispatch overhead is paid once per call instead of once per step."""
+
+    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int, steps_per_call: int):
+        super().__init__(steps, dist_dataset, steps_per_epoch)
+        self.steps_per_call = steps_per_call
+        step = steps.distributed_train_step
+
+        @tf.function
+        def train_steps(iterator, count):
+            total = tf.constant(0.0)
+            for _ in tf.range(count):
+                total += step(next(iterator))
+            return total
+
+        self.train_steps = train_steps
+
+    def train_epoch(self, progress: Progress):
+        total, done = tf.constant(0.0), 0
+        while done < self.steps_per_epoch:
+            count = min(self.steps_per_call, self.steps_per_epoch - done)
+            chunk = self.train_steps(self.iterator, tf.constant(count))
+            total += chunk
+            done += count
+            progress.advance(count, chunk / count)
+        return total, done
+
+
+def make_loop(style: str, steps: ReplicaSteps, make_dataset, steps_per_epoch: int, steps_per_call: int):
+    """Build the loop for `style`; make_dataset(repeat) returns the distributed training dataset."""
+    if style == "for_in":
+        return ForInLoop(steps, make_dataset(False), steps_per_epoch)
+    if style == "iterator":
+        return IteratorLoop(steps, make_dataset(True), steps_per_epoch)
+    if style == "in_function":
+        return InFunctionLoop(steps, make_dataset(False), steps_per_epoch)
+    if style == "multi_step":
+        return MultiStepLoop(steps, make_dataset(True), steps_per_epoch, steps_per_call)
+    raise ValueError(f"unknown loop style {style!r}")

@@ -1,0 +1,97 @@
+"""What happens inside one step, on one replica, and its distributed wrappers.
+
+The replica steps are the tutorial's: per-example loss (reduction NONE) averaged over the *global*
+batch with tf.nn.compute_average_loss, scaled regularisation losses, metrics updated inside the
+replica, and strategy.reduce(SUM) for the loss. Everything is created under strategy.scope().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+
+@dataclass
+class TrainingState:
+    """Model, optimizer, metrics and the epoch counter: everything a checkpoint or a step touches."""
+
+    model: tf.keras.Model
+    optimizer: tf.keras.optimizers.Optimizer
+    train_accuracy: tf.keras.metrics.Metric
+    test_loss: tf.keras.metrics.Metric
+    test_accuracy: tf.keras.metrics.Metric
+    epoch: tf.Variable
+
+    @classmethod
+    def create(cls, build_model, build_optimizer) -> "TrainingState":
+        """Call inside strategy.scope(): the model first, then its optimizer over its variables."""
+        model = build_model()
+        return cls(
+            model=model,
+            optimizer=build_optimizer(model.trainable_variables),
+            train_accuracy=tf.keras.metrics.SparseCategoricalAccuracy(name="train_accuracy"),
+            test_loss=tf.keras.metrics.Mean(name="test_loss"),
+            test_accuracy=tf.keras.metrics.SparseCategoricalAccuracy(name="test_accuracy"),
+            epoch=tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch"),
+        )
+
+    def reset_metrics(self) -> None:
+        for metric in (self.train_accuracy, self.test_loss, self.test_accuracy):
+            metric.reset_state()
+
+
+class ReplicaSteps:
+    """The train and test step on one replica, and their distributed forms for a strategy."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, state: TrainingState, global_batch: int,
+                 jit_compile: bool = False):
+        self.strategy = strategy
+        self.state = state
+        self.global_batch = global_batch
+        self.loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+        )
+        # XLA compiles the per-replica maths only: apply_gradients all-reduces across replicas,
+        # which must stay outside a jit-compiled function under every strategy.
+        self._forward_backward = tf.function(self.forward_backward, jit_compile=True) if jit_compile \
+            else self.forward_backward
+        self._predict = tf.function(self.predict, jit_compile=True) if jit_compile else self.predict
+
+    def compute_loss(self, labels, logits, model_losses):
+        per_example_loss = self.loss_object(labels, logits)
+        loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=self.global_batch)
+        if model_losses:
+            loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
+        return loss
+
+    def forward_backward(self, images, labels):
+        model = self.state.model
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = self.compute_loss(labels, logits, model.losses)
+        return loss, tape.gradient(loss, model.trainable_variables), logits
+
+    def predict(self, images):
+        return self.state.model(images, training=False)
+
+    def train_replica_step(self, inputs):
+        images, labels = inputs
+        loss, gradients, logits = self._forward_backward(images, labels)
+        self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables))
+        self.state.train_accuracy.update_state(labels, logits)
+        return loss
+
+    def test_replica_step(self, inputs):
+        images, labels = inputs
+        logits = self._predict(images)
+        self.state.test_loss.update_state(self.loss_object(labels, logits))
+        self.state.test_accuracy.update_state(labels, logits)
+
+    def distributed_train_step(self, inputs):
+        """One global step: run on every replica, return the loss summed over replicas."""
+        per_replica_losses = self.strategy.run(self.train_replica_step, args=(inputs,))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+
+    def distributed_test_step(self, inputs):
+        self.strategy.run(self.test_replica_step, args=(inputs,))

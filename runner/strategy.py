@@ -1,0 +1,86 @@
+"""Builds any tf.distribute strategy from its settings, in one place.
+
+Errors a user can cause (no TPU, a device split requested too late) surface as RunnerError with the
+fix, in the spirit of Model Garden's distribute_utils.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from runner.errors import RunnerError
+from runner.settings import StrategySettings
+
+_CROSS_DEVICE_OPS = {
+    "nccl": tf.distribute.NcclAllReduce,
+    "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+    "reduce_to_one": tf.distribute.ReductionToOneDevice,
+}
+
+
+def split_cpu(replicas: int) -> list[str]:
+    """Split the first CPU into `replicas` logical devices and return their names.
+
+    Must run before TensorFlow creates its first tensor; it cannot be undone in a process.
+    """
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    wanted = [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+    try:
+        tf.config.set_logical_device_configuration(cpu, wanted)
+    except RuntimeError as error:
+        current = len(tf.config.list_logical_devices("CPU"))
+        if current != replicas:
+            raise RunnerError(
+                f"strategy.cpu_replicas={replicas} cannot be applied: TensorFlow was already initialised "
+                f"in this process with {current} CPU device(s) ({error}). Fix: start a fresh process "
+                "(python -m runner ... does); in a Hydra sweep over strategy.cpu_replicas each job "
+                "runs in its own process."
+            ) from None
+    return [device.name for device in tf.config.list_logical_devices("CPU")]
+
+
+def _local_devices(settings: StrategySettings) -> list[str] | None:
+    if settings.devices is not None:
+        return list(settings.devices)
+    if settings.cpu_replicas is not None:
+        gpus = tf.config.list_logical_devices("GPU")
+        return [d.name for d in gpus] if gpus else split_cpu(settings.cpu_replicas)
+    return None
+
+
+def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
+    where = f"strategy.tpu={settings.tpu!r}" if settings.tpu else "a local TPU (strategy.tpu='')"
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=settings.tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunnerError(
+            f"strategy=tpu found no TPU at {where}: {reason}. This machine has no TPU that TensorFlow "
+            "can reach. Fix: run on a TPU VM or pass strategy.tpu=<name or grpc://address>, or pick "
+            "another strategy, e.g. strategy=mirrored (GPUs or CPU) or strategy=one_device."
+        ) from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def build_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
+    """Create the strategy named by settings.name (single-process strategies)."""
+    name = settings.name
+    devices = _local_devices(settings)
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        device = devices[0] if devices else ("/gpu:0" if tf.config.list_logical_devices("GPU") else "/cpu:0")
+        return tf.distribute.OneDeviceStrategy(device)
+    if name == "mirrored":
+        cross = _CROSS_DEVICE_OPS[settings.cross_device_ops]() if settings.cross_device_ops else None
+        return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross)
+    if name == "central_storage":
+        return tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices)
+    if name == "tpu":
+        return _tpu_strategy(settings)
+    raise RunnerError(
+        f"strategy={name} needs a cluster of several processes, which this runner does not start yet. "
+        "Fix: use strategy=mirrored (add strategy.cpu_replicas=N on a CPU-only machine) or one_device."
+    )

@@ -1,0 +1,108 @@
+"""One training job, from validated settings to a finished MLflow run.
+
+The flow never looks back: settings -> strategy -> data -> state in scope -> loop -> controller,
+with the MLflow tracker and the progress display as listeners on the controller's events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import tensorflow as tf
+
+from runner import data
+from runner.checkpoints import Checkpointer, evaluate_without_strategy
+from runner.controller import Controller, EpochResult, make_evaluate
+from runner.loop import make_loop
+from runner.lr_scaling import effective_learning_rate, learning_rate
+from runner.model import build_model
+from runner.optimizer import build_optimizer
+from runner.plots import plot_curves
+from runner.progress import EpochProgress
+from runner.settings import Settings
+from runner.steps import ReplicaSteps, TrainingState
+from runner.strategy import build_strategy
+from runner.tracking import RUN_ID_FILE, MlflowTracker, flatten
+
+log = logging.getLogger("runner")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    history: list[EpochResult]
+    eval_accuracy: float
+    num_replicas: int
+    global_batch_size: int
+    learning_rate: float
+
+    @property
+    def final(self) -> EpochResult:
+        return self.history[-1]
+
+
+def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: Sequence[str] = ()) -> RunResult:
+    """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs."""
+    os.makedirs(run_dir, exist_ok=True)
+    strategy = build_strategy(settings.strategy)
+    arrays = data.load_arrays(settings.dataset, settings.seed)
+    replicas = strategy.num_replicas_in_sync
+    global_batch = settings.batch * replicas
+    steps_per_epoch = settings.loop.steps_per_epoch or data.batches_per_epoch(len(arrays.train_labels), global_batch)
+    target_lr = effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling)
+
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
+        state = TrainingState.create(
+            lambda: build_model(settings.model),
+            lambda variables: build_optimizer(
+                settings.optimizer, learning_rate(target_lr, steps_per_epoch, settings.lr_scaling), variables),
+        )
+    steps = ReplicaSteps(strategy, state, global_batch)
+
+    def distributed_train_dataset(repeat: bool):
+        dataset = data.train_dataset(arrays, global_batch, settings.seed, settings.dataset.shuffle_buffer, repeat)
+        return strategy.experimental_distribute_dataset(dataset)
+
+    loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
+                     settings.loop.steps_per_call)
+    test_batches = data.test_dataset(arrays, global_batch)
+    evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs)
+
+    tracker = MlflowTracker(settings.mlflow)
+    run_id = tracker.start()
+    with open(os.path.join(run_dir, RUN_ID_FILE), "w") as handle:
+        handle.write(run_id + "\n")
+    log.info("MLflow run %s in experiment %r at %s; outputs in %s",
+             run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
+    log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch",
+             settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch)
+    try:
+        tracker.log_params({**flatten(config), "num_replicas": replicas, "global_batch_size": global_batch,
+                            "learning_rate": target_lr})
+        tracker.log_text(_to_yaml(config), "config.yaml")
+        tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
+        controller = Controller(state, loop, evaluate, checkpointer, EpochProgress(settings.epochs, settings.progress),
+                                [tracker], settings.epochs)
+        history = controller.run()
+        eval_accuracy = evaluate_without_strategy(checkpointer.latest, lambda: build_model(settings.model),
+                                                  test_batches)
+        tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
+        log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
+        tracker.log_artifact(plot_curves(history, os.path.join(run_dir, "curves.png"),
+                                         title=f"{settings.strategy.name}, global batch {global_batch}"))
+    except BaseException as error:
+        tracker.finish(error)
+        raise
+    tracker.finish()
+    return RunResult(run_id, history, eval_accuracy, replicas, global_batch, target_lr)
+
+
+def _to_yaml(config: Mapping[str, Any]) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(dict(config)))
