@@ -43,8 +43,10 @@ def _local_devices(settings: StrategySettings) -> list[str] | None:
     if settings.devices is not None:
         return list(settings.devices)
     if settings.cpu_replicas is not None:
-        gpus = tf.config.list_logical_devices("GPU")
-        return [d.name for d in gpus] if gpus else split_cpu(settings.cpu_replicas)
+        # Listing *logical* devices would initialise the runtime and make the CPU split impossible.
+        if tf.config.list_physical_devices("GPU"):
+            return [d.name for d in tf.config.list_logical_devices("GPU")]
+        return split_cpu(settings.cpu_replicas)
     return None
 
 
@@ -55,7 +57,7 @@ def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
         raise RunnerError(
             f"strategy=tpu found no TPU at {where}: {reason}. This machine has no TPU that TensorFlow "
             "can reach. Fix: run on a TPU VM or pass strategy.tpu=<name or grpc://address>, or pick "

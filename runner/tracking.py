@@ -6,6 +6,7 @@ listener on the controller's events and several trackers can live in one process
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Mapping
 
@@ -33,6 +34,11 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def write_run_id(run_dir: str, run_id: str) -> None:
+    with open(os.path.join(run_dir, RUN_ID_FILE), "w") as handle:
+        handle.write(run_id + "\n")
+
+
 def _millis() -> int:
     return int(time.time() * 1000)
 
@@ -57,13 +63,24 @@ class MlflowTracker:
     def tracking_uri(self) -> str:
         return self.client.tracking_uri
 
-    def start(self, tags: Mapping[str, str] | None = None) -> str:
+    def start(self, run_dir: str, tags: Mapping[str, str] | None = None) -> str:
+        """Continue the run whose id run_dir/RUN_ID_FILE holds (a resumed job, or a sweep job whose
+        run the sweep created), or create a new run and write its id there."""
+        id_file = os.path.join(run_dir, RUN_ID_FILE)
+        if os.path.exists(id_file):
+            with open(id_file) as handle:
+                self.run_id = handle.read().strip()
+            self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            for key, value in (tags or {}).items():
+                self.client.set_tag(self.run_id, key, value)
+            return self.run_id
         experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
         run_tags = dict(tags or {})
         if self.settings.run_name:
             run_tags[MLFLOW_RUN_NAME] = self.settings.run_name
         run = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name)
         self.run_id = run.info.run_id
+        write_run_id(run_dir, self.run_id)
         return self.run_id
 
     def log_params(self, params: Mapping[str, Any]) -> None:

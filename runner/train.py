@@ -25,7 +25,7 @@ from runner.progress import EpochProgress
 from runner.settings import Settings
 from runner.steps import ReplicaSteps, TrainingState
 from runner.strategy import build_strategy
-from runner.tracking import RUN_ID_FILE, MlflowTracker, flatten
+from runner.tracking import MlflowTracker, flatten
 
 log = logging.getLogger("runner")
 
@@ -74,9 +74,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs)
 
     tracker = MlflowTracker(settings.mlflow)
-    run_id = tracker.start()
-    with open(os.path.join(run_dir, RUN_ID_FILE), "w") as handle:
-        handle.write(run_id + "\n")
+    run_id = tracker.start(run_dir)
     log.info("MLflow run %s in experiment %r at %s; outputs in %s",
              run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
     log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch",

@@ -1,0 +1,72 @@
+"""Shared fixtures: real Hydra composition of the project's conf/, tiny runs, a real MLflow store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import runner  # noqa: F401  (selects tf_keras before anything imports TensorFlow)
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+# Small, learnable, fast: a few dozen steps per epoch on synthetic data.
+TINY = [
+    "dataset=synthetic",
+    "dataset.train_examples=512",
+    "dataset.test_examples=256",
+    "epochs=1",
+    "progress=false",
+]
+
+
+def compose(overrides: list[str]):
+    """The composed config exactly as `python -m runner <overrides>` would see it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+@pytest.fixture
+def tracking_uri(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture
+def train(tmp_path, tracking_uri):
+    """Train in this process with the given overrides (single-process strategies on one device)."""
+    from omegaconf import OmegaConf
+
+    from runner.settings import from_config
+    from runner.train import run
+
+    def _train(*overrides: str, run_dir: Path | None = None):
+        args = [*TINY, f"mlflow.tracking_uri={tracking_uri}", *overrides]
+        config = OmegaConf.to_container(compose(args), resolve=True)
+        return run(from_config(config), config, str(run_dir or tmp_path / "run"), args)
+
+    return _train
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m runner <args>` in a fresh process, as a user runs it."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def mlflow_client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))

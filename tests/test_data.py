@@ -1,0 +1,112 @@
+"""The IDX reader and loaders, on small IDX files the tests write themselves."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+
+from runner import data
+from runner.errors import RunnerError
+from runner.settings import DatasetSettings
+
+
+def write_idx(path, array: np.ndarray, compress: bool = True) -> None:
+    """IDX: two zero bytes, a type code (0x08 = uint8), the rank, big-endian dims, then the data."""
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    payload = header + array.astype(np.uint8).tobytes()
+    if compress:
+        with gzip.open(path, "wb") as handle:
+            handle.write(payload)
+    else:
+        path.write_bytes(payload)
+
+
+def write_fashion_mnist(directory, train: int = 30, test: int = 10, compress: bool = True, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "train_images": rng.integers(0, 256, (train, 28, 28)),
+        "train_labels": rng.integers(0, 10, train),
+        "test_images": rng.integers(0, 256, (test, 28, 28)),
+        "test_labels": rng.integers(0, 10, test),
+    }
+    for key, stem in data.IDX_FILES.items():
+        write_idx(directory / (stem + (".gz" if compress else "")), arrays[key], compress)
+    return arrays
+
+
+def _settings(**kwargs) -> DatasetSettings:
+    values = dict(name="fashion_mnist", dir=None, train_examples=None, test_examples=None, shuffle_buffer=None)
+    return DatasetSettings(**{**values, **kwargs})
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_read_idx_round_trips_shape_and_values(tmp_path, compress):
+    array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = tmp_path / ("x.idx" + (".gz" if compress else ""))
+    write_idx(path, array, compress)
+    np.testing.assert_array_equal(data.read_idx(str(path)), array)
+
+
+def test_loads_a_directory_of_idx_files_scaled_with_channel_axis(tmp_path):
+    raw = write_fashion_mnist(tmp_path, train=30, test=10)
+    arrays = data.load_arrays(_settings(dir=str(tmp_path)), seed=0)
+    assert arrays.train_images.shape == (30, 28, 28, 1) and arrays.test_images.shape == (10, 28, 28, 1)
+    assert arrays.train_images.dtype == np.float32
+    np.testing.assert_allclose(arrays.train_images[..., 0], raw["train_images"] / 255.0, rtol=1e-6)
+    np.testing.assert_array_equal(arrays.test_labels, raw["test_labels"])
+    assert 0.0 <= arrays.train_images.min() and arrays.train_images.max() <= 1.0
+
+
+def test_uncompressed_files_and_prefixes(tmp_path):
+    raw = write_fashion_mnist(tmp_path, train=30, test=10, compress=False)
+    arrays = data.load_arrays(_settings(dir=str(tmp_path), train_examples=12, test_examples=4), seed=0)
+    assert len(arrays.train_labels) == 12 and len(arrays.test_labels) == 4
+    np.testing.assert_array_equal(arrays.train_labels, raw["train_labels"][:12])
+
+
+def test_missing_file_names_it_and_the_fix(tmp_path):
+    write_fashion_mnist(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(RunnerError, match=r"has no t10k-labels-idx1-ubyte\.gz.*Fix: point dataset\.dir"):
+        data.load_arrays(_settings(dir=str(tmp_path)), seed=0)
+
+
+def test_bad_magic_and_truncation_are_rejected(tmp_path):
+    bad = tmp_path / "bad.idx"
+    bad.write_bytes(b"PK\x03\x04not an idx file")
+    with pytest.raises(RunnerError, match="not an IDX file"):
+        data.read_idx(str(bad))
+    truncated = tmp_path / "short.idx"
+    write_idx(truncated, np.zeros((5, 28, 28)), compress=False)
+    truncated.write_bytes(truncated.read_bytes()[:-100])
+    with pytest.raises(RunnerError, match=r"truncated or malformed.*\(5, 28, 28\)"):
+        data.read_idx(str(truncated))
+
+
+def test_wrong_image_shape_is_rejected(tmp_path):
+    write_fashion_mnist(tmp_path)
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((30, 32, 32)))
+    with pytest.raises(RunnerError, match=r"train files hold images \(30, 32, 32\)"):
+        data.load_arrays(_settings(dir=str(tmp_path)), seed=0)
+
+
+def test_synthetic_data_is_seeded_and_shaped_like_fashion_mnist():
+    settings = _settings(name="synthetic", train_examples=64, test_examples=16)
+    first, second = data.load_arrays(settings, seed=3), data.load_arrays(settings, seed=3)
+    np.testing.assert_array_equal(first.train_images, second.train_images)
+    assert first.train_images.shape == (64, 28, 28, 1) and first.test_labels.shape == (16,)
+    assert set(np.unique(first.train_labels)) <= set(range(10))
+    assert not np.array_equal(first.train_images, data.load_arrays(settings, seed=4).train_images)
+
+
+def test_train_dataset_batches_by_the_global_batch_and_keeps_the_remainder():
+    arrays = data.load_arrays(_settings(name="synthetic", train_examples=100, test_examples=10), seed=0)
+    sizes = [int(images.shape[0]) for images, _ in data.train_dataset(arrays, 32, seed=0, shuffle_buffer=None)]
+    assert sizes == [32, 32, 32, 4] and data.batches_per_epoch(100, 32) == 4
+    # The same seed gives the same batches (and so the same run).
+    first = [labels.numpy().tolist() for _, labels in data.train_dataset(arrays, 32, 0, None)]
+    again = [labels.numpy().tolist() for _, labels in data.train_dataset(arrays, 32, 0, None)]
+    assert first == again

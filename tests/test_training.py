@@ -1,0 +1,150 @@
+"""Real training in this process on tiny synthetic data: strategies, loop styles, checkpoints, MLflow.
+
+Strategies that need several replicas split the CPU, which only a fresh process can do: see
+test_distributed.py. Everything here runs on one device.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import metric_history, mlflow_client
+from runner.settings import STRATEGIES
+from test_data import write_fashion_mnist
+
+EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
+                 "learning_rate")
+
+
+def _finite_and_in_range(result) -> None:
+    for epoch in result.history:
+        for key, value in epoch.metrics().items():
+            assert math.isfinite(value), (key, value)
+        assert 0.0 <= epoch.train_accuracy <= 1.0 and 0.0 <= epoch.test_accuracy <= 1.0
+        assert epoch.examples_per_second > 0
+
+
+def test_tf_keras_is_the_keras_in_use():
+    assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
+    import tf_keras
+
+    assert tf_keras.__version__.startswith("2.21")
+    assert isinstance(tf.keras.optimizers.Adam(), tf_keras.optimizers.Optimizer)
+
+
+@pytest.mark.parametrize("strategy", ["default", "one_device", "mirrored", "central_storage"])
+def test_each_single_machine_strategy_trains(train, strategy):
+    result = train(f"strategy={strategy}")
+    assert result.num_replicas == 1 and result.global_batch_size == 64
+    _finite_and_in_range(result)
+    assert result.history[0].examples == 512
+
+
+def test_the_seven_strategies_are_the_public_interface():
+    assert set(STRATEGIES) == {"default", "one_device", "mirrored", "central_storage",
+                               "multi_worker_mirrored", "parameter_server", "tpu"}
+
+
+def test_loop_styles_see_the_same_batches_and_agree(train, tmp_path):
+    """Same seed, same batches: every style must give the for-in loop's per-epoch losses."""
+    results = {
+        style: train(f"loop={style}", "epochs=2", "strategy=one_device", run_dir=tmp_path / style)
+        for style in ("for_in", "iterator", "in_function", "multi_step")
+    }
+    reference = results["for_in"]
+    assert [e.steps for e in reference.history] == [8, 8]  # 512 examples / 64
+    for style, result in results.items():
+        _finite_and_in_range(result)
+        assert [e.examples for e in result.history] == [512, 512], style
+        for ours, theirs in zip(result.history, reference.history):
+            assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-4), style
+            assert ours.test_accuracy == pytest.approx(theirs.test_accuracy, abs=1e-6), style
+    assert reference.history[1].train_loss < reference.history[0].train_loss
+
+
+def test_multi_step_handles_a_last_call_shorter_than_steps_per_call(train):
+    result = train("loop=multi_step", "loop.steps_per_call=3", "loop.steps_per_epoch=7", "epochs=2")
+    assert [e.steps for e in result.history] == [7, 7]
+    assert [e.examples for e in result.history] == [7 * 64, 7 * 64]
+
+
+def test_iterator_runs_exactly_the_steps_asked(train, tracking_uri):
+    result = train("loop=iterator", "loop.steps_per_epoch=5", "epochs=2")
+    assert [e.steps for e in result.history] == [5, 5]
+    assert [e.examples for e in result.history] == [5 * 64, 5 * 64]
+    params = mlflow_client(tracking_uri).get_run(result.run_id).data.params
+    assert params["loop.steps_per_epoch"] == "5"
+
+
+def test_lr_scaling_and_warmup_reach_the_optimizer(train, tracking_uri):
+    result = train("lr_scaling=warmup", "lr_scaling.base_batch=32", "epochs=2")
+    assert result.learning_rate == pytest.approx(0.002)  # linear: 0.001 x 64 / 32
+    client = mlflow_client(tracking_uri)
+    rates = metric_history(client, result.run_id, "learning_rate")
+    assert rates[0][1] < 0.002 and rates[1][1] == pytest.approx(0.002)
+    assert client.get_run(result.run_id).data.params["learning_rate"] == "0.002"
+
+
+def test_checkpoints_at_the_right_epochs_and_restore_without_strategy(train, tmp_path, tracking_uri):
+    run_dir = tmp_path / "ckpt-run"
+    result = train("epochs=5", "checkpoint.every_epochs=2", "checkpoint.max_to_keep=2", run_dir=run_dir)
+    checkpoints = tf.train.get_checkpoint_state(str(run_dir / "checkpoints"))
+    kept = [os.path.basename(p) for p in checkpoints.all_model_checkpoint_paths]
+    assert kept == ["ckpt-4", "ckpt-5"]  # saved at 2, 4 and the last epoch; 2 kept
+    # The tutorial's last section: a fresh model outside any strategy scores what the run logged.
+    assert result.eval_accuracy == pytest.approx(result.final.test_accuracy, abs=1e-6)
+    reader = tf.train.load_checkpoint(checkpoints.model_checkpoint_path)
+    assert reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE") == 5
+    client = mlflow_client(tracking_uri)
+    logged = {os.path.basename(f.path) for f in client.list_artifacts(result.run_id, "checkpoints")}
+    assert {"ckpt-2.index", "ckpt-4.index", "ckpt-5.index", "checkpoint"} <= logged
+    assert any(name.startswith("ckpt-5.data-") for name in logged)
+
+
+def test_the_mlflow_run_holds_the_whole_contract(train, tracking_uri):
+    result = train("epochs=2", "batch=32")
+    client = mlflow_client(tracking_uri)
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "fashion_mnist"
+    params = run.data.params
+    for key in ("batch", "epochs", "seed", "strategy.name", "strategy.cpu_replicas", "dataset.name",
+                "dataset.train_examples", "model.name", "optimizer.lr", "lr_scaling.rule", "loop.style",
+                "checkpoint.every_epochs", "mlflow.experiment_name"):
+        assert key in params, key
+    assert (params["num_replicas"], params["global_batch_size"], params["batch"]) == ("1", "32", "32")
+    assert float(params["learning_rate"]) == pytest.approx(0.001)
+    for key in EPOCH_METRICS:
+        history = metric_history(client, result.run_id, key)
+        assert [step for step, _ in history] == [1, 2], key
+    assert metric_history(client, result.run_id, "train_loss")[1][1] == pytest.approx(result.history[1].train_loss)
+    assert run.data.metrics["eval_accuracy"] == pytest.approx(result.eval_accuracy)
+    artifacts = {f.path for f in client.list_artifacts(result.run_id)}
+    assert {"config.yaml", "overrides.yaml", "checkpoints", "curves.png"} <= artifacts
+    local = client.download_artifacts(result.run_id, "config.yaml")
+    assert "batch: 32" in open(local).read()
+    overrides = open(client.download_artifacts(result.run_id, "overrides.yaml")).read()
+    assert "- batch=32" in overrides
+    with open(client.download_artifacts(result.run_id, "curves.png"), "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_failure_mid_run_marks_the_run_failed_with_the_error(train, tmp_path, tracking_uri):
+    directory = tmp_path / "bad-labels"
+    directory.mkdir()
+    write_fashion_mnist(directory, train=64, test=16)
+    labels = directory / "train-labels-idx1-ubyte.gz"
+    from test_data import write_idx
+    write_idx(labels, np.full(64, 200))  # class 200 of 10: the loss op fails on the first step
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        train("dataset=fashion_mnist", f"dataset.dir={directory}", "dataset.train_examples=null",
+              "dataset.test_examples=null", run_dir=tmp_path / "failing")
+    client = mlflow_client(tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name("fashion_mnist").experiment_id])
+    assert run.info.status == "FAILED"
+    assert "InvalidArgumentError" in run.data.tags["error"] and "200" in run.data.tags["error"]
