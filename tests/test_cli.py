@@ -1,0 +1,71 @@
+"""`python -m runner` as a user runs it: several replicas in a fresh process, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TINY, metric_history, mlflow_client, run_cli
+
+SMALL = [*TINY, "dataset.train_examples=1024", "epochs=2", "seed=7"]
+
+
+def _train_cli(tmp_path, name: str, *overrides: str):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = run_cli(*SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / name}", *overrides,
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_id = (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
+    return mlflow_client(uri), run_id
+
+
+@pytest.mark.slow
+def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
+    """The loss is summed per example and divided by the *global* batch, so splitting a batch of 64
+    over two replicas of 32 must not change the maths."""
+    client, single = _train_cli(tmp_path, "one", "strategy=one_device", "batch=64")
+    reference = [value for _, value in metric_history(client, single, "train_loss")]
+    for strategy in ("mirrored", "central_storage"):
+        _, run_id = _train_cli(tmp_path, strategy, f"strategy={strategy}", "strategy.cpu_replicas=2", "batch=32")
+        params = client.get_run(run_id).data.params
+        assert (params["num_replicas"], params["global_batch_size"]) == ("2", "64"), strategy
+        losses = [value for _, value in metric_history(client, run_id, "train_loss")]
+        assert len(losses) == 2
+        for ours, theirs in zip(losses, reference):
+            assert abs(ours - theirs) / theirs < 1e-3, (strategy, losses, reference)
+        assert client.get_run(run_id).info.status == "FINISHED"
+    assert reference[1] < reference[0]
+
+
+@pytest.mark.slow
+def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path):
+    done = run_cli(*TINY, "strategy=tpu", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "strategy=tpu found no TPU" in line and "strategy=mirrored" in line
+    assert not (tmp_path / "mlflow.db").exists()  # nothing was tracked for a run that never started
+
+
+@pytest.mark.parametrize(
+    "override,named",
+    [("batch=0", "batch=0"), ("batch=-3", "batch=-3"), ("batch=abc", "batch='abc'"),
+     ("dataset.dir=/nowhere", "dataset.dir='/nowhere'"),
+     ("strategy=one_device strategy.cpu_replicas=2", "strategy.cpu_replicas=2")],
+)
+def test_bad_input_exits_nonzero_with_one_paragraph_before_any_run(tmp_path, override, named):
+    done = run_cli(*override.split(), f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith(f"error: {named} is not valid")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_unknown_group_option_names_it_and_lists_the_choices(tmp_path):
+    done = run_cli("strategy=mirroredd", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert "Could not find 'strategy/mirroredd'" in done.stderr
+    assert "mirrored" in done.stderr and "central_storage" in done.stderr
