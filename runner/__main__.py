@@ -1,36 +1,48 @@
-"""`python -m runner [overrides]`: compose the config with Hydra, validate it, train."""
+"""`python -m runner [overrides]`: compose the config with Hydra, validate it, train.
+
+With `-m` (a sweep), each job trains in its own process instead: see runner.sweep_job.
+"""
 
 import logging
 import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import runner  # noqa: F401  (selects tf_keras before TensorFlow is imported)
 from runner.errors import RunnerError
+from runner.job_result import write_result
 from runner.settings import from_config
+from runner.sweep import objective_name
 
 log = logging.getLogger("runner")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    hydra_config = HydraConfig.get()
     try:
+        if hydra_config.mode == RunMode.MULTIRUN:
+            # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
+            from runner.sweep_job import run_sweep_job
+
+            return run_sweep_job(cfg, hydra_config)
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
+        objective = objective_name(config)
         # Imported after validation: a mistyped override fails before TensorFlow loads.
         from runner.train import run
 
-        hydra_config = HydraConfig.get()
         result = run(settings, config, hydra_config.runtime.output_dir, list(hydra_config.overrides.task))
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    final = result.final
+    values = write_result(hydra_config.runtime.output_dir, result)
     log.info("done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
-             final.test_accuracy, result.eval_accuracy, result.run_id)
-    return final.test_accuracy
+             values["test_accuracy"], values["eval_accuracy"], result.run_id)
+    return values[objective]
 
 
 if __name__ == "__main__":

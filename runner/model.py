@@ -18,7 +18,8 @@ def build_model(settings: ModelSettings) -> tf.keras.Model:
             tf.keras.layers.MaxPooling2D(),
             tf.keras.layers.Flatten(),
             tf.keras.layers.Dense(64, activation="relu", kernel_regularizer=regularizer),
-            tf.keras.layers.Dense(NUM_CLASSES, kernel_regularizer=regularizer),
+            # Logits stay float32 under a mixed-precision policy, so the loss is computed in float32.
+            tf.keras.layers.Dense(NUM_CLASSES, kernel_regularizer=regularizer, dtype="float32"),
         ]
     )
     model.build((None, *IMAGE_SHAPE))

@@ -7,8 +7,12 @@ import tensorflow as tf
 from runner.settings import OptimizerSettings
 
 
-def build_optimizer(settings: OptimizerSettings, learning_rate, variables) -> tf.keras.optimizers.Optimizer:
+def build_optimizer(settings: OptimizerSettings, learning_rate, variables,
+                    loss_scaling: bool = False) -> tf.keras.optimizers.Optimizer:
+    """Adam, wrapped in a dynamic LossScaleOptimizer when float16 gradients need loss scaling."""
     optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+    if loss_scaling:
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer.build(variables)
     return optimizer
 

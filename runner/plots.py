@@ -1,4 +1,4 @@
-"""Pictures of a run: loss and accuracy curves per epoch."""
+"""Pictures of runs: one run's loss and accuracy curves per epoch, and a sweep's jobs side by side."""
 
 from __future__ import annotations
 
@@ -26,5 +26,42 @@ def plot_curves(history, path: str, title: str = "") -> str:
         figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def plot_sweep_curves(curves, path: str, title: str = "") -> str:
+    """Compare a sweep's jobs: test accuracy, and test (solid) / train (dashed) loss against epoch.
+
+    `curves` maps a job's label to {metric name: [(epoch, value), ...]}, as read from MLflow.
+    """
+    figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (label, metrics) in enumerate(curves.items()):
+        color = colors[index % len(colors)]
+        for axis, metric, style, name in ((accuracy_axis, "test_accuracy", "o-", label),
+                                          (loss_axis, "test_loss", "o-", label),
+                                          (loss_axis, "train_loss", "x--", None)):
+            points = metrics.get(metric) or []
+            if points:
+                steps, values = zip(*points)
+                axis.plot(steps, values, style, color=color, label=name)
+    accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="test accuracy")
+    loss_axis.set(xlabel="epoch", ylabel="loss", title="loss (test solid, train dashed)")
+    epochs = sorted({step for metrics in curves.values() for points in metrics.values() for step, _ in points})
+    for axis in (accuracy_axis, loss_axis):
+        axis.grid(alpha=0.3)
+        if 0 < len(epochs) <= 20:
+            axis.set_xticks(epochs)  # also keeps a one-epoch sweep from getting ticks at 0.96, 0.98, ...
+        else:
+            axis.xaxis.get_major_locator().set_params(integer=True)
+    if curves:
+        # One legend for both panels, outside them: a sweep can have many jobs with long labels.
+        figure.legend(*accuracy_axis.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5),
+                      fontsize="small")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
     return path

@@ -28,6 +28,7 @@ MODELS = ("cnn",)
 OPTIMIZERS = ("adam",)
 LR_RULES = ("none", "linear", "sqrt")
 LOOP_STYLES = ("for_in", "iterator", "in_function", "multi_step")
+MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ class CheckpointSettings:
 
 
 @dataclass(frozen=True)
+class RuntimeSettings:
+    jit_compile: bool
+    mixed_precision: str | None
+
+
+@dataclass(frozen=True)
 class MlflowSettings:
     tracking_uri: str | None
     experiment_name: str
@@ -100,6 +107,7 @@ class Settings:
     lr_scaling: LrScalingSettings
     loop: LoopSettings
     checkpoint: CheckpointSettings
+    runtime: RuntimeSettings
     mlflow: MlflowSettings
 
 
@@ -201,6 +209,17 @@ def _loop(node: Mapping[str, Any]) -> LoopSettings:
     return LoopSettings(style, steps_per_epoch, steps_per_call)
 
 
+def _runtime(node: Mapping[str, Any]) -> RuntimeSettings:
+    jit_compile = node.get("jit_compile", False)
+    if not isinstance(jit_compile, bool):
+        raise _fail("runtime.jit_compile", jit_compile, "it must be true or false", "pass runtime.jit_compile=true")
+    policy = _choice(
+        "runtime.mixed_precision", node.get("mixed_precision"), MIXED_PRECISION_POLICIES,
+        "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null", nullable=True,
+    )
+    return RuntimeSettings(jit_compile, policy)
+
+
 def from_config(cfg: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
     strategy = _strategy(cfg["strategy"])
@@ -241,6 +260,7 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
             max_to_keep=_int("checkpoint.max_to_keep", checkpoint["max_to_keep"], minimum=1,
                              fix="pass how many checkpoints to keep, e.g. 3"),
         ),
+        runtime=_runtime(cfg["runtime"]),
         mlflow=MlflowSettings(
             tracking_uri=mlflow.get("tracking_uri") or None,
             experiment_name=str(mlflow["experiment_name"]),

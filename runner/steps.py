@@ -66,11 +66,17 @@ class ReplicaSteps:
         return loss
 
     def forward_backward(self, images, labels):
-        model = self.state.model
+        model, optimizer = self.state.model, self.state.optimizer
+        scaled = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = self.compute_loss(labels, logits, model.losses)
-        return loss, tape.gradient(loss, model.trainable_variables), logits
+            # float16 gradients underflow: scale the loss up, and the gradients back down.
+            target = optimizer.get_scaled_loss(loss) if scaled else loss
+        gradients = tape.gradient(target, model.trainable_variables)
+        if scaled:
+            gradients = optimizer.get_unscaled_gradients(gradients)
+        return loss, gradients, logits
 
     def predict(self, images):
         return self.state.model(images, training=False)

@@ -54,14 +54,17 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     steps_per_epoch = settings.loop.steps_per_epoch or data.batches_per_epoch(len(arrays.train_labels), global_batch)
     target_lr = effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling)
 
+    policy = settings.runtime.mixed_precision
+    tf.keras.mixed_precision.set_global_policy(policy or "float32")
     with strategy.scope():
         tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
         state = TrainingState.create(
             lambda: build_model(settings.model),
             lambda variables: build_optimizer(
-                settings.optimizer, learning_rate(target_lr, steps_per_epoch, settings.lr_scaling), variables),
+                settings.optimizer, learning_rate(target_lr, steps_per_epoch, settings.lr_scaling), variables,
+                loss_scaling=policy == "mixed_float16"),
         )
-    steps = ReplicaSteps(strategy, state, global_batch)
+    steps = ReplicaSteps(strategy, state, global_batch, jit_compile=settings.runtime.jit_compile)
 
     def distributed_train_dataset(repeat: bool):
         dataset = data.train_dataset(arrays, global_batch, settings.seed, settings.dataset.shuffle_buffer, repeat)

@@ -148,3 +148,29 @@ def test_a_failure_mid_run_marks_the_run_failed_with_the_error(train, tmp_path, 
     [run] = client.search_runs([client.get_experiment_by_name("fashion_mnist").experiment_id])
     assert run.info.status == "FAILED"
     assert "InvalidArgumentError" in run.data.tags["error"] and "200" in run.data.tags["error"]
+
+
+def test_jit_compile_gives_the_same_training(train, tmp_path):
+    plain = train("epochs=2", "strategy=one_device", run_dir=tmp_path / "plain")
+    compiled = train("epochs=2", "strategy=one_device", "runtime.jit_compile=true", run_dir=tmp_path / "xla")
+    for ours, theirs in zip(compiled.history, plain.history):
+        assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-3)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_tracks_float32_training(train, tmp_path, policy):
+    """Lower-precision maths, same training: the loss curve stays close to float32's."""
+    overrides = ("epochs=2", "strategy=one_device", "loop=multi_step", "loop.steps_per_call=4")
+    reference = train(*overrides, run_dir=tmp_path / "float32")
+    result = train(*overrides, f"runtime.mixed_precision={policy}", run_dir=tmp_path / policy)
+    assert tf.keras.mixed_precision.global_policy().name == policy
+    _finite_and_in_range(result)
+    assert result.history[1].train_loss < result.history[0].train_loss
+    for ours, theirs in zip(result.history, reference.history):
+        assert ours.train_loss == pytest.approx(theirs.train_loss, abs=0.03), policy
+
+
+def test_float32_is_restored_for_the_next_run(train, tmp_path):
+    train("runtime.mixed_precision=mixed_bfloat16", "strategy=one_device", run_dir=tmp_path / "mixed")
+    train("strategy=one_device", run_dir=tmp_path / "plain")
+    assert tf.keras.mixed_precision.global_policy().name == "float32"

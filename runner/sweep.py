@@ -1,0 +1,199 @@
+"""A sweep's MLflow parent run, owned by a Hydra Callback configured in conf/config.yaml.
+
+`on_multirun_start` creates the tracking database, the experiment and one parent run before any job
+starts, so jobs running in parallel (hydra/launcher=joblib) only ever add child runs: no race on the
+database schema, the experiment or the parent. Re-running the same `hydra.sweep.dir` reuses that parent.
+`on_multirun_end` summarizes the parent's children, logs the summary to the parent, closes it, and
+makes the command fail, naming the failed jobs, if any job failed.
+
+MLflow is imported inside the hooks: Hydra instantiates callbacks for single runs too, and a single
+run's config error should be reported without first paying for importing MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from runner.errors import RunnerError
+from runner.job_result import RESULT_KEYS
+
+log = logging.getLogger("runner")
+
+PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
+# Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
+# Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId).
+OVERRIDES_TAG = "overrides"
+SWEPT_KEYS_TAG = "swept_keys"
+SWEEP_DIR_TAG = "sweep_dir"
+JOB_NUMBER_TAG = "job_number"
+WALL_SECONDS = "wall_seconds"
+DEFAULT_OBJECTIVE = "test_accuracy"
+
+
+def objective_name(config: Any) -> str:
+    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
+    name = (config.get("sweep") or {}).get("objective", DEFAULT_OBJECTIVE)
+    if name not in RESULT_KEYS:
+        raise RunnerError(
+            f"sweep.objective={name!r} is not valid: a sweep job can only return one of its final numbers, "
+            f"{', '.join(RESULT_KEYS)}. Fix: pass e.g. sweep.objective=test_accuracy.")
+    return name
+
+
+def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
+    """The sweeper's direction when it has one (optuna), else what the metric's name says."""
+    direction = getattr(sweeper_direction, "name", sweeper_direction)
+    if isinstance(direction, str) and direction in ("minimize", "maximize"):
+        return direction == "minimize"
+    return objective.endswith("loss")
+
+
+def worst_value(objective: str, sweeper_direction: Any = None) -> float:
+    """What a failed job returns. optuna 2.10 rejects NaN (and hydra-optuna-sweeper then stops the
+    whole study), while an infinite value is a completed trial that can never be the best one."""
+    return float("inf") if lower_is_better(objective, sweeper_direction) else float("-inf")
+
+
+def sweep_dir_of(config: DictConfig) -> str:
+    return os.path.abspath(str(config.hydra.sweep.dir))
+
+
+def read_parent_run_id(sweep_dir: str) -> str | None:
+    path = os.path.join(sweep_dir, PARENT_RUN_ID_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return handle.read().strip() or None
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """Keys whose value differs between jobs: sweep overrides (batch=32,64) and the sweeper's own
+    search space (hydra.sweeper.params, as optuna has)."""
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = [override.key_or_group for override in overrides if override.is_sweep_override()]
+    params = OmegaConf.select(config, "hydra.sweeper.params")
+    for key in (params or {}):
+        if key not in keys:
+            keys.append(str(key))
+    return keys
+
+
+def run_name_for(path: str) -> str:
+    """A directory as the user sees it: relative to where the command ran, if it lies below it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _exit_with(error: RunnerError, code: int) -> None:
+    # A callback's exceptions only become warnings in Hydra; SystemExit is what stops the command.
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(code)
+
+
+class SweepCallback(Callback):
+    """Creates (or reuses) the sweep's parent run before the jobs; summarizes and closes it after."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            objective_name(config)
+            parent_id = start_parent_run(config)
+        except RunnerError as error:
+            _exit_with(error, 2)
+        log.info("sweep %s: MLflow parent run %s", run_name_for(sweep_dir_of(config)), parent_id)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            finish_parent_run(config)
+        except RunnerError as error:
+            _exit_with(error, 1)
+
+
+def start_parent_run(config: DictConfig) -> str:
+    """Create the sweep's parent run, or reuse the one the sweep directory names."""
+    from mlflow.entities import RunStatus
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from runner.tracking import get_or_create_experiment
+
+    sweep_dir = sweep_dir_of(config)
+    os.makedirs(sweep_dir, exist_ok=True)
+    tags = {
+        OVERRIDES_TAG: " ".join(config.hydra.overrides.task),
+        SWEPT_KEYS_TAG: ",".join(swept_keys(config)),
+        SWEEP_DIR_TAG: sweep_dir,
+    }
+    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri or None)
+    try:
+        parent_id = read_parent_run_id(sweep_dir)
+        if parent_id is not None:
+            try:
+                parent = client.get_run(parent_id)
+            except MlflowException:  # the id is from another tracking store: start afresh
+                parent = None
+            if parent is not None and parent.info.lifecycle_stage == "active":
+                client.update_run(parent_id, status=RunStatus.to_string(RunStatus.RUNNING))
+                for key, value in tags.items():
+                    client.set_tag(parent_id, key, value)
+                return parent_id
+        experiment_id = get_or_create_experiment(client, str(config.mlflow.experiment_name))
+        parent_id = client.create_run(experiment_id, tags=tags, run_name=run_name_for(sweep_dir)).info.run_id
+    except MlflowException as error:
+        raise RunnerError(
+            f"mlflow.tracking_uri={client.tracking_uri!r} could not hold the sweep's parent run: {error}. "
+            "Fix: point mlflow.tracking_uri at a reachable tracking server or a writable sqlite:///path.db."
+        ) from error
+    with open(os.path.join(sweep_dir, PARENT_RUN_ID_FILE), "w") as handle:
+        handle.write(parent_id + "\n")
+    return parent_id
+
+
+def finish_parent_run(config: DictConfig) -> None:
+    """Log the summary of the parent's children to it, print it, close the parent, and raise a
+    RunnerError naming the failed jobs if there are any."""
+    from mlflow.entities import RunStatus
+    from mlflow.tracking import MlflowClient
+
+    from runner import sweep_summary
+
+    sweep_dir = sweep_dir_of(config)
+    parent_id = read_parent_run_id(sweep_dir)
+    if parent_id is None:  # on_multirun_start did not get as far as creating it
+        return
+    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri or None)
+    objective = objective_name(config)
+    status = RunStatus.FAILED
+    try:
+        summary = sweep_summary.collect(
+            client, parent_id, objective,
+            lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")))
+        for path in sweep_summary.write(summary, sweep_dir):
+            client.log_artifact(parent_id, path)
+        if summary.best is not None:
+            client.log_metric(parent_id, f"best_{objective}", summary.best.metrics[objective])
+        print(summary.markdown(), flush=True)
+        failed = summary.failed
+        if not failed:
+            status = RunStatus.FINISHED
+    finally:
+        # Whatever happened while summarizing, the parent must not stay RUNNING.
+        client.set_terminated(parent_id, RunStatus.to_string(status))
+    if failed:
+        jobs = "; ".join(f"job {row.job} ({row.overrides or 'no overrides'}): {_shorten(row.error)}"
+                         for row in failed)
+        raise RunnerError(
+            f"{len(failed)} of {len(summary.rows)} sweep jobs failed: {jobs}. The others finished and are in "
+            f"the summary above and under MLflow parent run {parent_id}. Fix: correct the failing values, or "
+            f"re-run the same command with hydra.sweep.dir={sweep_dir} to run only the jobs that did not finish.")
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    text = " ".join((text or "no error recorded").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,173 @@
+"""One job of a sweep (`python -m runner -m ...`): its MLflow child run, and its training in a fresh process.
+
+TensorFlow's logical-device split and distribution strategies are process-wide, so a sweep job never
+trains in the sweep's process: it runs `python -m runner <its overrides>` with the job directory as run
+directory and reads the objective back from the result.json that process writes. The child run is
+created here, before that process starts, so a job that fails before reaching MLflow (a config
+error) is still recorded as FAILED under the sweep's parent run.
+
+A job never raises for a failed training: Hydra's sweepers abort the whole sweep at the first job that
+raises (hydra issues #1407, #2824). It returns the worst possible objective instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from mlflow.entities import Run, RunStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from omegaconf import DictConfig, OmegaConf
+
+from runner.errors import RunnerError
+from runner.job_result import RESULT_FILE, read_result
+from runner.sweep import (
+    JOB_NUMBER_TAG, OVERRIDES_TAG, SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id,
+    worst_value,
+)
+from runner.tracking import ERROR_TAG, RUN_ID_FILE, write_run_id
+
+log = logging.getLogger("runner")
+
+_FINISHED = RunStatus.to_string(RunStatus.FINISHED)
+_FAILED = RunStatus.to_string(RunStatus.FAILED)
+_STDERR_TAIL_BYTES = 64 * 1024
+
+
+def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
+    """Train this job in a subprocess under the sweep's parent run; return its objective."""
+    objective = objective_name(cfg)
+    worst = worst_value(objective, OmegaConf.select(hydra_config, "sweeper.direction"))
+    sweep_dir = os.path.abspath(str(hydra_config.sweep.dir))
+    job_dir = str(hydra_config.runtime.output_dir)
+    number = int(hydra_config.job.num)
+    overrides = [str(item) for item in hydra_config.overrides.task]
+    overrides_tag = ",".join(overrides)
+
+    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri or None)
+    parent = _parent_run(client, sweep_dir)
+    name = _point_name(overrides, parent.data.tags.get(SWEPT_KEYS_TAG, ""), number)
+    label = f"job {number} ({name})"
+
+    run = _existing_child(client, job_dir, parent.info.run_id, overrides_tag)
+    if run is not None and run.info.status == _FINISHED:
+        log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
+        return float(run.data.metrics.get(objective, worst))
+    if run is not None:
+        run_id = run.info.run_id
+        # Re-attach (the job was interrupted or failed before): clear what the last attempt left.
+        if ERROR_TAG in run.data.tags:
+            client.delete_tag(run_id, ERROR_TAG)
+        client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        log.info("%s: continuing MLflow run %s", label, run_id)
+    else:
+        run_id = client.create_run(parent.info.experiment_id, run_name=name, tags={
+            MLFLOW_PARENT_RUN_ID: parent.info.run_id, JOB_NUMBER_TAG: str(number), OVERRIDES_TAG: overrides_tag,
+        }).info.run_id
+        log.info("%s: MLflow run %s", label, run_id)
+    # The training process continues the run this file names instead of creating its own.
+    write_run_id(job_dir, run_id)
+    stale_result = os.path.join(job_dir, RESULT_FILE)
+    if os.path.exists(stale_result):
+        os.remove(stale_result)
+
+    command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(job_dir)}",
+               # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
+               # directory's .hydra/ stays the one the sweep wrote.
+               "hydra.mode=RUN", "hydra.output_subdir=null"]
+    started = time.monotonic()
+    returncode, stderr_tail = _train(command, cwd=str(hydra_config.runtime.cwd))
+    client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
+
+    result = read_result(job_dir) if returncode == 0 else None
+    if result is not None:
+        return float(result[objective])
+    error = (f"the training process exited without writing {RESULT_FILE}" if returncode == 0
+             else _failure_paragraph(stderr_tail, returncode))
+    _mark_failed(client, run_id, error)
+    log.error("%s failed (MLflow run %s): %s", label, run_id, error)
+    return worst
+
+
+def _parent_run(client: MlflowClient, sweep_dir: str) -> Run:
+    parent_id = read_parent_run_id(sweep_dir)
+    if parent_id is None:
+        raise RunnerError(
+            f"hydra.sweep.dir={sweep_dir!r} holds no MLflow parent run id: the sweep callback did not run. "
+            "Fix: keep `hydra.callbacks.sweep` (runner.sweep.SweepCallback) in conf/config.yaml, or pass it "
+            "again if a config or override removed it.")
+    return client.get_run(parent_id)
+
+
+def _existing_child(client: MlflowClient, job_dir: str, parent_id: str, overrides_tag: str) -> Run | None:
+    """The child run this job directory already has from an earlier run of the same sweep and the
+    same overrides, or None (then the job starts a new child run)."""
+    path = os.path.join(job_dir, RUN_ID_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        run_id = handle.read().strip()
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:  # an id from another tracking store
+        return None
+    same_job = (run.info.lifecycle_stage == "active"
+                and run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent_id
+                and run.data.tags.get(OVERRIDES_TAG) == overrides_tag)
+    return run if same_job else None
+
+
+def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
+    """The job's values of the keys the sweep varies (`batch=64,lr_scaling=linear`): its run name."""
+    keys = set(filter(None, swept_keys.split(",")))
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    swept = [text for text, override in zip(overrides, parsed) if override.key_or_group in keys]
+    return ",".join(swept or overrides) or f"job {number}"
+
+
+def _quoted(path: str) -> str:
+    # Hydra's override grammar would read a comma in a path as a sweep and stop at a space.
+    return "'" + path.replace("'", "\\'") + "'"
+
+
+def _train(command: list[str], cwd: str) -> tuple[int, str]:
+    """Run the training process: its stdout goes straight through, its stderr is passed on as it
+    comes (progress bars included) and its tail is kept for the error message."""
+    process = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE)
+    out = getattr(sys.stderr, "buffer", None)
+    tail = bytearray()
+    for chunk in iter(lambda: process.stderr.read1(65536), b""):
+        if out is not None:
+            out.write(chunk)
+            out.flush()
+        else:
+            sys.stderr.write(chunk.decode("utf-8", "replace"))
+        tail += chunk
+        del tail[:-_STDERR_TAIL_BYTES]
+    return process.wait(), tail.decode("utf-8", "replace")
+
+
+def _failure_paragraph(stderr: str, returncode: int) -> str:
+    """The training process's own `error: ...` paragraph if it printed one, else its last words."""
+    lines = [line.strip() for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("error: "):
+            return " ".join(lines[index:])[len("error: "):]
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    last = [line for line in lines if not line.startswith("Set the environment variable HYDRA_FULL_ERROR")]
+    return f"the training process failed ({how})" + (f": {last[-1]}" if last else "")
+
+
+def _mark_failed(client: MlflowClient, run_id: str, error: str) -> None:
+    run = client.get_run(run_id)
+    # A process that failed during training already marked its run FAILED with its own error.
+    if run.info.status == _FAILED and run.data.tags.get(ERROR_TAG):
+        return
+    client.set_tag(run_id, ERROR_TAG, error[:5000])
+    client.set_terminated(run_id, _FAILED)

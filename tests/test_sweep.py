@@ -1,0 +1,241 @@
+"""Sweeps end to end: real `python -m runner -m ...` processes, a real MLflow sqlite store in tmp_path.
+
+Every job trains the real model on tiny synthetic data for one epoch, so a job takes about ten seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from runner.job_result import RESULT_KEYS, read_result
+from runner.sweep import PARENT_RUN_ID_FILE
+from runner.sweep_summary import CSV_FILE, CURVES_FILE, MARKDOWN_FILE
+from runner.tracking import RUN_ID_FILE
+
+pytestmark = pytest.mark.slow
+
+TINY = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=1",
+        "progress=false", "strategy=one_device"]
+
+
+def _command(tmp_path, sweep_dir, overrides):
+    return [sys.executable, "-m", "runner", "-m", *TINY, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+            f"hydra.sweep.dir={sweep_dir}", *overrides]
+
+
+def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+
+
+def client_for(tmp_path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def all_runs(client):
+    return client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+
+
+def children(client, parent_id):
+    runs = [run for run in all_runs(client) if run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent_id]
+    return sorted(runs, key=lambda run: int(run.data.tags["job_number"]))
+
+
+def parent_id_of(sweep_dir) -> str:
+    return (sweep_dir / PARENT_RUN_ID_FILE).read_text().strip()
+
+
+def summary_rows(sweep_dir):
+    with open(sweep_dir / CSV_FILE) as handle:
+        return list(csv.DictReader(handle))
+
+
+def job_overrides(*swept):
+    """The `overrides` tag a job gets: Hydra lists the command's fixed overrides in the given order and
+    puts the swept ones where their sweep was on the command line (last, here)."""
+    return ",".join([*TINY, "mlflow.tracking_uri=sqlite\\:///{db}", *swept])
+
+
+def assert_finished_sweep(tmp_path, sweep_dir, result, points):
+    """One parent, one FINISHED child per point with the right tags, metrics and summary row."""
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    parents = [run for run in all_runs(client) if MLFLOW_PARENT_RUN_ID not in run.data.tags]
+    assert [run.info.run_id for run in parents] == [parent_id]
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.info.run_name == "sweep"  # the sweep directory, relative to where the command ran
+
+    jobs = children(client, parent_id)
+    assert [run.data.tags["job_number"] for run in jobs] == [str(n) for n in range(len(points))]
+    db = f"{tmp_path}/mlflow.db"
+    for number, (run, point) in enumerate(zip(jobs, points)):
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["overrides"] == job_overrides(*point).format(db=db)
+        assert run.info.run_name == ",".join(point)
+        job_dir = sweep_dir / str(number)
+        assert (job_dir / RUN_ID_FILE).read_text().strip() == run.info.run_id
+        result_file = read_result(str(job_dir))
+        assert result_file["run_id"] == run.info.run_id
+        for key in RESULT_KEYS:
+            assert run.data.metrics[key] == pytest.approx(result_file[key])
+        assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
+        assert run.data.metrics["train_loss"] > 0
+        # One epoch, logged once: no lost and no duplicated metric.
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
+
+    rows = summary_rows(sweep_dir)
+    assert [row["job"] for row in rows] == [str(n) for n in range(len(points))]
+    for row, run, point in zip(rows, jobs, points):
+        assert row["overrides"] == ",".join(point)
+        assert row["status"] == "FINISHED"
+        assert row["run_id"] == run.info.run_id
+        assert float(row["test_accuracy"]) == pytest.approx(run.data.metrics["test_accuracy"])
+        assert float(row["wall_seconds"]) > 1.0
+    artifacts = {info.path for info in client.list_artifacts(parent_id)}
+    assert {CSV_FILE, MARKDOWN_FILE, CURVES_FILE} <= artifacts
+    markdown = (sweep_dir / MARKDOWN_FILE).read_text()
+    assert markdown in result.stdout  # the table printed at the end is the logged one
+    assert sum(line.startswith("| ") for line in markdown.splitlines()) == 1 + len(points)
+    best = max(jobs, key=lambda run: run.data.metrics["test_accuracy"])
+    assert f"best test_accuracy: {best.data.metrics['test_accuracy']:.4f}" in markdown
+    assert parent.data.metrics["best_test_accuracy"] == pytest.approx(best.data.metrics["test_accuracy"])
+    return parent_id, jobs
+
+
+GRID = [("batch=32", "lr_scaling=none"), ("batch=32", "lr_scaling=linear"),
+        ("batch=64", "lr_scaling=none"), ("batch=64", "lr_scaling=linear")]
+
+
+@pytest.fixture(scope="module")
+def serial_sweep(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("serial")
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear")
+    return tmp_path, sweep_dir, result
+
+
+def test_serial_sweep_has_one_parent_four_children_and_a_summary(serial_sweep):
+    tmp_path, sweep_dir, result = serial_sweep
+    assert_finished_sweep(tmp_path, sweep_dir, result, GRID)
+    assert "4 jobs, 4 finished, 0 failed" in result.stdout
+
+
+def test_rerun_of_a_finished_sweep_trains_nothing(serial_sweep):
+    tmp_path, sweep_dir, first = serial_sweep
+    client = client_for(tmp_path)
+    before = sorted(run.info.run_id for run in all_runs(client))
+
+    started = time.monotonic()
+    again = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear")
+    elapsed = time.monotonic() - started
+
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(run.info.run_id for run in all_runs(client)) == before
+    assert again.stdout.count("already FINISHED") == 4
+    assert "MLflow run" not in again.stdout.replace("already FINISHED as MLflow run", "")
+    assert elapsed < 30  # no training process was started (one alone needs ~10 s)
+    assert_finished_sweep(tmp_path, sweep_dir, again, GRID)
+
+
+def test_joblib_sweep_runs_jobs_in_parallel_under_one_parent(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear",
+                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    assert "Joblib.Parallel(n_jobs=2" in result.stdout
+    parent_id, jobs = assert_finished_sweep(tmp_path, sweep_dir, result, GRID)
+    # The jobs really overlapped: each started before another one ended.
+    spans = sorted((run.info.start_time, run.info.end_time) for run in jobs)
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "batch=32,0")
+
+    assert result.returncode != 0
+    assert "1 of 2 sweep jobs failed: job 1 (batch=0)" in result.stderr
+    assert "batch=0 is not valid" in result.stderr
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    assert client.get_run(parent_id).info.status == "FAILED"
+    good, bad = children(client, parent_id)
+    assert good.info.status == "FINISHED"
+    assert 0.0 <= good.data.metrics["test_accuracy"] <= 1.0
+    assert bad.info.status == "FAILED"
+    assert bad.data.tags["error"].startswith("batch=0 is not valid")
+    assert bad.data.tags["overrides"].endswith(",batch=0")
+    rows = summary_rows(sweep_dir)
+    assert [(row["job"], row["status"]) for row in rows] == [("0", "FINISHED"), ("1", "FAILED")]
+    assert rows[1]["test_accuracy"] == ""
+    assert rows[1]["error"].startswith("batch=0 is not valid")
+    assert "| 1 | batch=0 | FAILED |" in result.stdout
+
+
+def test_an_interrupted_sweep_completes_the_rest_when_run_again(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    overrides = ("batch=32,64,128",)
+    # Kill the whole sweep (Hydra's process and the training process) while job 2 trains.
+    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job_2_log = sweep_dir / "2" / "__main__.log"
+    deadline = time.monotonic() + 240
+    while not (job_2_log.exists() and "steps per epoch" in job_2_log.read_text()):
+        assert process.poll() is None, "the sweep ended before job 2 started training"
+        assert time.monotonic() < deadline, "job 2 did not start training in time"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    interrupted = children(client, parent_id)
+    assert [run.info.status for run in interrupted] == ["FINISHED", "FINISHED", "RUNNING"]
+    assert not (sweep_dir / CSV_FILE).exists()
+
+    result = sweep(tmp_path, sweep_dir, *overrides)
+
+    points = [("batch=32",), ("batch=64",), ("batch=128",)]
+    assert_finished_sweep(tmp_path, sweep_dir, result, points)
+    assert parent_id_of(sweep_dir) == parent_id
+    completed = children(client, parent_id)
+    # Same child runs: jobs 0 and 1 skipped, job 2 continued in the run it had when it was killed.
+    assert [run.info.run_id for run in completed] == [run.info.run_id for run in interrupted]
+    assert result.stdout.count("already FINISHED") == 2
+    assert f"job 2 (batch=128): continuing MLflow run {interrupted[2].info.run_id}" in result.stdout
+
+
+def test_optuna_sweep_reports_the_best_trial(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "hparams_search=optuna", "hydra.sweeper.n_trials=3")
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    trials = children(client, parent_id)
+    assert len(trials) == 3 and all(run.info.status == "FINISHED" for run in trials)
+    for run in trials:
+        # Each trial's run is named by the values optuna picked for the search space.
+        names = sorted(item.split("=")[0] for item in run.info.run_name.split(","))
+        assert names == ["batch", "optimizer.lr"]
+        assert float(run.data.params["optimizer.lr"]) == pytest.approx(
+            float(run.info.run_name.split("optimizer.lr=")[1].split(",")[0]))
+    best = max(trials, key=lambda run: run.data.metrics["test_accuracy"])
+    reported = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert reported["best_value"] == pytest.approx(best.data.metrics["test_accuracy"])
+    assert f"Best value: {reported['best_value']}" in result.stdout
+    assert client.get_run(parent_id).data.metrics["best_test_accuracy"] == pytest.approx(reported["best_value"])
+    assert len(summary_rows(sweep_dir)) == 3
+    assert not math.isinf(reported["best_value"])
