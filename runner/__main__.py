@@ -13,6 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import runner  # noqa: F401  (selects tf_keras before TensorFlow is imported)
 from runner.errors import RunnerError
+from runner.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
+from runner.preemption import Preempted
 from runner.job_result import write_result
 from runner.settings import from_config
 from runner.sweep import objective_name

@@ -12,8 +12,10 @@ from typing import Protocol
 
 import tensorflow as tf
 
+from runner.errors import RunnerError
 from runner.optimizer import current_learning_rate
-from runner.steps import TrainingState
+from runner.preemption import Preempted, PreemptionGuard
+from runner.steps import NON_FINITE_LOSS, TrainingState
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,13 @@ class Listener(Protocol):
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None: ...
 
 
+class Diverged(RunnerError):
+    """The loss became NaN or infinite; training stopped before the bad step touched the weights."""
+
+
 class Controller:
-    def __init__(self, state: TrainingState, loop, evaluate, checkpointer, progress, listeners, epochs: int):
+    def __init__(self, state: TrainingState, loop, evaluate, checkpointer, progress, listeners, epochs: int,
+                 guard: PreemptionGuard | None = None):
         self.state = state
         self.loop = loop
         self.evaluate = evaluate
@@ -50,14 +57,27 @@ class Controller:
         self.progress = progress
         self.listeners = list(listeners)
         self.epochs = epochs
+        self.guard = guard or PreemptionGuard()
 
     def train_one_epoch(self, epoch: int) -> EpochResult:
         state = self.state
         state.reset_metrics()
+        first_step = int(state.optimizer.iterations.numpy())
         self.progress.start_epoch(epoch, self.loop.steps_per_epoch)
         started = time.perf_counter()
-        total_loss, steps = self.loop.train_epoch(self.progress)
-        train_loss = float(total_loss) / steps  # float() waits for the last step to finish
+        try:
+            total_loss, steps = self.loop.train_epoch(epoch, self.progress)
+            train_loss = float(total_loss) / steps  # float() waits for the last step to finish
+        except tf.errors.InvalidArgumentError as error:
+            if NON_FINITE_LOSS not in str(error):
+                raise
+            step = int(state.optimizer.iterations.numpy()) - first_step + 1
+            raise Diverged(
+                f"training diverged: the loss became NaN or infinite at epoch {epoch}, step {step} of the epoch "
+                f"(global step {first_step + step}); that step was not applied. The last good checkpoint is "
+                f"{self.checkpointer.latest or 'none (no checkpoint was written yet)'}. Fix: lower optimizer.lr "
+                "(or use lr_scaling=warmup), then re-run."
+            ) from None
         train_seconds = time.perf_counter() - started
         examples = int(state.train_accuracy.count.numpy())
         self.evaluate()
@@ -77,17 +97,29 @@ class Controller:
         self.progress.end_epoch(result)
         return result
 
+    def _save_checkpoint(self, epoch: int) -> None:
+        files = self.checkpointer.save()
+        for listener in self.listeners:
+            listener.on_checkpoint_saved(epoch, files)
+
     def run(self) -> list[EpochResult]:
+        """Train the epochs after the one the state holds (0 for a fresh run, the restored one on resume)."""
         history = []
-        for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
-            result = self.train_one_epoch(epoch)
-            history.append(result)
-            for listener in self.listeners:
-                listener.on_epoch_end(result)
-            if self.checkpointer.due(epoch):
-                files = self.checkpointer.save(epoch)
-                for listener in self.listeners:
-                    listener.on_checkpoint_saved(epoch, files)
+        try:
+            for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
+                result = self.train_one_epoch(epoch)
+                # Metrics first, then the checkpoint: a run killed in between re-trains this epoch on
+                # resume, and the tracker does not log an epoch twice.
+                with self.guard.deferred():
+                    history.append(result)
+                    for listener in self.listeners:
+                        listener.on_epoch_end(result)
+                    if self.checkpointer.due(epoch):
+                        self._save_checkpoint(epoch)
+        except Preempted:
+            with self.guard.deferred():
+                self._save_checkpoint(int(self.state.epoch.numpy()))
+            raise
         return history
 
 

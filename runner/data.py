@@ -130,15 +130,35 @@ def _with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def train_dataset(arrays: Arrays, batch_size: int, seed: int, shuffle_buffer: int | None,
-                  repeat: bool = False) -> tf.data.Dataset:
-    """Shuffled batches of `batch_size` (the global batch, or a per-replica batch in a dataset_fn)."""
+def train_dataset(arrays: Arrays, batch_size: int, seed: int, first_epoch: int = 1, epochs: int | None = 1,
+                  skip_batches: int = 0, input_context: tf.distribute.InputContext | None = None
+                  ) -> tf.data.Dataset:
+    """Batches of `batch_size` for epochs first_epoch, first_epoch+1, ... (`epochs` of them; None = endless),
+    less the first `skip_batches` (skipped as indices, before any image is gathered).
+
+    Each epoch is a fresh permutation of the training set drawn from (seed, epoch) alone, so epoch e
+    sees the same batches whether the run started at epoch 1 or resumed at e. Every epoch ends with
+    its own (possibly partial) batch, as the tutorial's `for x in dataset` does. With an
+    `input_context` (distribute_datasets_from_function), each input pipeline takes its shard.
+    """
     count = len(arrays.train_labels)
-    dataset = tf.data.Dataset.from_tensor_slices((arrays.train_images, arrays.train_labels))
-    dataset = dataset.shuffle(shuffle_buffer or count, seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size)
-    if repeat:
-        dataset = dataset.repeat()
+    images, labels = tf.constant(arrays.train_images), tf.constant(arrays.train_labels)
+
+    def epoch_batches(epoch):
+        order = tf.random.experimental.index_shuffle(
+            tf.range(count, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+            max_index=count - 1)
+        indices = tf.data.Dataset.from_tensor_slices(order)
+        if input_context is not None:
+            indices = indices.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        return indices.batch(batch_size)
+
+    epoch_numbers = tf.data.Dataset.range(first_epoch, first_epoch + epochs) if epochs is not None \
+        else tf.data.Dataset.range(first_epoch, 2**62)
+    dataset = epoch_numbers.flat_map(epoch_batches).skip(skip_batches)
+    # One gather per batch from tensors already in memory: no per-example work in the pipeline.
+    dataset = dataset.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return _with_options(dataset.prefetch(tf.data.AUTOTUNE))
 
 

@@ -1,16 +1,19 @@
 """The iteration styles: how the distributed train step is driven through one epoch.
 
 Each style wraps the same ReplicaSteps.distributed_train_step; none re-implements the step.
-`train_epoch(progress)` returns the sum of the per-step (replica-summed) losses and the step count.
+`train_epoch(epoch, progress)` returns the sum of the per-step (replica-summed) losses and the step
+count. `make_dataset(first_epoch, epochs, skip_batches)` gives a distributed training dataset.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import tensorflow as tf
 
 from runner.steps import ReplicaSteps
+
+MakeDataset = Callable[..., object]
 
 
 class Progress(Protocol):
@@ -18,18 +21,16 @@ class Progress(Protocol):
 
 
 class ForInLoop:
-    """The tutorial: `for x in dist_dataset`, one tf.function call per step."""
+    """The tutorial: `for x in dist_dataset`, one tf.function call per step, a dataset per epoch."""
 
-    repeats_dataset = False
-
-    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int):
-        self.dataset = dist_dataset
+    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int):
+        self.make_dataset = make_dataset
         self.steps_per_epoch = steps_per_epoch
         self.step = tf.function(steps.distributed_train_step)
 
-    def train_epoch(self, progress: Progress):
+    def train_epoch(self, epoch: int, progress: Progress):
         total, count = tf.constant(0.0), 0
-        for inputs in self.dataset:
+        for inputs in self.make_dataset(first_epoch=epoch, epochs=1):
             loss = self.step(inputs)
             total += loss
             count += 1
@@ -37,39 +38,11 @@ class ForInLoop:
         return total, count
 
 
-class IteratorLoop:
-    """Explicit iter/next for a fixed number of steps over a repeated dataset (one iterator for the run)."""
-
-    repeats_dataset = True
-
-    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int):
-        self.dataset = dist_dataset
-        self.steps_per_epoch = steps_per_epoch
-        self.step = tf.function(steps.distributed_train_step)
-        self._iterator = None
-
-    @property
-    def iterator(self):
-        if self._iterator is None:
-            self._iterator = iter(self.dataset)
-        return self._iterator
-
-    def train_epoch(self, progress: Progress):
-        total = tf.constant(0.0)
-        for _ in range(self.steps_per_epoch):
-            loss = self.step(next(self.iterator))
-            total += loss
-            progress.advance(1, loss)
-        return total, self.steps_per_epoch
-
-
 class InFunctionLoop:
     """The whole epoch inside one tf.function: AutoGraph turns `for x in dist_dataset` into a loop."""
 
-    repeats_dataset = False
-
-    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int):
-        self.dataset = dist_dataset
+    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int):
+        self.make_dataset = make_dataset
         self.steps_per_epoch = steps_per_epoch
         step = steps.distributed_train_step
 
@@ -83,18 +56,47 @@ class InFunctionLoop:
 
         self.train_whole_epoch = train_whole_epoch
 
-    def train_epoch(self, progress: Progress):
-        total, count = self.train_whole_epoch(self.dataset)
+    def train_epoch(self, epoch: int, progress: Progress):
+        total, count = self.train_whole_epoch(self.make_dataset(first_epoch=epoch, epochs=1))
         progress.advance(int(count), total / tf.cast(count, tf.float32))
         return total, int(count)
+
+
+class IteratorLoop:
+    """Explicit iter/next for `steps_per_epoch` steps, over one endless dataset and iterator per run.
+
+    A run resumed after `done_epochs` skips the batches those epochs consumed, so it continues
+    exactly where an uninterrupted run would be.
+    """
+
+    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int = 0):
+        self.dataset = make_dataset(first_epoch=1, epochs=None, skip_batches=done_epochs * steps_per_epoch)
+        self.steps_per_epoch = steps_per_epoch
+        self.step = tf.function(steps.distributed_train_step)
+        self._iterator = None
+
+    @property
+    def iterator(self):
+        if self._iterator is None:
+            self._iterator = iter(self.dataset)
+        return self._iterator
+
+    def train_epoch(self, epoch: int, progress: Progress):
+        total = tf.constant(0.0)
+        for _ in range(self.steps_per_epoch):
+            loss = self.step(next(self.iterator))
+            total += loss
+            progress.advance(1, loss)
+        return total, self.steps_per_epoch
 
 
 class MultiStepLoop(IteratorLoop):
     """`steps_per_call` steps per tf.function call, a tf.while_loop over the iterator (Model Garden's
     steps_per_loop): Python and dispatch overhead is paid once per call instead of once per step."""
 
-    def __init__(self, steps: ReplicaSteps, dist_dataset, steps_per_epoch: int, steps_per_call: int):
-        super().__init__(steps, dist_dataset, steps_per_epoch)
+    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int,
+                 steps_per_call: int):
+        super().__init__(steps, make_dataset, steps_per_epoch, done_epochs)
         self.steps_per_call = steps_per_call
         step = steps.distributed_train_step
 
@@ -107,7 +109,7 @@ class MultiStepLoop(IteratorLoop):
 
         self.train_steps = train_steps
 
-    def train_epoch(self, progress: Progress):
+    def train_epoch(self, epoch: int, progress: Progress):
         total, done = tf.constant(0.0), 0
         while done < self.steps_per_epoch:
             count = min(self.steps_per_call, self.steps_per_epoch - done)
@@ -118,14 +120,15 @@ class MultiStepLoop(IteratorLoop):
         return total, done
 
 
-def make_loop(style: str, steps: ReplicaSteps, make_dataset, steps_per_epoch: int, steps_per_call: int):
-    """Build the loop for `style`; make_dataset(repeat) returns the distributed training dataset."""
+def make_loop(style: str, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int,
+              steps_per_call: int, done_epochs: int = 0):
+    """The loop for `style`, ready to train epoch done_epochs + 1 onwards."""
     if style == "for_in":
-        return ForInLoop(steps, make_dataset(False), steps_per_epoch)
+        return ForInLoop(steps, make_dataset, steps_per_epoch)
     if style == "iterator":
-        return IteratorLoop(steps, make_dataset(True), steps_per_epoch)
+        return IteratorLoop(steps, make_dataset, steps_per_epoch, done_epochs)
     if style == "in_function":
-        return InFunctionLoop(steps, make_dataset(False), steps_per_epoch)
+        return InFunctionLoop(steps, make_dataset, steps_per_epoch)
     if style == "multi_step":
-        return MultiStepLoop(steps, make_dataset(True), steps_per_epoch, steps_per_call)
+        return MultiStepLoop(steps, make_dataset, steps_per_epoch, done_epochs, steps_per_call)
     raise ValueError(f"unknown loop style {style!r}")

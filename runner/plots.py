@@ -8,17 +8,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_curves(history, path: str, title: str = "") -> str:
-    """Write train/test loss and accuracy against epoch to a PNG at `path`."""
-    epochs = [r.epoch for r in history]
+def plot_curves(histories, path: str, title: str = "") -> str:
+    """Write train/test loss and accuracy against epoch to a PNG at `path`.
+
+    `histories` maps a metric name to its (epoch, value) pairs, as MLflow's metric history gives them.
+    """
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
-    loss_axis.plot(epochs, [r.train_loss for r in history], "o-", label="train")
-    loss_axis.plot(epochs, [r.test_loss for r in history], "s-", label="test")
-    loss_axis.set(xlabel="epoch", ylabel="loss", title="loss")
-    accuracy_axis.plot(epochs, [r.train_accuracy for r in history], "o-", label="train")
-    accuracy_axis.plot(epochs, [r.test_accuracy for r in history], "s-", label="test")
-    accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
-    for axis in (loss_axis, accuracy_axis):
+    for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+        for split, marker in (("train", "o-"), ("test", "s-")):
+            points = histories.get(f"{split}_{metric}", [])
+            axis.plot([step for step, _ in points], [value for _, value in points], marker, label=split)
+        axis.set(xlabel="epoch", ylabel=metric, title=metric)
         axis.grid(alpha=0.3)
         axis.legend()
         axis.xaxis.get_major_locator().set_params(integer=True)

@@ -28,7 +28,19 @@ MODELS = ("cnn",)
 OPTIMIZERS = ("adam",)
 LR_RULES = ("none", "linear", "sqrt")
 LOOP_STYLES = ("for_in", "iterator", "in_function", "multi_step")
+RESUME_MODES = ("auto", "never")
 MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
+MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+CLUSTER_KINDS = ("none", "tf_config", "slurm", "local")
+
+
+@dataclass(frozen=True)
+class PartitionerSettings:
+    """tf.distribute.experimental.partitioners.MinSizePartitioner's two arguments."""
+
+    min_shard_bytes: int
+    max_shards: int
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,17 @@ class StrategySettings:
     cross_device_ops: str | None
     cpu_replicas: int | None
     tpu: str
+    communication: str = "auto"  # multi_worker_mirrored's collective implementation
+    variable_partitioner: PartitionerSettings | None = None  # parameter_server; None = whole variables
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    kind: str = "none"
+    workers: int = 2
+    ps: int = 1
+    timeout_seconds: float = 300.0
+    port_base: int = 8888
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,6 @@ class DatasetSettings:
     dir: str | None
     train_examples: int | None
     test_examples: int | None
-    shuffle_buffer: int | None
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,7 @@ class Settings:
     epochs: int
     seed: int
     progress: bool
+    resume: str
     strategy: StrategySettings
     dataset: DatasetSettings
     model: ModelSettings
@@ -109,6 +132,7 @@ class Settings:
     checkpoint: CheckpointSettings
     runtime: RuntimeSettings
     mlflow: MlflowSettings
+    cluster: ClusterSettings = ClusterSettings()
 
 
 def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
@@ -172,7 +196,75 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
     tpu = node.get("tpu") or ""
     if not isinstance(tpu, str):
         raise _fail("strategy.tpu", tpu, "it must be a TPU name or address", "pass strategy.tpu=my-tpu or ''")
-    return StrategySettings(name, devices, cross, cpu_replicas, tpu)
+    communication = _choice(
+        "strategy.communication", node.get("communication", "auto"), COMMUNICATIONS,
+        "use auto (TensorFlow's choice), ring (gRPC, any device) or nccl (GPUs)",
+    )
+    if communication != "auto" and name != "multi_worker_mirrored":
+        raise _fail(
+            "strategy.communication", communication, f"strategy={name} does not all-reduce across processes",
+            "use it with strategy=multi_worker_mirrored, or drop strategy.communication",
+        )
+    return StrategySettings(name, devices, cross, cpu_replicas, tpu, communication,
+                            _partitioner(node.get("variable_partitioner") or {}, name))
+
+
+def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings | None:
+    max_shards = _int(
+        "strategy.variable_partitioner.max_shards", node.get("max_shards"), minimum=1, nullable=True,
+        fix="pass the most shards a variable may be split into (e.g. the number of ps tasks), or null for none",
+    )
+    min_shard_bytes = _int(
+        "strategy.variable_partitioner.min_shard_bytes", node.get("min_shard_bytes", 256 << 10), minimum=1,
+        fix="pass the smallest shard size in bytes, e.g. strategy.variable_partitioner.min_shard_bytes=262144",
+    )
+    if max_shards is None:
+        return None
+    if strategy != "parameter_server":
+        raise _fail(
+            "strategy.variable_partitioner.max_shards", max_shards,
+            f"strategy={strategy} keeps whole variables (only parameter servers hold shards)",
+            "use it with strategy=parameter_server, or set it to null",
+        )
+    return PartitionerSettings(min_shard_bytes, max_shards)
+
+
+def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) -> ClusterSettings:
+    kind = _choice(
+        "cluster.kind", node.get("kind", "none"), CLUSTER_KINDS,
+        "pick one of the cluster group's options: cluster=local starts a cluster on this machine, "
+        "cluster=tf_config or cluster=slurm join one started by Kubernetes, by hand or by srun",
+    )
+    settings = ClusterSettings(
+        kind=kind,
+        workers=_int("cluster.workers", node.get("workers", 2), minimum=1,
+                     fix="pass the number of worker processes, e.g. cluster.workers=2"),
+        ps=_int("cluster.ps", node.get("ps", 1), minimum=1,
+                fix="pass the number of parameter server processes, e.g. cluster.ps=1"),
+        timeout_seconds=_number("cluster.timeout_seconds", node.get("timeout_seconds", 300), minimum=1,
+                                fix="pass how long a task may wait for its peers, e.g. cluster.timeout_seconds=300"),
+        port_base=_int("cluster.port_base", node.get("port_base", 8888), minimum=1,
+                       fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"),
+    )
+    if kind == "none" and strategy in MULTI_PROCESS_STRATEGIES:
+        raise _fail(
+            "cluster", kind, f"strategy={strategy} trains in several processes that form a TensorFlow cluster",
+            "add cluster=local to start one on this machine (cluster.workers=2, and cluster.ps=1 for "
+            "parameter_server), or cluster=tf_config / cluster=slurm where TF_CONFIG or srun describe the cluster",
+        )
+    if kind != "none" and strategy not in MULTI_PROCESS_STRATEGIES:
+        raise _fail(
+            "cluster", kind, f"strategy={strategy} trains in a single process",
+            "use strategy=multi_worker_mirrored or strategy=parameter_server with a cluster, or drop the "
+            "cluster override",
+        )
+    if strategy == "parameter_server" and loop.get("steps_per_epoch") is None:
+        raise _fail(
+            "loop.steps_per_epoch", None,
+            "strategy=parameter_server has no natural end of an epoch (each worker draws batches from its "
+            "own endless dataset)", "pass a fixed number of steps per epoch, e.g. loop.steps_per_epoch=50",
+        )
+    return settings
 
 
 def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
@@ -191,7 +283,7 @@ def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
             f"dataset.{key}", node.get(key), minimum=1, nullable=True,
             fix=f"pass a positive number of examples, e.g. dataset.{key}=1000, or null for all",
         )
-        for key in ("train_examples", "test_examples", "shuffle_buffer")
+        for key in ("train_examples", "test_examples")
     }
     return DatasetSettings(name=name, dir=directory, **counts)
 
@@ -234,6 +326,8 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         epochs=_int("epochs", cfg["epochs"], minimum=1, fix="pass a positive number of epochs, e.g. epochs=2"),
         seed=_int("seed", cfg["seed"], minimum=0, fix="pass a non-negative integer seed, e.g. seed=42"),
         progress=bool(cfg.get("progress", True)),
+        resume=_choice("resume", cfg.get("resume", "auto"), RESUME_MODES,
+                       "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse"),
         strategy=strategy,
         dataset=_dataset(cfg["dataset"]),
         model=ModelSettings(
@@ -266,4 +360,5 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
             experiment_name=str(mlflow["experiment_name"]),
             run_name=mlflow.get("run_name"),
         ),
+        cluster=_cluster(cfg.get("cluster") or {}, strategy.name, cfg["loop"]),
     )

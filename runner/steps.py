@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+NON_FINITE_LOSS = "runner: the training loss is NaN or infinite"
+
 
 @dataclass
 class TrainingState:
@@ -84,7 +86,9 @@ class ReplicaSteps:
     def train_replica_step(self, inputs):
         images, labels = inputs
         loss, gradients, logits = self._forward_backward(images, labels)
-        self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables))
+        # A diverged step fails here, before its gradients can reach the weights.
+        with tf.control_dependencies([tf.debugging.assert_all_finite(loss, NON_FINITE_LOSS)]):
+            self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables))
         self.state.train_accuracy.update_state(labels, logits)
         return loss
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.error
+import urllib.request
 from typing import Any, Mapping
 
 from mlflow.entities import Metric, Param, RunStatus
@@ -15,9 +17,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
+from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 
 ERROR_TAG = "error"
+RESUMABLE_TAG = "resumable"
 RUN_ID_FILE = "mlflow_run_id.txt"
 _MAX_PARAMS_PER_BATCH = 100
 
@@ -39,6 +43,22 @@ def write_run_id(run_dir: str, run_id: str) -> None:
         handle.write(run_id + "\n")
 
 
+def check_reachable(tracking_uri: str | None, timeout: float = 10.0) -> None:
+    """Fail fast when an HTTP tracking server does not answer (MLflow itself retries for minutes)."""
+    if not tracking_uri or not tracking_uri.startswith(("http://", "https://")):
+        return
+    health = tracking_uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(health, timeout=timeout) as response:
+            response.read()
+    except (OSError, urllib.error.URLError) as error:
+        raise RunnerError(
+            f"mlflow.tracking_uri={tracking_uri!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
+            "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
+            "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
+        ) from None
+
+
 def _millis() -> int:
     return int(time.time() * 1000)
 
@@ -58,33 +78,54 @@ class MlflowTracker:
         self.settings = settings
         self.client = MlflowClient(tracking_uri=settings.tracking_uri)
         self.run_id: str | None = None
+        self._logged: set[tuple[str, int]] = set()
 
     @property
     def tracking_uri(self) -> str:
         return self.client.tracking_uri
 
-    def start(self, run_dir: str, tags: Mapping[str, str] | None = None) -> str:
-        """Continue the run whose id run_dir/RUN_ID_FILE holds (a resumed job, or a sweep job whose
-        run the sweep created), or create a new run and write its id there."""
+    def start(self, run_dir: str, params: Mapping[str, Any], tags: Mapping[str, str] | None = None) -> str:
+        """Create a run for run_dir and log its params, or continue the run whose id run_dir/RUN_ID_FILE
+        holds (a resumed job, or a sweep job whose run the sweep created).
+
+        Continuing checks the params first: a different configuration is refused before the existing
+        run is touched, since MLflow params cannot change and the run's history must stay its own.
+        """
+        values = {key: "None" if value is None else str(value) for key, value in params.items()}
         id_file = os.path.join(run_dir, RUN_ID_FILE)
         if os.path.exists(id_file):
             with open(id_file) as handle:
-                self.run_id = handle.read().strip()
-            self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
-            for key, value in (tags or {}).items():
-                self.client.set_tag(self.run_id, key, value)
-            return self.run_id
-        experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
-        run_tags = dict(tags or {})
-        if self.settings.run_name:
-            run_tags[MLFLOW_RUN_NAME] = self.settings.run_name
-        run = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name)
-        self.run_id = run.info.run_id
-        write_run_id(run_dir, self.run_id)
+                run_id = handle.read().strip()
+            run = self.client.get_run(run_id)
+            changed = {key: (old, values[key]) for key, old in run.data.params.items()
+                       if key in values and values[key] != old}
+            if changed:
+                listed = ", ".join(f"{key}={new} (the run has {old})" for key, (old, new) in sorted(changed.items()))
+                raise RunnerError(
+                    f"{run_dir} belongs to MLflow run {run_id}, which was started with another configuration: "
+                    f"{listed}. Fix: re-run with that run's overrides to resume it, or pick a new "
+                    "hydra.run.dir (the default makes a new one per run) for this configuration."
+                )
+            self.run_id = run_id
+            self._logged = {(key, metric.step) for key in run.data.metrics
+                            for metric in self.client.get_metric_history(run_id, key)}
+            self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            self.client.set_tag(run_id, RESUMABLE_TAG, "false")
+        else:
+            experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
+            run_tags = dict(tags or {})
+            if self.settings.run_name:
+                run_tags[MLFLOW_RUN_NAME] = self.settings.run_name
+            self.run_id = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name
+                                                 ).info.run_id
+            write_run_id(run_dir, self.run_id)
+        for key, value in (tags or {}).items():
+            self.client.set_tag(self.run_id, key, value)
+        self._log_params(values)
         return self.run_id
 
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        items = [Param(key, "None" if value is None else str(value)) for key, value in params.items()]
+    def _log_params(self, values: Mapping[str, str]) -> None:
+        items = [Param(key, value) for key, value in values.items()]
         for start in range(0, len(items), _MAX_PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=items[start: start + _MAX_PARAMS_PER_BATCH])
 
@@ -95,8 +136,18 @@ class MlflowTracker:
         self.client.log_artifact(self.run_id, path, artifact_path)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log each (metric, step) once: a resumed run re-trains an epoch it may have logged already."""
         now = _millis()
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+        fresh = [Metric(k, float(v), now, step) for k, v in metrics.items() if (k, step) not in self._logged]
+        if fresh:
+            self.client.log_batch(self.run_id, metrics=fresh)
+            self._logged.update((metric.key, step) for metric in fresh)
+
+    def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
+        """Every metric of the run as (step, value) pairs in step order, across resumed invocations."""
+        run = self.client.get_run(self.run_id)
+        return {key: sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, key))
+                for key in run.data.metrics}
 
     # Controller listener interface
     def on_epoch_end(self, result) -> None:
@@ -106,11 +157,18 @@ class MlflowTracker:
         for path in files:
             self.log_artifact(path, "checkpoints")
 
-    def finish(self, error: BaseException | None = None) -> None:
+    def finish(self, error: BaseException | None = None, resumable: bool = False) -> None:
+        """FINISHED without an error; KILLED and tagged resumable after a preemption; FAILED otherwise."""
         if self.run_id is None:
             return
         if error is None:
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
+            return
+        if resumable:
+            self.client.set_tag(self.run_id, RESUMABLE_TAG, "true")
+            self.client.set_tag(self.run_id, ERROR_TAG, f"{error} (resume: re-run the same command with the same "
+                                                        "hydra.run.dir)")
+            self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.KILLED))
             return
         message = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         self.client.set_tag(self.run_id, ERROR_TAG, message[:5000])

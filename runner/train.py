@@ -25,7 +25,9 @@ from runner.progress import EpochProgress
 from runner.settings import Settings
 from runner.steps import ReplicaSteps, TrainingState
 from runner.strategy import build_strategy
-from runner.tracking import MlflowTracker, flatten
+from runner.errors import RunnerError
+from runner.preemption import Preempted, PreemptionGuard
+from runner.tracking import RUN_ID_FILE, MlflowTracker, check_reachable, flatten
 
 log = logging.getLogger("runner")
 
@@ -33,7 +35,8 @@ log = logging.getLogger("runner")
 @dataclass(frozen=True)
 class RunResult:
     run_id: str
-    history: list[EpochResult]
+    history: list[EpochResult]  # the epochs trained by this invocation (a resumed run skips earlier ones)
+    final_metrics: dict[str, float]  # the run's last value of each metric, whichever invocation logged it
     eval_accuracy: float
     num_replicas: int
     global_batch_size: int
@@ -45,8 +48,13 @@ class RunResult:
 
 
 def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: Sequence[str] = ()) -> RunResult:
-    """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs."""
+    """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs.
+
+    A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run.
+    """
     os.makedirs(run_dir, exist_ok=True)
+    tracker = MlflowTracker(settings.mlflow)
+    check_reachable(tracker.tracking_uri)
     strategy = build_strategy(settings.strategy)
     arrays = data.load_arrays(settings.dataset, settings.seed)
     replicas = strategy.num_replicas_in_sync
@@ -65,42 +73,66 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                 loss_scaling=policy == "mixed_float16"),
         )
     steps = ReplicaSteps(strategy, state, global_batch, jit_compile=settings.runtime.jit_compile)
+    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs)
+    done_epochs = _resume(settings, checkpointer, run_dir)
 
-    def distributed_train_dataset(repeat: bool):
-        dataset = data.train_dataset(arrays, global_batch, settings.seed, settings.dataset.shuffle_buffer, repeat)
-        return strategy.experimental_distribute_dataset(dataset)
+    def distributed_train_dataset(**epochs):
+        return strategy.experimental_distribute_dataset(
+            data.train_dataset(arrays, global_batch, settings.seed, **epochs))
 
     loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
-                     settings.loop.steps_per_call)
+                     settings.loop.steps_per_call, done_epochs)
     test_batches = data.test_dataset(arrays, global_batch)
     evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
-    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs)
 
-    tracker = MlflowTracker(settings.mlflow)
-    run_id = tracker.start(run_dir)
-    log.info("MLflow run %s in experiment %r at %s; outputs in %s",
-             run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
-    log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch",
-             settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch)
-    try:
-        tracker.log_params({**flatten(config), "num_replicas": replicas, "global_batch_size": global_batch,
-                            "learning_rate": target_lr})
-        tracker.log_text(_to_yaml(config), "config.yaml")
-        tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
-        controller = Controller(state, loop, evaluate, checkpointer, EpochProgress(settings.epochs, settings.progress),
-                                [tracker], settings.epochs)
-        history = controller.run()
-        eval_accuracy = evaluate_without_strategy(checkpointer.latest, lambda: build_model(settings.model),
-                                                  test_batches)
-        tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
-        log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
-        tracker.log_artifact(plot_curves(history, os.path.join(run_dir, "curves.png"),
-                                         title=f"{settings.strategy.name}, global batch {global_batch}"))
-    except BaseException as error:
-        tracker.finish(error)
-        raise
-    tracker.finish()
-    return RunResult(run_id, history, eval_accuracy, replicas, global_batch, target_lr)
+    guard = PreemptionGuard()
+    with guard.installed():
+        run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
+                                         "global_batch_size": global_batch, "learning_rate": target_lr})
+        log.info("MLflow run %s in experiment %r at %s; outputs in %s",
+                 run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
+        log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
+                 settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch,
+                 f"; resuming after epoch {done_epochs} from {checkpointer.latest}" if done_epochs else "")
+        try:
+            with guard.deferred():
+                tracker.log_text(_to_yaml(config), "config.yaml")
+                tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
+            controller = Controller(state, loop, evaluate, checkpointer,
+                                    EpochProgress(settings.epochs, settings.progress), [tracker], settings.epochs,
+                                    guard)
+            history = controller.run()
+            with guard.deferred():
+                eval_accuracy = evaluate_without_strategy(checkpointer.latest, lambda: build_model(settings.model),
+                                                          test_batches)
+                tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
+                log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
+                histories = tracker.metric_histories()
+                tracker.log_artifact(plot_curves(histories, os.path.join(run_dir, "curves.png"),
+                                                 title=f"{settings.strategy.name}, global batch {global_batch}"))
+        except Preempted as error:
+            tracker.finish(error, resumable=True)
+            raise Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
+                            f"and resumable: re-run the same command with hydra.run.dir={run_dir}") from None
+        except BaseException as error:
+            tracker.finish(error)
+            raise
+        tracker.finish()
+    final_metrics = {key: points[-1][1] for key, points in histories.items()}
+    return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, global_batch, target_lr)
+
+
+def _resume(settings: Settings, checkpointer: Checkpointer, run_dir: str) -> int:
+    """The number of epochs already trained in run_dir (restored into the state), 0 for a fresh run."""
+    if settings.resume == "never":
+        if checkpointer.exists or os.path.exists(os.path.join(run_dir, RUN_ID_FILE)):
+            raise RunnerError(
+                f"resume=never, but {run_dir} already holds an earlier run (checkpoints or an MLflow run id), "
+                "which this run would overwrite. Fix: leave hydra.run.dir unset so a new directory is made, pick "
+                "a new one, or use resume=auto to continue that run."
+            )
+        return 0
+    return checkpointer.restore()
 
 
 def _to_yaml(config: Mapping[str, Any]) -> str:

@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from runner import data
 from runner.errors import RunnerError
@@ -38,7 +39,7 @@ def write_fashion_mnist(directory, train: int = 30, test: int = 10, compress: bo
 
 
 def _settings(**kwargs) -> DatasetSettings:
-    values = dict(name="fashion_mnist", dir=None, train_examples=None, test_examples=None, shuffle_buffer=None)
+    values = dict(name="fashion_mnist", dir=None, train_examples=None, test_examples=None)
     return DatasetSettings(**{**values, **kwargs})
 
 
@@ -102,11 +103,41 @@ def test_synthetic_data_is_seeded_and_shaped_like_fashion_mnist():
     assert not np.array_equal(first.train_images, data.load_arrays(settings, seed=4).train_images)
 
 
-def test_train_dataset_batches_by_the_global_batch_and_keeps_the_remainder():
+def _label_batches(dataset) -> list[list[int]]:
+    return [labels.numpy().tolist() for _, labels in dataset]
+
+
+def test_train_dataset_batches_each_epoch_and_keeps_its_remainder():
     arrays = data.load_arrays(_settings(name="synthetic", train_examples=100, test_examples=10), seed=0)
-    sizes = [int(images.shape[0]) for images, _ in data.train_dataset(arrays, 32, seed=0, shuffle_buffer=None)]
-    assert sizes == [32, 32, 32, 4] and data.batches_per_epoch(100, 32) == 4
-    # The same seed gives the same batches (and so the same run).
-    first = [labels.numpy().tolist() for _, labels in data.train_dataset(arrays, 32, 0, None)]
-    again = [labels.numpy().tolist() for _, labels in data.train_dataset(arrays, 32, 0, None)]
-    assert first == again
+    two_epochs = data.train_dataset(arrays, 32, seed=0, first_epoch=1, epochs=2)
+    assert [int(images.shape[0]) for images, _ in two_epochs] == [32, 32, 32, 4] * 2
+    assert data.batches_per_epoch(100, 32) == 4
+    first_epoch = _label_batches(data.train_dataset(arrays, 32, seed=0, first_epoch=1, epochs=1))
+    # Every example once per epoch, in a shuffled order.
+    assert sorted(sum(first_epoch, [])) == sorted(arrays.train_labels.tolist())
+    assert sum(first_epoch, []) != arrays.train_labels.tolist()
+
+
+def test_epoch_batches_depend_only_on_seed_and_epoch():
+    """What makes resume exact: epoch 3 is the same whether the run started at 1 or resumes at 3."""
+    arrays = data.load_arrays(_settings(name="synthetic", train_examples=100, test_examples=10), seed=0)
+    from_start = _label_batches(data.train_dataset(arrays, 32, seed=5, first_epoch=1, epochs=3))
+    resumed = _label_batches(data.train_dataset(arrays, 32, seed=5, first_epoch=3, epochs=1))
+    assert from_start[8:] == resumed
+    endless = data.train_dataset(arrays, 32, seed=5, first_epoch=1, epochs=None)
+    assert _label_batches(endless.take(12)) == from_start
+    assert from_start[:4] != from_start[4:8]  # a new order each epoch
+    assert _label_batches(data.train_dataset(arrays, 32, seed=6, epochs=1)) != from_start[:4]
+
+
+def test_input_pipelines_take_disjoint_shards():
+    arrays = data.load_arrays(_settings(name="synthetic", train_examples=64, test_examples=10), seed=0)
+    shards = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=2)
+        dataset = data.train_dataset(arrays, 8, 0, input_context=context)
+        shards.append([image.tobytes() for images, _ in dataset for image in images.numpy()])
+    assert len(shards[0]) == len(shards[1]) == 32
+    assert not set(shards[0]) & set(shards[1])
+    assert set(shards[0]) | set(shards[1]) == {image.tobytes() for image in arrays.train_images}

@@ -95,15 +95,15 @@ def test_checkpoints_at_the_right_epochs_and_restore_without_strategy(train, tmp
     result = train("epochs=5", "checkpoint.every_epochs=2", "checkpoint.max_to_keep=2", run_dir=run_dir)
     checkpoints = tf.train.get_checkpoint_state(str(run_dir / "checkpoints"))
     kept = [os.path.basename(p) for p in checkpoints.all_model_checkpoint_paths]
-    assert kept == ["ckpt-4", "ckpt-5"]  # saved at 2, 4 and the last epoch; 2 kept
+    assert kept == ["ckpt-32", "ckpt-40"]  # named by global step (8 per epoch): epochs 4 and 5 kept
     # The tutorial's last section: a fresh model outside any strategy scores what the run logged.
     assert result.eval_accuracy == pytest.approx(result.final.test_accuracy, abs=1e-6)
     reader = tf.train.load_checkpoint(checkpoints.model_checkpoint_path)
     assert reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE") == 5
     client = mlflow_client(tracking_uri)
     logged = {os.path.basename(f.path) for f in client.list_artifacts(result.run_id, "checkpoints")}
-    assert {"ckpt-2.index", "ckpt-4.index", "ckpt-5.index", "checkpoint"} <= logged
-    assert any(name.startswith("ckpt-5.data-") for name in logged)
+    assert {"ckpt-16.index", "ckpt-32.index", "ckpt-40.index", "checkpoint"} <= logged
+    assert any(name.startswith("ckpt-40.data-") for name in logged)
 
 
 def test_the_mlflow_run_holds_the_whole_contract(train, tracking_uri):
