@@ -18,13 +18,20 @@ def _settings(*overrides: str):
     return from_config(OmegaConf.to_container(compose(list(overrides)), resolve=True))
 
 
+# What an option needs besides itself: the multi-process strategies run on a cluster (test_cluster.py).
+_NEEDS = {
+    "strategy=multi_worker_mirrored": ["cluster=local"],
+    "strategy=parameter_server": ["cluster=local", "loop.steps_per_epoch=10"],
+}
+
+
 @pytest.mark.parametrize(
     "group,option",
     [(group, option) for group in ("strategy", "dataset", "model", "optimizer", "lr_scaling", "loop")
      for option in _options(group)],
 )
 def test_every_group_option_composes_and_validates(group, option):
-    settings = _settings(f"{group}={option}")
+    settings = _settings(f"{group}={option}", *_NEEDS.get(f"{group}={option}", ()))
     node = getattr(settings, group)
     value = {"lr_scaling": getattr(node, "rule", None), "loop": getattr(node, "style", None)}.get(group, None)
     if group == "lr_scaling":
