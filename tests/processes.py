@@ -1,0 +1,64 @@
+"""Stopping a process that forks helpers (servers, browsers) and checking that none of them outlives it.
+
+Each such process is started with start_new_session=True, so its pid is also the id of a process group
+that holds everything it forked."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+def live_members(group: int) -> list[int]:
+    """Processes of a group that are still running (zombies waiting for their parent do not count)."""
+    pids = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:  # it exited while we looked
+            continue
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == group and state not in ("Z", "X"):
+            pids.append(int(Path(stat).parent.name))
+    return pids
+
+
+def is_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def wait_group(process: subprocess.Popen, timeout: float) -> bool:
+    """Wait until no process of the group runs; True if that happened within timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        process.poll()  # reap the leader itself, so that it does not linger as our zombie
+        if not live_members(process.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM to the whole group, SIGKILL to whatever is left after timeout; raise if anything of
+    the group still runs after that."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:  # the group is already empty
+            break
+        if wait_group(process, timeout):
+            break
+    process.wait(timeout=timeout)
+    left = live_members(process.pid)
+    if left:
+        raise RuntimeError(f"processes {left} of {process.args[0]} are still running after SIGKILL")

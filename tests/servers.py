@@ -1,0 +1,167 @@
+"""Real servers on loopback for the team-tracking tests: a throwaway PostgreSQL cluster and an
+`mlflow server` on it, each started in a temp directory and stopped with nothing left running."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from processes import is_running, stop_group
+
+INSTALL_HINT = ("install Debian's packages as .ci/run does: "
+                "apt-get install -y --no-install-recommends postgresql chromium")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def postgres_bin() -> Path:
+    """The newest PostgreSQL server binaries Debian installed (they are not on PATH there)."""
+    candidates = [Path(path).parent for path in glob.glob("/usr/lib/postgresql/*/bin/initdb")]
+    candidates.sort(key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0)
+    if candidates:
+        return candidates[-1]
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).parent
+    raise RuntimeError(f"no PostgreSQL server binaries (initdb) found: {INSTALL_HINT}")
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return f"({path} not written)"
+
+
+class Postgres:
+    """A PostgreSQL cluster of its own (initdb into a temp directory, pg_ctl on a free loopback port)
+    holding one role and one database for MLflow, reached by password over TCP as a team's would be."""
+
+    def __init__(self, log_copy: Path, role: str = "mlflow", password: str = "mlflow-test-password",
+                 database: str = "mlflow"):
+        self.log_copy = log_copy  # where the server log is kept once the cluster is removed
+        self.bin = postgres_bin()
+        self.role, self.password, self.database = role, password, database
+        self.port = free_port()
+        # PostgreSQL refuses to run as root; as root, it runs as the `postgres` user Debian's package
+        # created, in a directory that user owns (pytest's tmp_path is private to root).
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.root = Path(tempfile.mkdtemp(prefix="runner-postgres-"))
+        if self.as_user:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+        self.data = self.root / "data"
+        self.log = self.root / "postgres.log"
+        self.postmaster_pid: int | None = None
+
+    @property
+    def uri(self) -> str:
+        # The driver is named: SQLAlchemy 2.1 takes a bare postgresql:// to mean psycopg 3.
+        return f"postgresql+psycopg2://{self.role}:{self.password}@127.0.0.1:{self.port}/{self.database}"
+
+    def _run(self, *command: str, env: dict | None = None, timeout: float = 60) -> None:
+        done = subprocess.run([*self.as_user, *command], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                               f"\nserver log:\n{_tail(self.log)}")
+
+    def start(self) -> "Postgres":
+        superuser_password = self.root / "superuser-password"
+        superuser_password.write_text(self.password + "\n")
+        if self.as_user:
+            shutil.chown(superuser_password, "postgres")
+        # Password (scram) auth over TCP, as the mlflow server will use; --no-sync: a throwaway cluster.
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-E", "UTF8",
+                  f"--pwfile={superuser_password}", "--auth-local=trust", "--auth-host=scram-sha-256",
+                  "--no-sync")
+        # Loopback TCP only and no Unix socket: nothing clashes with a system cluster or another test.
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories=''"
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options,
+                  "-w", "-t", "60", "start")
+        self.postmaster_pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        self.psql(f"CREATE ROLE {self.role} LOGIN PASSWORD '{self.password}'",
+                  f"CREATE DATABASE {self.database} OWNER {self.role}")
+        return self
+
+    def psql(self, *statements: str) -> None:
+        args = [str(self.bin / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
+        for statement in statements:
+            args += ["-c", statement]
+        self._run(*args, env={"PGPASSWORD": self.password})
+
+    def stop(self) -> None:
+        """pg_ctl stop (fast: the test is over, open sessions are not waited for); then check that
+        the postmaster is gone."""
+        try:
+            if (self.data / "postmaster.pid").exists():
+                self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+        finally:
+            survivor = self.postmaster_pid if self.postmaster_pid and is_running(self.postmaster_pid) else None
+            if survivor:
+                os.kill(survivor, signal.SIGKILL)
+            if self.log.exists():
+                shutil.copyfile(self.log, self.log_copy)
+            shutil.rmtree(self.root, ignore_errors=True)
+        if survivor:
+            raise RuntimeError(f"PostgreSQL (pid {survivor}) was still running after pg_ctl stop")
+
+
+class MlflowServer:
+    """`mlflow server` (the one installed beside this Python) with a SQL backend store and artifacts
+    proxied to a local directory, on a free loopback port."""
+
+    def __init__(self, backend_store_uri: str, artifacts: Path, log: Path):
+        self.backend_store_uri = backend_store_uri
+        self.artifacts = artifacts
+        self.log = log
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180) -> "MlflowServer":
+        mlflow = Path(sys.executable).parent / "mlflow"
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as log:
+            # A session (and so a process group) of its own: the server forks uvicorn and job-runner
+            # workers, and stopping it must reach all of them.
+            self.process = subprocess.Popen(
+                [str(mlflow), "server", "--backend-store-uri", self.backend_store_uri,
+                 "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
+                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+                cwd=self.log.parent, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        deadline = time.monotonic() + timeout  # the first start creates MLflow's schema in PostgreSQL
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{_tail(self.log)}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"mlflow server did not answer /health within {timeout:.0f} s:\n{_tail(self.log)}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_group(self.process)
