@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import filecmp
 
+import psycopg2
 import pytest
 
 from browser import Chromium
@@ -102,8 +103,6 @@ def test_a_training_run_is_tracked_in_postgres_with_artifacts_in_the_servers_dir
     assert filecmp.cmp(downloaded, local / indexes[-1], shallow=False)
 
     # The server really keeps runs in PostgreSQL, not in a store of its own.
-    import psycopg2
-
     with psycopg2.connect(host="127.0.0.1", port=postgres.port, user=postgres.role, password=postgres.password,
                           dbname=postgres.database) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT status FROM runs WHERE run_uuid = %s", (training_run,))
