@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,8 +39,14 @@ class Arrays:
 def read_idx(path: str) -> np.ndarray:
     """Read one IDX file (optionally gzipped) into an array of its declared type and shape."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as handle:
-        raw = handle.read()
+    try:
+        with opener(path, "rb") as handle:
+            raw = handle.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise RunnerError(
+            f"{path} is not a readable gzip file ({error}). Fix: replace it with an intact copy of the "
+            "Fashion-MNIST file of that name, or give it without the .gz suffix if it is not compressed."
+        ) from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise RunnerError(
             f"{path} is not an IDX file (bad magic number {raw[:4].hex() or 'empty'}). Fix: point "
@@ -137,7 +144,8 @@ def train_dataset(arrays: Arrays, batch_size: int, seed: int, first_epoch: int =
     less the first `skip_batches` (skipped as indices, before any image is gathered).
 
     Each epoch is a fresh permutation of the training set drawn from (seed, epoch) alone, so epoch e
-    sees the same batches whether the run started at epoch 1 or resumed at e. Every epoch ends with
+    sees the same batches whether the run started at epoch 1 or resumed at e (`seed` may also be an
+    int64 tensor, computed where the dataset is built). Every epoch ends with
     its own (possibly partial) batch, as the tutorial's `for x in dataset` does. With an
     `input_context` (distribute_datasets_from_function), each input pipeline takes its shard.
     """
@@ -146,7 +154,7 @@ def train_dataset(arrays: Arrays, batch_size: int, seed: int, first_epoch: int =
 
     def epoch_batches(epoch):
         order = tf.random.experimental.index_shuffle(
-            tf.range(count, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+            tf.range(count, dtype=tf.int64), seed=tf.stack([tf.cast(seed, tf.int64), epoch]),
             max_index=count - 1)
         indices = tf.data.Dataset.from_tensor_slices(order)
         if input_context is not None:

@@ -54,12 +54,22 @@ def train(tmp_path, tracking_uri):
     return _train
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m runner <args>` in a fresh process, as a user runs it."""
+def _cli_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True,
+    return env
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m runner <args>` in a fresh process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=_cli_env(), capture_output=True,
                           text=True, timeout=timeout)
+
+
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
+    """`python -m runner <args>` started in the background (for tests that signal or kill it)."""
+    return subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=cwd, env=_cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def mlflow_client(tracking_uri: str):

@@ -141,3 +141,15 @@ def test_input_pipelines_take_disjoint_shards():
     assert len(shards[0]) == len(shards[1]) == 32
     assert not set(shards[0]) & set(shards[1])
     assert set(shards[0]) | set(shards[1]) == {image.tobytes() for image in arrays.train_images}
+
+
+def test_corrupt_or_cut_gzip_is_rejected(tmp_path):
+    bad = tmp_path / "x.gz"
+    bad.write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.raises(RunnerError, match="not a readable gzip file.*Fix: replace it"):
+        data.read_idx(str(bad))
+    cut = tmp_path / "cut.gz"
+    write_idx(cut, np.zeros((5, 28, 28)))
+    cut.write_bytes(cut.read_bytes()[:40])
+    with pytest.raises(RunnerError, match="not a readable gzip file"):
+        data.read_idx(str(cut))
