@@ -18,17 +18,13 @@ RESULT_KEYS = (
 
 
 def write_result(run_dir: str, result) -> dict[str, Any]:
-    """Write a runner.train.RunResult's final epoch and eval accuracy to run_dir/result.json."""
-    final = result.final
-    values = {
-        "train_loss": final.train_loss,
-        "train_accuracy": final.train_accuracy,
-        "test_loss": final.test_loss,
-        "test_accuracy": final.test_accuracy,
-        "eval_accuracy": result.eval_accuracy,
-        "examples_per_second": final.examples_per_second,
-        "run_id": result.run_id,
-    }
+    """Write a runner.train.RunResult's final numbers to run_dir/result.json and return them.
+
+    They come from the run's last logged value of each metric, so a resumed run that had no epoch
+    left to train still reports the numbers of its last epoch."""
+    values = {key: float(result.final_metrics[key]) for key in RESULT_KEYS if key != "eval_accuracy"}
+    values["eval_accuracy"] = float(result.eval_accuracy)
+    values["run_id"] = result.run_id
     with open(os.path.join(run_dir, RESULT_FILE), "w") as handle:
         json.dump(values, handle, indent=2)
         handle.write("\n")

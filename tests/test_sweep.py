@@ -26,7 +26,7 @@ from runner.tracking import RUN_ID_FILE
 pytestmark = pytest.mark.slow
 
 TINY = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=1",
-        "progress=false", "strategy=one_device"]
+        "progress=False", "strategy=one_device"]
 
 
 def _command(tmp_path, sweep_dir, overrides):
@@ -119,27 +119,66 @@ GRID = [("batch=32", "lr_scaling=none"), ("batch=32", "lr_scaling=linear"),
         ("batch=64", "lr_scaling=none"), ("batch=64", "lr_scaling=linear")]
 
 
+def start_and_kill_during_job(tmp_path, sweep_dir, overrides, job: int) -> None:
+    """Run a sweep and kill it all (Hydra's process and the training process) while `job` trains."""
+    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job_log = sweep_dir / str(job) / "__main__.log"
+    deadline = time.monotonic() + 240
+    try:
+        while not (job_log.exists() and "steps per epoch" in job_log.read_text()):
+            assert process.poll() is None, f"the sweep ended before job {job} started training"
+            assert time.monotonic() < deadline, f"job {job} did not start training in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 @pytest.fixture(scope="module")
 def serial_sweep(tmp_path_factory):
+    """A 4-job serial sweep, killed while job 2 trains, then run again to completion in the same
+    directory (one sweep's worth of training serves the serial, interrupted and re-run tests)."""
     tmp_path = tmp_path_factory.mktemp("serial")
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear")
-    return tmp_path, sweep_dir, result
+    overrides = ("batch=32,64", "lr_scaling=none,linear")
+    start_and_kill_during_job(tmp_path, sweep_dir, overrides, job=2)
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    interrupted = children(client, parent_id)
+    interrupted_parent_status = client.get_run(parent_id).info.status
+    completed = sweep(tmp_path, sweep_dir, *overrides)
+    return tmp_path, sweep_dir, overrides, parent_id, interrupted, interrupted_parent_status, completed
 
 
 def test_serial_sweep_has_one_parent_four_children_and_a_summary(serial_sweep):
-    tmp_path, sweep_dir, result = serial_sweep
+    tmp_path, sweep_dir, _, _, _, _, result = serial_sweep
     assert_finished_sweep(tmp_path, sweep_dir, result, GRID)
     assert "4 jobs, 4 finished, 0 failed" in result.stdout
 
 
+def test_an_interrupted_sweep_completes_the_rest_under_the_same_parent(serial_sweep):
+    tmp_path, sweep_dir, _, parent_id, interrupted, parent_status, result = serial_sweep
+    # What the kill left: jobs 0 and 1 done, job 2's run still RUNNING, no job 3, the parent open.
+    assert [run.info.status for run in interrupted] == ["FINISHED", "FINISHED", "RUNNING"]
+    assert parent_status == "RUNNING"
+
+    assert parent_id_of(sweep_dir) == parent_id
+    completed = children(client_for(tmp_path), parent_id)
+    # Jobs 0 and 1 were skipped, job 2 continued the run it had when it was killed, job 3 is new.
+    assert [run.info.run_id for run in completed[:3]] == [run.info.run_id for run in interrupted]
+    assert result.stdout.count("already FINISHED") == 2
+    assert f"job 2 (batch=64,lr_scaling=none): continuing MLflow run {interrupted[2].info.run_id}" in result.stdout
+    assert [run.info.status for run in completed] == ["FINISHED"] * 4
+
+
 def test_rerun_of_a_finished_sweep_trains_nothing(serial_sweep):
-    tmp_path, sweep_dir, first = serial_sweep
+    tmp_path, sweep_dir, overrides, _, _, _, _ = serial_sweep
     client = client_for(tmp_path)
     before = sorted(run.info.run_id for run in all_runs(client))
 
     started = time.monotonic()
-    again = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear")
+    again = sweep(tmp_path, sweep_dir, *overrides)
     elapsed = time.monotonic() - started
 
     assert again.returncode == 0, again.stderr[-3000:]
@@ -182,39 +221,6 @@ def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
     assert rows[1]["test_accuracy"] == ""
     assert rows[1]["error"].startswith("batch=0 is not valid")
     assert "| 1 | batch=0 | FAILED |" in result.stdout
-
-
-def test_an_interrupted_sweep_completes_the_rest_when_run_again(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    overrides = ("batch=32,64,128",)
-    # Kill the whole sweep (Hydra's process and the training process) while job 2 trains.
-    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    job_2_log = sweep_dir / "2" / "__main__.log"
-    deadline = time.monotonic() + 240
-    while not (job_2_log.exists() and "steps per epoch" in job_2_log.read_text()):
-        assert process.poll() is None, "the sweep ended before job 2 started training"
-        assert time.monotonic() < deadline, "job 2 did not start training in time"
-        time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-    client = client_for(tmp_path)
-    parent_id = parent_id_of(sweep_dir)
-    interrupted = children(client, parent_id)
-    assert [run.info.status for run in interrupted] == ["FINISHED", "FINISHED", "RUNNING"]
-    assert not (sweep_dir / CSV_FILE).exists()
-
-    result = sweep(tmp_path, sweep_dir, *overrides)
-
-    points = [("batch=32",), ("batch=64",), ("batch=128",)]
-    assert_finished_sweep(tmp_path, sweep_dir, result, points)
-    assert parent_id_of(sweep_dir) == parent_id
-    completed = children(client, parent_id)
-    # Same child runs: jobs 0 and 1 skipped, job 2 continued in the run it had when it was killed.
-    assert [run.info.run_id for run in completed] == [run.info.run_id for run in interrupted]
-    assert result.stdout.count("already FINISHED") == 2
-    assert f"job 2 (batch=128): continuing MLflow run {interrupted[2].info.run_id}" in result.stdout
 
 
 def test_optuna_sweep_reports_the_best_trial(tmp_path):
