@@ -34,13 +34,23 @@ def main(cfg: DictConfig) -> float:
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
         objective = objective_name(config)
+        if settings.cluster.kind == "local":
+            # This process starts and watches the cluster's tasks; its chief trains and writes the result.
+            from runner.local_cluster import launch
+
+            return launch(settings, hydra_config)[objective]
         # Imported after validation: a mistyped override fails before TensorFlow loads.
+        from runner.cluster import join
+
+        task = join(settings)  # a parameter server (or a parameter_server worker) serves here until stopped
         from runner.train import run
 
-        result = run(settings, config, hydra_config.runtime.output_dir, list(hydra_config.overrides.task))
+        result = run(settings, config, hydra_config.runtime.output_dir, list(hydra_config.overrides.task), task)
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    if not task.chief:  # a MultiWorkerMirrored worker: the chief reports for the job
+        return float("nan")
     values = write_result(hydra_config.runtime.output_dir, result)
     log.info("done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
              values["test_accuracy"], values["eval_accuracy"], result.run_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import tempfile
 
 import tensorflow as tf
 
@@ -19,8 +20,13 @@ log = logging.getLogger("runner")
 class Checkpointer:
     """Checkpoints named by global step (ckpt-<optimizer.iterations>), each holding the epoch counter."""
 
-    def __init__(self, directory: str, state: TrainingState, settings: CheckpointSettings, epochs: int):
+    def __init__(self, directory: str, state: TrainingState, settings: CheckpointSettings, epochs: int,
+                 scratch: bool = False):
         self.directory = directory
+        # A MultiWorkerMirrored worker other than the chief must take part in every save, but only the
+        # chief's checkpoint is kept: a scratch checkpointer writes into a temporary directory removed
+        # right after, and reads (resumes) from the chief's `directory`.
+        self.scratch = scratch
         self.state = state
         self.every_epochs = settings.every_epochs
         self.epochs = epochs
@@ -34,6 +40,10 @@ class Checkpointer:
     def save(self) -> list[str]:
         """Save (unless the latest checkpoint is of this very step) and return the checkpoint's files."""
         step = int(self.state.optimizer.iterations.numpy())
+        if self.scratch:
+            with tempfile.TemporaryDirectory(prefix="runner-ckpt-") as scratch:
+                tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save(checkpoint_number=step)
+            return []
         prefix = self.manager.latest_checkpoint
         if prefix is None or not prefix.endswith(f"-{step}"):
             prefix = self.manager.save(checkpoint_number=step)

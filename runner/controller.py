@@ -123,9 +123,11 @@ class Controller:
         return history
 
 
-def make_evaluate(steps, dist_test_dataset):
-    """The tutorial's test pass: a tf.function test step per distributed batch."""
-    test_step = tf.function(steps.distributed_test_step)
+def make_evaluate(steps, dist_test_dataset, inline: bool = False):
+    """The tutorial's test pass: a tf.function test step per distributed batch. `inline`: the replica
+    step itself over plain batches, here (ParameterServerStrategy's coordinator, which reads the
+    variables from the parameter servers)."""
+    test_step = tf.function(steps.test_replica_step if inline else steps.distributed_test_step)
 
     def evaluate() -> None:
         for inputs in dist_test_dataset:

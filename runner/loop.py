@@ -120,6 +120,39 @@ class MultiStepLoop(IteratorLoop):
         return total, done
 
 
+class CoordinatorLoop:
+    """ParameterServerStrategy: the coordinator schedules each step on whichever worker is free
+    (ClusterCoordinator.schedule), every worker reading its own endless dataset, and joins once per
+    epoch of `steps_per_epoch` steps. Variables live on the parameter servers; updates are asynchronous."""
+
+    def __init__(self, steps: ReplicaSteps, coordinator, dataset_fn, steps_per_epoch: int):
+        self.coordinator = coordinator
+        self.steps_per_epoch = steps_per_epoch
+        strategy = steps.strategy
+        per_worker = coordinator.create_per_worker_dataset(
+            lambda: strategy.distribute_datasets_from_function(dataset_fn))
+        self.iterator = iter(per_worker)
+        step = steps.distributed_train_step
+
+        @tf.function
+        def train_step(iterator):
+            return step(next(iterator))
+
+        self.train_step = train_step
+
+    def train_epoch(self, epoch: int, progress: Progress):
+        losses = [self.coordinator.schedule(self.train_step, args=(self.iterator,))
+                  for _ in range(self.steps_per_epoch)]
+        total = 0.0
+        for loss in losses:  # scheduling order, roughly the order the workers finish them in
+            value = float(loss.fetch())
+            total += value
+            progress.advance(1, value)
+        self.coordinator.join()
+        return total, self.steps_per_epoch
+
+
+
 def make_loop(style: str, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int,
               steps_per_call: int, done_epochs: int = 0):
     """The loop for `style`, ready to train epoch done_epochs + 1 onwards."""

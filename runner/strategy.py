@@ -1,7 +1,8 @@
 """Builds any tf.distribute strategy from its settings, in one place.
 
 Errors a user can cause (no TPU, a device split requested too late) surface as RunnerError with the
-fix, in the spirit of Model Garden's distribute_utils.
+fix, in the spirit of Model Garden's distribute_utils. The multi-process strategies take the cluster
+resolver of this process's task (runner.cluster).
 """
 
 from __future__ import annotations
@@ -66,8 +67,31 @@ def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-def build_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
-    """Create the strategy named by settings.name (single-process strategies)."""
+def _multi_worker_mirrored(settings: StrategySettings, resolver, timeout_seconds: float) -> tf.distribute.Strategy:
+    if settings.communication == "nccl" and not tf.config.list_physical_devices("GPU"):
+        raise RunnerError(
+            "strategy.communication='nccl' is not valid on this machine: NCCL all-reduces between GPUs, and "
+            "TensorFlow sees none. Fix: use strategy.communication=ring (or auto) on CPUs."
+        )
+    implementation = getattr(tf.distribute.experimental.CommunicationImplementation, settings.communication.upper())
+    # Without a timeout a collective waits forever for a peer that died.
+    options = tf.distribute.experimental.CommunicationOptions(implementation=implementation,
+                                                              timeout_seconds=timeout_seconds)
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+def _parameter_server(settings: StrategySettings, resolver) -> tf.distribute.Strategy:
+    partitioner = None
+    if settings.variable_partitioner is not None:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=settings.variable_partitioner.min_shard_bytes,
+            max_shards=settings.variable_partitioner.max_shards)
+    return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def build_strategy(settings: StrategySettings, resolver=None, timeout_seconds: float = 300.0) -> tf.distribute.Strategy:
+    """Create the strategy named by settings.name; the multi-process strategies need this task's
+    cluster resolver, and their collectives give up on a silent peer after timeout_seconds."""
     name = settings.name
     devices = _local_devices(settings)
     if name == "default":
@@ -82,7 +106,11 @@ def build_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
         return tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices)
     if name == "tpu":
         return _tpu_strategy(settings)
-    raise RunnerError(
-        f"strategy={name} needs a cluster of several processes, which this runner does not start yet. "
-        "Fix: use strategy=mirrored (add strategy.cpu_replicas=N on a CPU-only machine) or one_device."
-    )
+    if resolver is None:
+        raise RunnerError(
+            f"strategy={name} needs a cluster of several processes, and this process is not part of one. "
+            "Fix: add cluster=local to start one on this machine, or cluster=tf_config / cluster=slurm."
+        )
+    if name == "multi_worker_mirrored":
+        return _multi_worker_mirrored(settings, resolver, timeout_seconds)
+    return _parameter_server(settings, resolver)

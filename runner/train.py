@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from runner import data
 from runner.checkpoints import Checkpointer, evaluate_without_strategy
+from runner.cluster import SINGLE_PROCESS, Task
 from runner.controller import Controller, EpochResult, make_evaluate
-from runner.loop import make_loop
+from runner.loop import CoordinatorLoop, make_loop
 from runner.lr_scaling import effective_learning_rate, learning_rate
 from runner.model import build_model
 from runner.optimizer import build_optimizer
@@ -27,7 +28,7 @@ from runner.steps import ReplicaSteps, TrainingState
 from runner.strategy import build_strategy
 from runner.errors import RunnerError
 from runner.preemption import Preempted, PreemptionGuard
-from runner.tracking import RUN_ID_FILE, MlflowTracker, check_reachable, flatten
+from runner.tracking import RUN_ID_FILE, MlflowTracker, NullTracker, check_reachable, flatten
 
 log = logging.getLogger("runner")
 
@@ -47,15 +48,18 @@ class RunResult:
         return self.history[-1]
 
 
-def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: Sequence[str] = ()) -> RunResult:
+def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: Sequence[str] = (),
+        task: Task = SINGLE_PROCESS) -> RunResult:
     """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs.
 
     A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run.
+    In a cluster every MultiWorkerMirrored worker trains, and only the chief (`task`) tracks, keeps
+    checkpoints and evaluates the restored model; a non-chief's result has no run id.
     """
     os.makedirs(run_dir, exist_ok=True)
-    tracker = MlflowTracker(settings.mlflow)
+    tracker = MlflowTracker(settings.mlflow) if task.chief else NullTracker()
     check_reachable(tracker.tracking_uri)
-    strategy = build_strategy(settings.strategy)
+    strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
     arrays = data.load_arrays(settings.dataset, settings.seed)
     replicas = strategy.num_replicas_in_sync
     global_batch = settings.batch * replicas
@@ -73,24 +77,34 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                 loss_scaling=policy == "mixed_float16"),
         )
     steps = ReplicaSteps(strategy, state, global_batch, jit_compile=settings.runtime.jit_compile)
-    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs)
+    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
+                                scratch=not task.chief)
     done_epochs = _resume(settings, checkpointer, run_dir)
 
     def distributed_train_dataset(**epochs):
         return strategy.experimental_distribute_dataset(
             data.train_dataset(arrays, global_batch, settings.seed, **epochs))
 
-    loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
-                     settings.loop.steps_per_call, done_epochs)
     test_batches = data.test_dataset(arrays, global_batch)
-    evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+    if settings.strategy.name == "parameter_server":
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        loop = CoordinatorLoop(steps, coordinator, _worker_dataset_fn(arrays, global_batch, settings.seed),
+                               steps_per_epoch)
+        evaluate = make_evaluate(steps, test_batches, inline=True)
+    else:
+        loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
+                         settings.loop.steps_per_call, done_epochs)
+        evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
 
     guard = PreemptionGuard()
     with guard.installed():
         run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
                                          "global_batch_size": global_batch, "learning_rate": target_lr})
-        log.info("MLflow run %s in experiment %r at %s; outputs in %s",
-                 run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
+        if task.chief:
+            log.info("MLflow run %s in experiment %r at %s; outputs in %s",
+                     run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
+        else:
+            log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
         log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
                  settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch,
                  f"; resuming after epoch {done_epochs} from {checkpointer.latest}" if done_epochs else "")
@@ -99,17 +113,19 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                 tracker.log_text(_to_yaml(config), "config.yaml")
                 tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
             controller = Controller(state, loop, evaluate, checkpointer,
-                                    EpochProgress(settings.epochs, settings.progress), [tracker], settings.epochs,
-                                    guard)
+                                    EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
+                                    settings.epochs, guard)
             history = controller.run()
+            eval_accuracy, histories = float("nan"), {}
             with guard.deferred():
-                eval_accuracy = evaluate_without_strategy(checkpointer.latest, lambda: build_model(settings.model),
-                                                          test_batches)
-                tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
-                log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
-                histories = tracker.metric_histories()
-                tracker.log_artifact(plot_curves(histories, os.path.join(run_dir, "curves.png"),
-                                                 title=f"{settings.strategy.name}, global batch {global_batch}"))
+                if task.chief:  # the kept checkpoint is the chief's
+                    eval_accuracy = evaluate_without_strategy(
+                        checkpointer.latest, lambda: build_model(settings.model), test_batches)
+                    tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
+                    log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
+                    histories = tracker.metric_histories()
+                    tracker.log_artifact(plot_curves(histories, os.path.join(run_dir, "curves.png"),
+                                                     title=f"{settings.strategy.name}, global batch {global_batch}"))
         except Preempted as error:
             tracker.finish(error, resumable=True)
             raise Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
@@ -120,6 +136,20 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         tracker.finish()
     final_metrics = {key: points[-1][1] for key, points in histories.items()}
     return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, global_batch, target_lr)
+
+
+def _worker_dataset_fn(arrays: data.Arrays, global_batch: int, seed: int):
+    """ParameterServerStrategy: the dataset function each worker builds its own endless dataset with."""
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # ClusterCoordinator gives every worker this same function and InputContext: a seed drawn from the
+        # worker's clock when it builds the dataset makes each worker shuffle differently, instead of all
+        # training on the same batches (asynchronous training is not reproducible anyway).
+        worker_seed = seed + tf.cast(tf.timestamp() * 1e6, tf.int64) % 2**31
+        return data.train_dataset(arrays, context.get_per_replica_batch_size(global_batch), worker_seed,
+                                  epochs=None, input_context=context)
+
+    return dataset_fn
 
 
 def _resume(settings: Settings, checkpointer: Checkpointer, run_dir: str) -> int:

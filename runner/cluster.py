@@ -1,0 +1,219 @@
+"""This process's place in a multi-process TensorFlow cluster (cluster=tf_config or cluster=slurm).
+
+TensorFlow's cluster resolvers read the cluster; this module checks that the cluster fits the strategy
+(before TensorFlow loads, for TF_CONFIG), tells the process its role, and runs the server of a task
+that only serves: a parameter server, or a worker of parameter_server, which the coordinator drives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, Mapping, NoReturn
+
+from runner.errors import RunnerError
+from runner.settings import Settings
+
+log = logging.getLogger("runner")
+
+TF_CONFIG = "TF_CONFIG"
+# The jobs each strategy's cluster may hold; the first list is what it needs at least one task of.
+_JOBS = {
+    "multi_worker_mirrored": ("chief", "worker"),
+    "parameter_server": ("chief", "worker", "ps"),
+}
+_EXAMPLE = {
+    "multi_worker_mirrored": '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, '
+                             '"task": {"type": "worker", "index": 0}}',
+    "parameter_server": '{"cluster": {"chief": ["host0:12345"], "worker": ["host1:12345", "host2:12345"], '
+                        '"ps": ["host3:12345"]}, "task": {"type": "chief", "index": 0}}',
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One process of the job. `chief` trains with side effects: the MLflow run, the checkpoints that
+    are kept, the final evaluation; in a single process that is the only process."""
+
+    type: str | None = None  # chief | worker | ps; None in a single process
+    index: int = 0
+    chief: bool = True
+    resolver: Any = None  # tf.distribute.cluster_resolver.ClusterResolver, None in a single process
+
+    @property
+    def name(self) -> str:
+        return f"{self.type} {self.index}" if self.type else "the only process"
+
+
+SINGLE_PROCESS = Task()
+
+
+def _is_chief(cluster: Mapping[str, list], task_type: str, index: int) -> bool:
+    # TensorFlow's convention: the chief task, or worker 0 when the cluster has no chief.
+    return task_type == "chief" or (task_type == "worker" and index == 0 and not cluster.get("chief"))
+
+
+def _serves(task_type: str, strategy: str) -> bool:
+    return task_type == "ps" or (strategy == "parameter_server" and task_type == "worker")
+
+
+def read_tf_config(text: str | None, strategy: str) -> dict:
+    """Parse and check TF_CONFIG without TensorFlow: a bad one fails in a second with the fix."""
+    example = _EXAMPLE[strategy]
+    if not text:
+        raise RunnerError(
+            f"cluster=tf_config reads the cluster and this task from the {TF_CONFIG} environment variable, which "
+            f"is not set. Fix: set it in every task, e.g. {TF_CONFIG}='{example}', or use cluster=local to start "
+            "a cluster on this machine."
+        )
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RunnerError(
+            f"{TF_CONFIG} is not valid JSON ({error.msg} at character {error.pos}): {json.dumps(text[:200])}. "
+            f"Fix: set it to a JSON object such as {example}."
+        ) from None
+    task = config.get("task") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) or not isinstance(task, dict):
+        raise RunnerError(
+            f"{TF_CONFIG}={json.dumps(config)[:200]} is not valid: it needs a \"cluster\" object (job name to "
+            f"list of host:port) and a \"task\" object (this process's type and index). Fix: set it as in {example}."
+        )
+    index = task.get("index", 0)
+    if not isinstance(task.get("type"), str) or isinstance(index, bool) or not isinstance(index, int):
+        raise RunnerError(
+            f"{TF_CONFIG}'s task {json.dumps(task)} is not valid: it needs a \"type\" (chief, worker or ps) and "
+            f"an integer \"index\". Fix: set it as in {example}."
+        )
+    check_cluster(config["cluster"], task["type"], index, strategy, TF_CONFIG)
+    return config
+
+
+def check_cluster(cluster: Mapping[str, Any], task_type: str, index: int, strategy: str, source: str) -> None:
+    """Refuse a cluster the strategy cannot run on, naming what is wrong and the fix."""
+    allowed = _JOBS[strategy]
+    shape = json.dumps(cluster)[:300]
+    for job, addresses in cluster.items():
+        if job not in allowed:
+            raise RunnerError(
+                f"{source}'s cluster {shape} is not valid for strategy={strategy}: it has a {job!r} job, and this "
+                f"strategy's cluster holds only {', '.join(allowed)} tasks. Fix: drop the {job!r} job"
+                + (", or use strategy=parameter_server" if job == "ps" else "") + "."
+            )
+        if not isinstance(addresses, list) or not addresses or not all(
+                isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses):
+            raise RunnerError(
+                f"{source}'s cluster {shape} is not valid: its {job!r} job must be a non-empty list of "
+                f"\"host:port\" addresses. Fix: list one address per task, e.g. \"{job}\": [\"host0:12345\"]."
+            )
+    if len(cluster.get("chief", [])) > 1:
+        raise RunnerError(
+            f"{source}'s cluster {shape} is not valid: it has {len(cluster['chief'])} chief tasks. Fix: keep one "
+            "chief (the task that logs to MLflow and keeps the checkpoints) and make the others workers."
+        )
+    if strategy == "parameter_server":
+        for job, role in (("chief", "the coordinator, which runs the training loop"),
+                          ("worker", "the tasks that run the training steps"), ("ps", "the parameter servers")):
+            if not cluster.get(job):
+                raise RunnerError(
+                    f"{source}'s cluster {shape} has no {job} task: strategy=parameter_server needs {role}. "
+                    f"Fix: add a \"{job}\" job to the cluster and start one more process as that task, as in "
+                    f"{_EXAMPLE[strategy]}."
+                )
+    elif not cluster.get("chief") and not cluster.get("worker"):
+        raise RunnerError(
+            f"{source}'s cluster {shape} has no chief and no worker 0 to run the training loop and log to "
+            f"MLflow. Fix: list the workers, e.g. {_EXAMPLE[strategy]}."
+        )
+    if task_type not in cluster or not 0 <= index < len(cluster[task_type]):
+        raise RunnerError(
+            f"{source} says this process is task {task_type!r} {index}, which its cluster {shape} does not "
+            f"have. Fix: give each process a task type among {', '.join(cluster)} and an index below that "
+            "job's number of addresses."
+        )
+
+
+def resolve(settings: Settings) -> Task:
+    """This process's task, from TF_CONFIG or the SLURM job step (SINGLE_PROCESS for cluster=none)."""
+    kind, strategy = settings.cluster.kind, settings.strategy.name
+    if kind == "none":
+        return SINGLE_PROCESS
+    if kind == "tf_config":
+        config = read_tf_config(os.environ.get(TF_CONFIG), strategy)
+        import tensorflow as tf
+
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        cluster, task_type, index = config["cluster"], config["task"]["type"], config["task"].get("index", 0)
+    elif kind == "slurm":
+        resolver = _slurm_resolver(settings)
+        cluster, task_type, index = resolver.cluster_spec().as_dict(), resolver.task_type, resolver.task_id
+        check_cluster(cluster, task_type, index, strategy, "the SLURM job step")
+    else:
+        raise ValueError(f"cluster.kind={kind!r} has no task of its own (cluster=local launches tasks)")
+    return Task(task_type, index, _is_chief(cluster, task_type, index), resolver)
+
+
+def _slurm_resolver(settings: Settings):
+    """SlurmClusterResolver over the job step's tasks: all workers for multi_worker_mirrored; for
+    parameter_server a chief, cluster.ps parameter servers, and the remaining tasks as workers."""
+    import tensorflow as tf
+
+    try:
+        tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])
+        ps = settings.cluster.ps
+        if settings.strategy.name == "parameter_server":
+            if tasks < ps + 2:
+                raise RunnerError(
+                    f"cluster.ps={ps} is not valid for this SLURM job step of {tasks} task(s): parameter_server "
+                    f"needs a chief, {ps} parameter server(s) and at least one worker. Fix: start at least "
+                    f"{ps + 2} tasks (srun --ntasks), or lower cluster.ps."
+                )
+            jobs = {"chief": 1, "ps": ps, "worker": tasks - 1 - ps}
+        else:
+            jobs = {"worker": tasks}
+        gpus = "CUDA_VISIBLE_DEVICES" in os.environ or shutil.which("nvidia-smi") is not None
+        if gpus:
+            return tf.distribute.cluster_resolver.SlurmClusterResolver(jobs=jobs, port_base=settings.cluster.port_base)
+        # On CPU-only nodes TensorFlow's resolver needs nvidia-smi to count GPUs, and with 0 GPUs per task it
+        # hands out no addresses: resolve with one placeholder "GPU" per task, and pass on the cluster alone.
+        slurm = tf.distribute.cluster_resolver.SlurmClusterResolver(
+            jobs=jobs, port_base=settings.cluster.port_base, gpus_per_node=tasks, gpus_per_task=1,
+            auto_set_gpu=False)
+        spec = slurm.cluster_spec()
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec, task_type=slurm.task_type, task_id=slurm.task_id, rpc_layer="grpc", num_accelerators={})
+    except (KeyError, ValueError, RuntimeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunnerError(
+            f"cluster=slurm could not read the SLURM job step ({reason}). Fix: start every task with srun inside "
+            "an sbatch or salloc allocation (see the README's SLURM section), or use cluster=local on one "
+            "machine or cluster=tf_config with TF_CONFIG."
+        ) from None
+
+
+def join(settings: Settings) -> Task:
+    """This process's task. A parameter server, or a worker of parameter_server, serves its part of
+    the cluster here until the job stops it (the launcher, the Kubernetes operator, srun --wait)."""
+    task = resolve(settings)
+    if task.type is not None and _serves(task.type, settings.strategy.name):
+        serve(task, settings)
+    return task
+
+
+def serve(task: Task, settings: Settings) -> NoReturn:
+    import tensorflow as tf
+
+    resolver = task.resolver
+    spec = resolver.cluster_spec()
+    config = tf.compat.v1.ConfigProto()
+    # TensorFlow's parameter server guide: a task serving N workers needs N + 1 inter-op threads, or
+    # concurrent requests can wait on each other forever.
+    config.inter_op_parallelism_threads = max(os.cpu_count() or 1, spec.num_tasks("worker") + 1)
+    server = tf.distribute.Server(spec, job_name=task.type, task_index=task.index,
+                                  protocol=resolver.rpc_layer or "grpc", config=config, start=True)
+    log.info("%s of strategy=%s serving at %s", task.name, settings.strategy.name, server.target)
+    server.join()
+    raise SystemExit(0)

@@ -1,0 +1,323 @@
+"""cluster=local: start a whole TensorFlow cluster on this machine, watch it, and stop all of it.
+
+Every task is `python -m runner <the same overrides> cluster=tf_config` in the same run directory, with
+its own TF_CONFIG naming a free localhost port: cluster.workers workers for multi_worker_mirrored (worker
+0 is the chief), or a chief (the coordinator), cluster.workers workers and cluster.ps parameter servers
+for parameter_server. The chief's output streams through and its exit status is the job's; the other
+tasks write to <run_dir>/tasks/<type>-<index>.log.
+
+A task that dies: under parameter_server a worker is restarted (MAX_WORKER_RESTARTS times at most),
+while the coordinator re-runs its steps on the other workers and rebuilds its dataset once it is back.
+Any other task (a parameter server, a multi_worker_mirrored worker) stops the whole job with an error
+naming it, and the chief's MLflow run is marked FAILED with that error. Tasks run in process groups of
+their own, are stopped on every way out (the chief's end, a failure, Ctrl-C, SIGTERM), and die with
+this process even if it is killed outright.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from runner.errors import RunnerError
+from runner.job_result import RESULT_FILE, read_result
+from runner.settings import ClusterSettings, Settings
+from runner.tracking import RUN_ID_FILE
+
+log = logging.getLogger("runner")
+
+MAX_WORKER_RESTARTS = 3
+POLL_SECONDS = 0.2
+# After a task dies, the chief may still exit with its own error paragraph (a mistake every task hits).
+FAILURE_GRACE_SECONDS = 3.0
+# A task asked to stop (SIGTERM) may first save a checkpoint; after this it is killed (SIGKILL).
+STOP_GRACE_SECONDS = 5.0
+# The command-line keys the launcher sets for its tasks itself.
+_OWN_KEYS = ("cluster", "cluster.kind", "hydra.run.dir", "hydra.output_subdir")
+
+
+@dataclass
+class _Task:
+    type: str
+    index: int
+    tf_config: str
+    log_path: str | None  # None for the chief, whose output streams through
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    started: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.type} {self.index}"
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM reached the launcher."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def launch(settings: Settings, hydra_config) -> dict[str, Any]:
+    """Run the job on a cluster of local processes; return the chief's result (its result.json).
+
+    Raises RunnerError when another task brought the job down, SystemExit with the chief's status when
+    the chief failed on its own (it printed its error paragraph itself)."""
+    run_dir = os.path.abspath(str(hydra_config.runtime.output_dir))
+    command = [sys.executable, "-m", "runner", *_task_overrides(list(hydra_config.overrides.task), run_dir)]
+    tasks = _plan(settings.strategy.name, settings.cluster, os.path.join(run_dir, "tasks"))
+    log.info("cluster=local: strategy=%s with %s; the other tasks log to %s", settings.strategy.name,
+             ", ".join(f"{t.name} at {_address(t)}" for t in tasks), os.path.join(run_dir, "tasks"))
+    cwd = str(hydra_config.runtime.cwd)
+    status, error, stopped_by = 1, None, None
+    previous = _install_stop_handlers()
+    try:
+        for task in reversed(tasks):  # the servers first, the chief (tasks[0]) last
+            _start(task, command, cwd)
+        # ClusterCoordinator survives a worker that dies and comes back; no other task can be replaced.
+        restart = (lambda task: _start(task, command, cwd)) if settings.strategy.name == "parameter_server" else None
+        status, error = _watch(tasks, restart, run_dir)
+    except _Stopped as stop:
+        stopped_by = stop
+    finally:
+        _ignore_stop_signals()
+        try:
+            _stop(tasks)
+        finally:
+            _restore_handlers(previous)
+    if stopped_by is not None:
+        code = tasks[0].process.returncode if tasks[0].process else None
+        error = (f"the job was stopped by {stopped_by} before the chief finished; every task was stopped, the "
+                 f"chief first (it saves a checkpoint when it can). Fix: re-run the same command with "
+                 f"hydra.run.dir={run_dir} to resume from the last checkpoint.")
+        _mark_failed(settings, run_dir, error, only_if_running=True)
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(code if code and code > 0 else 128 + stopped_by.signum)
+    if error is not None:
+        _mark_failed(settings, run_dir, error)
+        raise RunnerError(error)
+    if status != 0:
+        raise SystemExit(status)
+    result = read_result(run_dir)
+    if result is None:
+        raise RunnerError(f"the chief exited without writing {os.path.join(run_dir, RESULT_FILE)}. Fix: see its "
+                          "output above; re-run the same command.")
+    return result
+
+
+def _task_overrides(overrides: list[str], run_dir: str) -> list[str]:
+    """The user's overrides, with the cluster and the run directory set for a task of this job."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    kept = [text for text, override in zip(overrides, parsed) if override.key_or_group not in _OWN_KEYS]
+    # Hydra's override grammar would read a comma in a path as a sweep and stop at a space: quote it.
+    quoted = "'" + run_dir.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # hydra.output_subdir=null: the run directory's .hydra/ stays the launcher's (cluster=local).
+    return [*kept, "cluster=tf_config", f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):  # all held open at once, so no port is handed out twice
+            sock = socket.socket()
+            sock.bind(("localhost", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _plan(strategy: str, cluster: ClusterSettings, log_dir: str) -> list[_Task]:
+    """The tasks and their TF_CONFIG, the chief first."""
+    if strategy == "multi_worker_mirrored":
+        jobs = [("worker", cluster.workers)]
+    else:
+        jobs = [("chief", 1), ("worker", cluster.workers), ("ps", cluster.ps)]
+    ports = iter(_free_ports(sum(count for _, count in jobs)))
+    spec = {job: [f"localhost:{next(ports)}" for _ in range(count)] for job, count in jobs}
+    tasks = []
+    for job, count in jobs:
+        for index in range(count):
+            chief = not tasks
+            tf_config = json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+            tasks.append(_Task(job, index, tf_config, None if chief else os.path.join(log_dir, f"{job}-{index}.log")))
+    return tasks
+
+
+def _address(task: _Task) -> str:
+    config = json.loads(task.tf_config)
+    return config["cluster"][task.type][task.index]
+
+
+def _die_with_launcher() -> None:
+    """In the child before exec: if the launcher is killed outright, the kernel kills the task too."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _start(task: _Task, command: list[str], cwd: str) -> None:
+    env = {**os.environ, "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1"}
+    output = None
+    if task.log_path is not None:
+        os.makedirs(os.path.dirname(task.log_path), exist_ok=True)
+        output = open(task.log_path, "ab")
+    try:
+        task.process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT if output else None,
+            start_new_session=True,  # its own process group: stopped as a whole, and Ctrl-C stays ours
+            preexec_fn=_die_with_launcher if sys.platform.startswith("linux") else None)
+    finally:
+        if output is not None:
+            output.close()
+    task.started = time.monotonic()
+
+
+def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir: str) -> tuple[int, str | None]:
+    """Wait for the chief. Return its exit status, and the paragraph saying why the job failed when
+    the chief cannot say it itself (another task died, or the chief was killed)."""
+    chief, others = tasks[0], list(tasks[1:])
+    while True:
+        code = chief.process.poll()
+        if code is not None:
+            dead = next((t for t in others if t.process.poll() not in (None, 0)), None)
+            if code == 0:
+                return 0, None
+            if dead is not None:
+                return code, _died(dead, run_dir)
+            if code < 0:
+                return code, _died(chief, run_dir)
+            return code, None  # the chief printed its own error
+        for task in list(others):
+            status = task.process.poll()
+            if status is None:
+                continue
+            if status == 0 and task.type == "worker" and restart is None:
+                others.remove(task)  # a multi_worker_mirrored worker that finished its part
+            elif restart is not None and task.type == "worker" and task.restarts < MAX_WORKER_RESTARTS:
+                task.restarts += 1
+                log.warning("%s died (%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
+                            "the other workers", task.name, _how(status), task.restarts, MAX_WORKER_RESTARTS)
+                restart(task)
+            else:
+                deadline = time.monotonic() + FAILURE_GRACE_SECONDS
+                while chief.process.poll() is None and time.monotonic() < deadline:
+                    time.sleep(POLL_SECONDS)
+                if chief.process.returncode == 2:
+                    return 2, None  # a mistake every task made, which the chief explained itself
+                return chief.process.returncode or 1, _died(task, run_dir)
+        time.sleep(POLL_SECONDS)
+
+
+def _how(status: int) -> str:
+    return f"killed by {signal.Signals(-status).name}" if status < 0 else f"exited with status {status}"
+
+
+def _last_words(path: str | None) -> str:
+    if path is None or not os.path.exists(path):
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(path) - 16384))
+        lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    last = (errors or lines or [""])[-1]
+    return f"; its last words: {last[:300]!r}" if last else ""
+
+
+def _died(task: _Task, run_dir: str) -> str:
+    seconds = time.monotonic() - task.started
+    role = {"ps": " (a parameter server: the variables it held are gone)",
+            "chief": " (the chief)"}.get(task.type, "")
+    where = f"Its log: {task.log_path}. " if task.log_path else ""
+    # A task killed by a signal had no last words; one that exited may have said why.
+    said = _last_words(task.log_path) if task.process.returncode > 0 else ""
+    return (f"{task.name}{role} of the local cluster (pid {task.process.pid}) {_how(task.process.returncode)} "
+            f"{seconds:.0f} s after it started{said}, so every other task was stopped. "
+            f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then re-run the "
+            f"same command with hydra.run.dir={run_dir} to resume from the last checkpoint.")
+
+
+def _signal_group(task: _Task, signum: int) -> None:
+    if task.process is None:
+        return
+    try:
+        os.killpg(task.process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait(tasks: list[_Task], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(t.process is not None and t.process.poll() is None for t in tasks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _stop(tasks: list[_Task]) -> None:
+    """SIGTERM the chief first (its checkpoint may need the parameter servers), then the others;
+    SIGKILL every process group after the grace period."""
+    chief, others = tasks[0], tasks[1:]
+    if chief.process is not None and chief.process.poll() is None:
+        _signal_group(chief, signal.SIGTERM)
+        _wait([chief], STOP_GRACE_SECONDS)
+    for task in others:
+        if task.process is not None and task.process.poll() is None:
+            _signal_group(task, signal.SIGTERM)
+    _wait(others, STOP_GRACE_SECONDS)
+    for task in tasks:
+        _signal_group(task, signal.SIGKILL)  # the whole group, whatever its leader did
+        if task.process is not None:
+            task.process.wait()
+
+
+def _install_stop_handlers():
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise _Stopped(signum)
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _ignore_stop_signals() -> None:
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)  # let the stop finish: it ends with SIGKILL anyway
+
+
+def _restore_handlers(previous) -> None:
+    for signum, handler in (previous or {}).items():
+        signal.signal(signum, handler)
+
+
+def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: bool = False) -> None:
+    """Mark the chief's MLflow run FAILED with the job's error: the chief is gone and cannot."""
+    if not os.path.exists(os.path.join(run_dir, RUN_ID_FILE)):
+        return  # the chief never started its run
+    from mlflow.entities import RunStatus
+
+    from runner.tracking import MlflowTracker
+
+    tracker = MlflowTracker(settings.mlflow)
+    with open(os.path.join(run_dir, RUN_ID_FILE)) as handle:
+        run = tracker.client.get_run(handle.read().strip())
+    if only_if_running and run.info.status != RunStatus.to_string(RunStatus.RUNNING):
+        return  # the chief ended its run itself (KILLED and resumable after a SIGTERM)
+    tracker.start(run_dir, {})
+    tracker.finish(RunnerError(error))
