@@ -1,0 +1,332 @@
+"""Multi-process clusters on localhost: real `python -m runner` processes forming TensorFlow clusters.
+
+MultiWorkerMirrored and ParameterServer through cluster=local (the runner starts and watches every
+task), a bad TF_CONFIG, and a task killed mid-run. Nothing is mocked; the tasks talk gRPC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, compose, metric_history, mlflow_client, run_cli
+from runner.errors import RunnerError
+from runner.settings import from_config
+
+SMALL = [*TINY, "epochs=2"]
+
+
+def _settings(*overrides: str):
+    from omegaconf import OmegaConf
+
+    return from_config(OmegaConf.to_container(compose(list(overrides)), resolve=True))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def _cli(tmp_path: Path, name: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return subprocess.run([sys.executable, "-m", "runner", *SMALL, f"mlflow.tracking_uri={uri}",
+                           f"hydra.run.dir={tmp_path / name}", *overrides],
+                          cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
+
+
+def _only_run(tmp_path: Path):
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1, [r.info.run_id for r in runs]
+    return client, runs[0]
+
+
+def _losses(client, run_id: str) -> list[float]:
+    return [value for _, value in metric_history(client, run_id, "train_loss")]
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of a process, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _task_of(pid: int) -> dict | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            variables = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return None
+    config = variables.get(b"TF_CONFIG")
+    return json.loads(config)["task"] if config else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if text.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return [pid for pid in found if _alive(pid)]
+
+
+class _Launcher:
+    """`python -m runner ... cluster=local` in the background, its output (logs on stdout, the error
+    paragraph on stderr) read as it comes."""
+
+    def __init__(self, tmp_path: Path, *overrides: str):
+        self.run_dir = tmp_path / "run"
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "runner", *SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={self.run_dir}",
+             "cluster=local", *overrides],
+            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
+        self._reader.start()
+
+    def wait_for(self, text: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            assert self.process.poll() is None, "".join(self.lines)[-3000:]
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n" + "".join(self.lines)[-3000:]
+            time.sleep(0.1)
+
+    def task_pids(self) -> dict[str, int]:
+        return {f"{task['type']} {task['index']}": pid for pid in _children(self.process.pid)
+                if (task := _task_of(pid)) is not None}
+
+    def finish(self, timeout: float = 240) -> str:
+        self.process.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return "".join(self.lines)
+
+
+# -- configuration and TF_CONFIG checks, in this process ----------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "overrides,named,hint",
+    [(["strategy=multi_worker_mirrored"], "cluster='none'", "cluster=local"),
+     (["strategy=parameter_server", "loop.steps_per_epoch=5"], "cluster='none'", "cluster=local"),
+     (["strategy=mirrored", "cluster=local"], "cluster='local'", "strategy=multi_worker_mirrored"),
+     (["strategy=parameter_server", "cluster=local"], "loop.steps_per_epoch=None", "loop.steps_per_epoch=50"),
+     (["strategy=mirrored", "strategy.communication=ring"], "strategy.communication='ring'", "multi_worker"),
+     (["strategy=multi_worker_mirrored", "cluster=local", "strategy.variable_partitioner.max_shards=2"],
+      "strategy.variable_partitioner.max_shards=2", "strategy=parameter_server"),
+     (["strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=0"], "cluster.workers=0", "workers=2")],
+)
+def test_cluster_settings_refuse_what_cannot_run(overrides, named, hint):
+    with pytest.raises(RunnerError) as raised:
+        _settings(*overrides)
+    message = str(raised.value)
+    assert message.startswith(f"{named} is not valid"), message
+    assert hint in message and "Fix:" in message and "\n" not in message
+
+
+def test_cluster_options_compose():
+    settings = _settings("strategy=parameter_server", "cluster=local", "cluster.workers=3", "cluster.ps=2",
+                         "loop.steps_per_epoch=50", "strategy.variable_partitioner.max_shards=2")
+    assert (settings.cluster.kind, settings.cluster.workers, settings.cluster.ps) == ("local", 3, 2)
+    assert settings.strategy.variable_partitioner.max_shards == 2
+    assert settings.strategy.variable_partitioner.min_shard_bytes == 256 << 10
+    for kind in ("tf_config", "slurm"):
+        assert _settings("strategy=multi_worker_mirrored", f"cluster={kind}").cluster.kind == kind
+    assert _settings().cluster.kind == "none" and _settings().strategy.communication == "auto"
+
+
+@pytest.mark.parametrize(
+    "tf_config,strategy,problem",
+    [('{"cluster": {"worker": ["localhost:1"]', "multi_worker_mirrored", "is not valid JSON"),
+     ('["worker"]', "multi_worker_mirrored", "needs a \"cluster\" object"),
+     ('{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
+      "multi_worker_mirrored", "has a 'ps' job"),
+     ('{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
+      "parameter_server", "has no chief task"),
+     ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}',
+      "multi_worker_mirrored", "does not have"),
+     ('{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
+      "multi_worker_mirrored", "host:port")],
+)
+def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
+    from runner.cluster import read_tf_config
+
+    with pytest.raises(RunnerError) as raised:
+        read_tf_config(tf_config, strategy)
+    message = str(raised.value)
+    assert problem in message and "Fix:" in message and "\n" not in message, message
+
+
+def test_tf_config_roles():
+    from runner.cluster import _is_chief, _serves, read_tf_config
+
+    spec = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
+    config = read_tf_config(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}}), "parameter_server")
+    assert config["task"] == {"type": "chief", "index": 0}
+    assert _is_chief(spec, "chief", 0) and not _is_chief(spec, "worker", 0)
+    assert _is_chief({"worker": ["h:1", "h:2"]}, "worker", 0) and not _is_chief({"worker": ["h:1"]}, "worker", 1)
+    assert _serves("ps", "parameter_server") and _serves("worker", "parameter_server")
+    assert not _serves("worker", "multi_worker_mirrored") and not _serves("chief", "parameter_server")
+
+
+def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
+    """TensorFlow's SlurmClusterResolver, fed a SLURM job step of 4 tasks on two nodes (no nvidia-smi)."""
+    from runner.cluster import resolve
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in {"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "node[1-2]",
+                        "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}.items():
+        monkeypatch.setenv(name, value)
+    settings = _settings("strategy=parameter_server", "cluster=slurm", "loop.steps_per_epoch=5", "cluster.port_base=9000")
+    roles = []
+    for rank in range(4):
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        task = resolve(settings)
+        roles.append((task.type, task.index, task.chief))
+    assert roles == [("chief", 0, True), ("ps", 0, False), ("worker", 0, False), ("worker", 1, False)]
+    assert task.resolver.cluster_spec().as_dict() == {
+        "chief": ["node1:9000"], "ps": ["node1:9001"], "worker": ["node2:9000", "node2:9001"]}
+    assert task.resolver.num_accelerators() == {}
+    monkeypatch.delenv("SLURM_PROCID")
+    with pytest.raises(RunnerError, match=r"cluster=slurm could not read the SLURM job step .*Fix: start every task"):
+        resolve(settings)
+
+
+# -- real clusters ------------------------------------------------------------------------------------------------
+
+def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_path):
+    malformed = _cli(tmp_path, "malformed", "strategy=multi_worker_mirrored", "cluster=tf_config",
+                     TF_CONFIG='{"cluster": {"worker": ["localhost:2222"]}, "task": ')
+    no_chief = _cli(tmp_path, "no-chief", "strategy=parameter_server", "cluster=tf_config", "loop.steps_per_epoch=5",
+                    TF_CONFIG=json.dumps({"cluster": {"worker": ["localhost:2222"], "ps": ["localhost:2223"]},
+                                          "task": {"type": "worker", "index": 0}}))
+    for done, start in ((malformed, "error: TF_CONFIG is not valid JSON"),
+                        (no_chief, "error: TF_CONFIG's cluster {")):
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+        assert done.stderr.strip().startswith(start), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert "has no chief task: strategy=parameter_server needs the coordinator" in no_chief.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # nothing was tracked for a job that never started
+
+
+@pytest.mark.slow
+def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path):
+    """Two processes of batch 32 all-reducing over gRPC do the maths of two in-process replicas of 32."""
+    done = _cli(tmp_path, "mwms", "strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=2", "batch=32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief
+    assert run.info.status == "FINISHED"
+    assert run.info.run_id == (tmp_path / "mwms" / "mlflow_run_id.txt").read_text().strip()
+    assert (run.data.params["num_replicas"], run.data.params["global_batch_size"]) == ("2", "64")
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second"):
+        assert [step for step, _ in metric_history(client, run.info.run_id, key)] == [1, 2], key
+    assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
+    artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert {"checkpoints", "curves.png", "config.yaml"} <= artifacts
+    # Worker 1 saved its checkpoints into temporary directories, removed again: only the chief's are kept.
+    assert sorted(p.name for p in (tmp_path / "mwms" / "checkpoints").glob("*.index")) == ["ckpt-16.index"]
+    assert "runner-ckpt-" not in " ".join(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+    assert (tmp_path / "mwms" / "tasks" / "worker-1.log").exists()
+
+    reference = run_cli(*SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
+                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
+                        "batch=32", cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
+    expected = _losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
+    losses = _losses(client, run.info.run_id)
+    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
+    print(f"multi_worker_mirrored vs mirrored train_loss: {losses} vs {expected}, relative differences "
+          f"{differences}")
+    assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)
+
+
+@pytest.mark.slow
+def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_path):
+    """2 workers and 1 ps, variables split in two shards; worker 1 is killed mid-run and restarted."""
+    launcher = _Launcher(tmp_path, "strategy=parameter_server", "cluster.workers=2", "cluster.ps=1", "epochs=3",
+                         "loop.steps_per_epoch=30", "batch=32", "strategy.variable_partitioner.max_shards=2",
+                         "strategy.variable_partitioner.min_shard_bytes=65536")
+    launcher.wait_for("epoch 1/3")
+    tasks = launcher.task_pids()
+    assert sorted(tasks) == ["chief 0", "ps 0", "worker 0", "worker 1"]
+    os.kill(tasks["worker 1"], signal.SIGKILL)
+    output = launcher.finish()
+    assert launcher.process.returncode == 0, output[-3000:]
+    assert "worker 1 died (killed by SIGKILL); restarting it" in output
+    assert not [pid for pid in tasks.values() if _alive(pid)]
+
+    client, run = _only_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    losses = _losses(client, run.info.run_id)
+    assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert run.data.params["loop.steps_per_epoch"] == "30"
+
+    # The coordinator's checkpoint, sharded variables and all, restores into a model without a strategy.
+    import tensorflow as tf
+
+    from runner import data
+    from runner.checkpoints import evaluate_without_strategy
+    from runner.model import build_model
+
+    settings = _settings(*SMALL, "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=30")
+    latest = tf.train.latest_checkpoint(str(launcher.run_dir / "checkpoints"))
+    model = build_model(settings.model)
+    tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
+    arrays = data.load_arrays(settings.dataset, settings.seed)
+    accuracy = evaluate_without_strategy(latest, lambda: build_model(settings.model), data.test_dataset(arrays, 32))
+    assert accuracy == pytest.approx(run.data.metrics["eval_accuracy"], abs=1e-6)
+    assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
+    launcher = _Launcher(tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2", "epochs=20")
+    launcher.wait_for("epoch 1/20")
+    tasks = launcher.task_pids()
+    assert sorted(tasks) == ["worker 0", "worker 1"]
+    os.kill(tasks["worker 1"], signal.SIGKILL)
+    output = launcher.finish(timeout=120)
+    assert launcher.process.returncode == 2, output[-3000:]
+    # The launcher's one paragraph ends the output (the chief's own last words come before it).
+    [error] = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert output.strip().splitlines()[-1] == error
+    assert error.startswith("error: worker 1 of the local cluster") and "killed by SIGKILL" in error, error
+    assert "Fix:" in error and str(launcher.run_dir / "tasks" / "worker-1.log") in error
+    # No task outlives the job: not the killed one, not the chief the launcher stopped.
+    assert not [pid for pid in tasks.values() if _alive(pid)]
+    assert _processes_mentioning(str(launcher.run_dir)) == []
+    client, run = _only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "worker 1 of the local cluster" in run.data.tags["error"]
