@@ -241,8 +241,9 @@ def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) ->
                      fix="pass the number of worker processes, e.g. cluster.workers=2"),
         ps=_int("cluster.ps", node.get("ps", 1), minimum=1,
                 fix="pass the number of parameter server processes, e.g. cluster.ps=1"),
-        timeout_seconds=_number("cluster.timeout_seconds", node.get("timeout_seconds", 300), minimum=1,
-                                fix="pass how long a task may wait for its peers, e.g. cluster.timeout_seconds=300"),
+        timeout_seconds=_number(
+            "cluster.timeout_seconds", node.get("timeout_seconds", 300), minimum=1,
+            fix="pass how long an all-reduce may wait for a peer, e.g. cluster.timeout_seconds=300"),
         port_base=_int("cluster.port_base", node.get("port_base", 8888), minimum=1,
                        fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"),
     )

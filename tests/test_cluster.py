@@ -207,7 +207,8 @@ def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
     for name, value in {"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "node[1-2]",
                         "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}.items():
         monkeypatch.setenv(name, value)
-    settings = _settings("strategy=parameter_server", "cluster=slurm", "loop.steps_per_epoch=5", "cluster.port_base=9000")
+    settings = _settings("strategy=parameter_server", "cluster=slurm", "loop.steps_per_epoch=5",
+                         "cluster.port_base=9000")
     roles = []
     for rank in range(4):
         monkeypatch.setenv("SLURM_PROCID", str(rank))
