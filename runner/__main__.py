@@ -49,6 +49,9 @@ def main(cfg: DictConfig) -> float:
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except Preempted as stop:
+        print(f"preempted: {stop}", file=sys.stderr)
+        sys.exit(PREEMPTED_EXIT_CODE)
     if not task.chief:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
     values = write_result(hydra_config.runtime.output_dir, result)
