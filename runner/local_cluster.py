@@ -314,10 +314,13 @@ def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: 
 
     from runner.tracking import MlflowTracker
 
-    tracker = MlflowTracker(settings.mlflow)
-    with open(os.path.join(run_dir, RUN_ID_FILE)) as handle:
-        run = tracker.client.get_run(handle.read().strip())
-    if only_if_running and run.info.status != RunStatus.to_string(RunStatus.RUNNING):
-        return  # the chief ended its run itself (KILLED and resumable after a SIGTERM)
-    tracker.start(run_dir, {})
-    tracker.finish(RunnerError(error))
+    try:
+        tracker = MlflowTracker(settings.mlflow)
+        with open(os.path.join(run_dir, RUN_ID_FILE)) as handle:
+            run = tracker.client.get_run(handle.read().strip())
+        if only_if_running and run.info.status != RunStatus.to_string(RunStatus.RUNNING):
+            return  # the chief ended its run itself (KILLED and resumable after a SIGTERM)
+        tracker.start(run_dir, {})
+        tracker.finish(RunnerError(error))
+    except Exception as failure:  # the job's own error is what the user must see
+        log.warning("could not mark the chief's MLflow run FAILED: %s", failure)
