@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Mapping
 
+import mlflow
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -41,6 +42,11 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def write_run_id(run_dir: str, run_id: str) -> None:
     with open(os.path.join(run_dir, RUN_ID_FILE), "w") as handle:
         handle.write(run_id + "\n")
+
+
+def resolved_tracking_uri(settings: MlflowSettings) -> str:
+    """mlflow.tracking_uri, or MLflow's own default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
+    return settings.tracking_uri or mlflow.get_tracking_uri()
 
 
 def check_reachable(tracking_uri: str | None, timeout: float = 10.0) -> None:

@@ -17,18 +17,18 @@ from runner import data
 from runner.checkpoints import Checkpointer, evaluate_without_strategy
 from runner.cluster import SINGLE_PROCESS, Task
 from runner.controller import Controller, EpochResult, make_evaluate
+from runner.errors import RunnerError
 from runner.loop import CoordinatorLoop, make_loop
 from runner.lr_scaling import effective_learning_rate, learning_rate
 from runner.model import build_model
 from runner.optimizer import build_optimizer
 from runner.plots import plot_curves
+from runner.preemption import Preempted, PreemptionGuard
 from runner.progress import EpochProgress
 from runner.settings import Settings
 from runner.steps import ReplicaSteps, TrainingState
 from runner.strategy import build_strategy
-from runner.errors import RunnerError
-from runner.preemption import Preempted, PreemptionGuard
-from runner.tracking import RUN_ID_FILE, MlflowTracker, NullTracker, check_reachable, flatten
+from runner.tracking import RUN_ID_FILE, MlflowTracker, NullTracker, check_reachable, flatten, resolved_tracking_uri
 
 log = logging.getLogger("runner")
 
@@ -57,8 +57,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     checkpoints and evaluates the restored model; a non-chief's result has no run id.
     """
     os.makedirs(run_dir, exist_ok=True)
-    tracker = MlflowTracker(settings.mlflow) if task.chief else NullTracker()
-    check_reachable(tracker.tracking_uri)
+    check_reachable(resolved_tracking_uri(settings.mlflow))
     strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
     arrays = data.load_arrays(settings.dataset, settings.seed)
     replicas = strategy.num_replicas_in_sync
@@ -96,6 +95,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                          settings.loop.steps_per_call, done_epochs)
         evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
 
+    # Created only now: an MLflow client makes its sqlite file, and a setup error must leave nothing behind.
+    tracker = MlflowTracker(settings.mlflow) if task.chief else NullTracker()
     guard = PreemptionGuard()
     with guard.installed():
         run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
