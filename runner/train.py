@@ -28,7 +28,7 @@ from runner.progress import EpochProgress
 from runner.settings import Settings
 from runner.steps import ReplicaSteps, TrainingState
 from runner.strategy import build_strategy
-from runner.tracking import RUN_ID_FILE, MlflowTracker, NullTracker, check_reachable, flatten, resolved_tracking_uri
+from runner.tracking import MlflowTracker, NullTracker, check_reachable, flatten, resolved_tracking_uri
 
 log = logging.getLogger("runner")
 
@@ -156,9 +156,11 @@ def _worker_dataset_fn(arrays: data.Arrays, global_batch: int, seed: int):
 def _resume(settings: Settings, checkpointer: Checkpointer, run_dir: str) -> int:
     """The number of epochs already trained in run_dir (restored into the state), 0 for a fresh run."""
     if settings.resume == "never":
-        if checkpointer.exists or os.path.exists(os.path.join(run_dir, RUN_ID_FILE)):
+        # Only checkpoints count: a run id alone (a sweep job's run, created before it trains) holds no
+        # training that this run could overwrite.
+        if checkpointer.exists:
             raise RunnerError(
-                f"resume=never, but {run_dir} already holds an earlier run (checkpoints or an MLflow run id), "
+                f"resume=never, but {run_dir} already holds checkpoints of an earlier run ({checkpointer.latest}), "
                 "which this run would overwrite. Fix: leave hydra.run.dir unset so a new directory is made, pick "
                 "a new one, or use resume=auto to continue that run."
             )

@@ -180,6 +180,8 @@ BAD_INPUT = {
     "tracking server down": lambda tmp: (["mlflow.tracking_uri=http://127.0.0.1:9"], "does not answer"),
     "checkpoint of another model": lambda tmp: ([f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
                                                 "does not fit this model"),
+    "resume=never over checkpoints": lambda tmp: (["resume=never", f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
+                                                  "resume=never, but"),
 }
 
 

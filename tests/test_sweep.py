@@ -202,7 +202,9 @@ def test_joblib_sweep_runs_jobs_in_parallel_under_one_parent(tmp_path):
 
 def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "batch=32,0")
+    # resume=never too: a job's run directory already holds the run id its sweep created, which is not an
+    # earlier run to refuse.
+    result = sweep(tmp_path, sweep_dir, "resume=never", "batch=32,0")
 
     assert result.returncode != 0
     assert "1 of 2 sweep jobs failed: job 1 (batch=0)" in result.stderr
