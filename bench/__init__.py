@@ -1,0 +1,1 @@
+"""Benchmarks of the runner against the tutorial's own loop (bench/reference.py): `python -m bench`."""

@@ -1,0 +1,5 @@
+"""`python -m bench [options]`: the interleaved benchmark of bench/run.py."""
+
+from bench.run import main
+
+main()

@@ -1,0 +1,118 @@
+"""From raw benchmark samples to medians, spreads and ratios to the reference: a Markdown table and a chart.
+
+Ratios are taken round by round (a variant against the reference run in the same round, minutes apart)
+and then summarised, so slow drifts of the machine's speed cancel out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from bench.variants import REFERENCE
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One run of one variant: its steady examples/second (epoch 1, which traces, left out)."""
+
+    variant: str
+    replicas: int
+    round: int
+    overrides: tuple[str, ...]
+    epoch_examples_per_second: tuple[float, ...]
+    first_step_seconds: float | None
+    wall_seconds: float
+
+    @property
+    def examples_per_second(self) -> float:
+        steady = self.epoch_examples_per_second[1:] or self.epoch_examples_per_second
+        return statistics.median(steady)
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Spread":
+        return cls(statistics.median(values), min(values), max(values))
+
+    def __str__(self) -> str:
+        if self.median >= 100:
+            return f"{self.median:.0f} ({self.low:.0f}-{self.high:.0f})"
+        return f"{self.median:.2f} ({self.low:.2f}-{self.high:.2f})"
+
+
+@dataclass(frozen=True)
+class Row:
+    variant: str
+    replicas: int
+    overrides: tuple[str, ...]
+    examples_per_second: Spread
+    speed_ratio: Spread  # examples/second over the reference's, round by round
+    first_step_seconds: Spread
+    first_step_ratio: Spread
+
+
+def summarise(samples: list[Sample]) -> list[Row]:
+    reference = {(s.replicas, s.round): s for s in samples if s.variant == REFERENCE}
+    rows = []
+    for replicas, variant in dict.fromkeys((s.replicas, s.variant) for s in samples):
+        runs = [s for s in samples if (s.replicas, s.variant) == (replicas, variant)]
+        paired = [(s, reference[(replicas, s.round)]) for s in runs if (replicas, s.round) in reference]
+        rows.append(Row(
+            variant=variant,
+            replicas=replicas,
+            overrides=runs[0].overrides,
+            examples_per_second=Spread.of([s.examples_per_second for s in runs]),
+            speed_ratio=Spread.of([s.examples_per_second / r.examples_per_second for s, r in paired]),
+            first_step_seconds=Spread.of([s.first_step_seconds for s in runs]),
+            first_step_ratio=Spread.of([s.first_step_seconds / r.first_step_seconds for s, r in paired]),
+        ))
+    return rows
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = [
+        "| replicas | variant | examples/s | x reference | first step (s) | x reference | overrides |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in rows:
+        overrides = " ".join(f"`{item}`" for item in row.overrides)
+        if row.variant.startswith(REFERENCE):
+            overrides = f"bench/reference.py {overrides}".strip()
+        lines.append(f"| {row.replicas} | {row.variant} | {row.examples_per_second} | {row.speed_ratio} | "
+                     f"{row.first_step_seconds} | {row.first_step_ratio} | {overrides} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[Row], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{row.variant} ({row.replicas}r)" for row in rows]
+    positions = range(len(rows))
+    figure, (speed, startup) = plt.subplots(1, 2, figsize=(12, 0.45 * len(rows) + 1.8), sharey=True)
+    for axis, key, marks, xlabel in (
+        (speed, "speed_ratio", (0.97, 1.5), "examples/s, x the reference (median; bars: min-max)"),
+        (startup, "first_step_ratio", (1.2,), "start-up to first step, x the reference"),
+    ):
+        spreads = [getattr(row, key) for row in rows]
+        colors = ["0.6" if row.variant.startswith(REFERENCE) else f"C{row.replicas - 1}" for row in rows]
+        axis.barh(list(positions), [s.median for s in spreads], color=colors,
+                  xerr=[[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]], capsize=3)
+        axis.axvline(1.0, color="black", linewidth=0.8)
+        for mark in marks:
+            axis.axvline(mark, color="C3", linestyle="--", linewidth=0.8)
+        axis.set_xlabel(xlabel)
+    speed.set_yticks(list(positions), labels)
+    speed.invert_yaxis()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

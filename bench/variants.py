@@ -1,0 +1,97 @@
+"""What is benchmarked: the reference script or the runner with some overrides, for a number of replicas.
+
+A variant knows its command line, its extra environment, and how to read back its per-epoch training
+examples/second: the reference prints them (`BENCH {...}` lines), the runner logs them to MLflow as
+`examples_per_second`. Both use the same strategy for a number of replicas: OneDeviceStrategy for one,
+MirroredStrategy over that many logical CPUs for more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.measure import Finished
+
+REFERENCE_SCRIPT = Path(__file__).with_name("reference.py")
+REFERENCE_MARKER = '"event": "first_step"'
+RUNNER_MARKER = "first training step done"  # runner.progress.FIRST_STEP_MESSAGE, without importing TensorFlow
+REFERENCE = "reference"  # the variant every ratio is taken against
+_ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")  # Hydra keys here are lower case
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The same work for every variant: the data, its size, the epochs and the per-replica batch."""
+
+    data_dir: str | None  # None: synthetic data
+    train_examples: int
+    epochs: int
+    batch: int = 64
+
+
+def strategy_overrides(replicas: int) -> list[str]:
+    if replicas == 1:
+        return ["strategy=one_device"]
+    return ["strategy=mirrored", f"strategy.cpu_replicas={replicas}"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    replicas: int
+    overrides: tuple[str, ...] = field(default=())  # the runner's; empty for the reference script
+    env: tuple[str, ...] = field(default=())  # NAME=value, added to the environment
+
+    @property
+    def is_reference(self) -> bool:
+        """The reference script (the variant named `reference`, or a variant of it such as `reference+heap`)."""
+        return self.name.startswith(REFERENCE)
+
+    @property
+    def marker(self) -> str:
+        return REFERENCE_MARKER if self.is_reference else RUNNER_MARKER
+
+    def command(self, work: Workload, run_dir: str, tracking_uri: str) -> list[str]:
+        if self.is_reference:
+            strategy = "one_device" if self.replicas == 1 else "mirrored"
+            command = [sys.executable, str(REFERENCE_SCRIPT), f"--replicas={self.replicas}", f"--strategy={strategy}",
+                       f"--batch={work.batch}", f"--epochs={work.epochs}", f"--train-examples={work.train_examples}"]
+            return command + ([f"--data-dir={work.data_dir}"] if work.data_dir else [])
+        dataset = [f"dataset.dir={work.data_dir}"] if work.data_dir else \
+            ["dataset=synthetic", "dataset.test_examples=10000"]
+        return [sys.executable, "-m", "runner", *strategy_overrides(self.replicas), *dataset,
+                f"dataset.train_examples={work.train_examples}", f"epochs={work.epochs}", f"batch={work.batch}",
+                *self.overrides, f"hydra.run.dir={run_dir}", f"mlflow.tracking_uri={tracking_uri}",
+                "mlflow.experiment_name=bench"]
+
+    def examples_per_second(self, finished: Finished, run_dir: str, tracking_uri: str) -> list[float]:
+        """Training examples/second of each epoch, in epoch order."""
+        if self.is_reference:
+            events = [json.loads(line.split("BENCH ", 1)[1]) for line in finished.output.splitlines()
+                      if line.startswith("BENCH ")]
+            return [event["examples_per_second"] for event in events if event["event"] == "epoch"]
+        from mlflow.tracking import MlflowClient
+
+        with open(os.path.join(run_dir, "mlflow_run_id.txt")) as handle:
+            run_id = handle.read().strip()
+        history = MlflowClient(tracking_uri).get_metric_history(run_id, "examples_per_second")
+        return [metric.value for metric in sorted(history, key=lambda metric: metric.step)]
+
+
+def parse_variant(spec: str, replicas: int) -> Variant:
+    """`name` (a loop style, or `reference`) or `name=item item ...`, each item a runner override or an
+    environment variable (`NAME=value`, upper case). A name starting with `reference` runs the reference."""
+    name, _, rest = spec.partition("=")
+    items = rest.split()
+    env = tuple(item for item in items if _ENV_ASSIGNMENT.match(item))
+    overrides = tuple(item for item in items if item not in env)
+    if name.startswith(REFERENCE):
+        if overrides:
+            raise ValueError(f"{spec!r}: the reference script takes no runner overrides")
+        return Variant(name, replicas, (), env)
+    return Variant(name, replicas, overrides if items else (f"loop={name}",), env)
