@@ -1,8 +1,10 @@
-"""Progress on the terminal: a tqdm bar per epoch (steps, current loss) and a summary line per epoch."""
+"""Progress on the terminal: a tqdm bar per epoch (steps, current loss), a summary line per epoch, and
+one line when the first training step has completed (start-up time, logged with or without the bar)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from tqdm import tqdm
@@ -11,6 +13,20 @@ log = logging.getLogger("runner")
 
 # Reading the loss forces the host to wait for the device: do it only when the bar redraws.
 _LOSS_REFRESH_SECONDS = 0.5
+FIRST_STEP_MESSAGE = "first training step done"
+
+
+def seconds_since_process_start() -> float | None:
+    """Wall-clock seconds since this process was started (interpreter start-up included), on Linux;
+    None where /proc does not say."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            # Field 22 is the start time in clock ticks after boot; the command name (field 2) may hold spaces.
+            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            booted_seconds = float(uptime.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return booted_seconds - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
 class EpochProgress:
@@ -19,6 +35,7 @@ class EpochProgress:
         self.enabled = enabled
         self._bar = None
         self._last_refresh = 0.0
+        self._first_step_done = False
 
     def start_epoch(self, epoch: int, steps: int | None) -> None:
         if self.enabled:
@@ -26,6 +43,8 @@ class EpochProgress:
                              leave=False, dynamic_ncols=True)
 
     def advance(self, steps: int, loss) -> None:
+        if not self._first_step_done:
+            self._log_first_step(steps, loss)
         if self._bar is None:
             return
         self._bar.update(steps)
@@ -33,6 +52,14 @@ class EpochProgress:
         if now - self._last_refresh >= _LOSS_REFRESH_SECONDS:
             self._last_refresh = now
             self._bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
+
+    def _log_first_step(self, steps: int, loss) -> None:
+        # Reading the loss waits for the step itself, not only its dispatch; once per run, so it is free.
+        float(loss)
+        self._first_step_done = True
+        since_start = seconds_since_process_start()
+        log.info("%s%s%s", FIRST_STEP_MESSAGE, f" ({steps} steps in the first call)" if steps > 1 else "",
+                 "" if since_start is None else f", {since_start:.1f} s after the process started")
 
     def end_epoch(self, result) -> None:
         if self._bar is not None:
