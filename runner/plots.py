@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, imported when a picture is drawn: the import
+    takes half a second, which training should not wait for."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_curves(histories, path: str, title: str = "") -> str:
@@ -13,6 +19,7 @@ def plot_curves(histories, path: str, title: str = "") -> str:
 
     `histories` maps a metric name to its (epoch, value) pairs, as MLflow's metric history gives them.
     """
+    plt = _pyplot()
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
     for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
         for split, marker in (("train", "o-"), ("test", "s-")):
@@ -35,6 +42,7 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
 
     `curves` maps a job's label to {metric name: [(epoch, value), ...]}, as read from MLflow.
     """
+    plt = _pyplot()
     figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (label, metrics) in enumerate(curves.items()):
