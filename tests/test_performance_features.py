@@ -1,0 +1,112 @@
+"""The runner's speed features and the benchmark's bookkeeping, by behaviour (speed itself is in docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import heap
+from runner.progress import FIRST_STEP_MESSAGE, EpochProgress, seconds_since_process_start
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_first_completed_step_is_logged_once_with_or_without_the_bar(caplog, enabled):
+    progress = EpochProgress(epochs=2, enabled=enabled)
+    with caplog.at_level(logging.INFO, logger="runner"):
+        for epoch in (1, 2):
+            progress.start_epoch(epoch, 3)
+            for _ in range(3):
+                progress.advance(1, 0.5)
+    lines = [record.getMessage() for record in caplog.records if FIRST_STEP_MESSAGE in record.getMessage()]
+    assert len(lines) == 1
+    assert "s after the process started" in lines[0]
+
+
+def test_a_first_call_of_several_steps_says_how_many(caplog):
+    with caplog.at_level(logging.INFO, logger="runner"):
+        EpochProgress(epochs=1, enabled=False).advance(20, 0.5)
+    [line] = [record.getMessage() for record in caplog.records]
+    assert line.startswith(f"{FIRST_STEP_MESSAGE} (20 steps in the first call)")
+
+
+def test_seconds_since_process_start_counts_from_this_process():
+    age = seconds_since_process_start()
+    assert age is not None and 0 < age < 24 * 3600
+    child = subprocess.run([sys.executable, "-c", "from runner.progress import seconds_since_process_start as s; "
+                            "print(s())"], capture_output=True, text=True, check=True)
+    assert 0 <= float(child.stdout) < age  # a fresh process is younger than this test session
+
+
+def test_the_heap_is_padded_by_default_and_the_setting_can_turn_it_off(monkeypatch):
+    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    monkeypatch.delenv(heap.ENV_VAR, raising=False)
+    assert heap.keep_freed_memory() == heap.DEFAULT_TOP_PAD_BYTES
+    monkeypatch.setenv(heap.ENV_VAR, str(2**20))
+    assert heap.keep_freed_memory() == 2**20
+    for off in ("0", "-1", "lots"):
+        monkeypatch.setenv(heap.ENV_VAR, off)
+        assert heap.keep_freed_memory() is None
+    monkeypatch.delenv(heap.ENV_VAR)
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "0")  # glibc's own setting wins
+    assert heap.keep_freed_memory() is None
+    monkeypatch.delenv("MALLOC_TOP_PAD_")
+    assert heap.keep_freed_memory() == heap.DEFAULT_TOP_PAD_BYTES  # as the rest of the session had it
+
+
+def test_importing_the_package_and_the_plots_leaves_matplotlib_and_mlflow_unloaded():
+    code = ("import sys, runner, runner.plots, runner.progress, runner.heap; "
+            "print(sorted(m for m in ('matplotlib', 'mlflow', 'tensorflow') if m in sys.modules))")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "[]"
+
+
+def test_bench_variants_parse_overrides_and_environment():
+    from bench.variants import parse_variant
+
+    reference = parse_variant("reference+heap=MALLOC_TOP_PAD_=67108864", 2)
+    assert reference.is_reference and reference.env == ("MALLOC_TOP_PAD_=67108864",) and reference.replicas == 2
+    loop = parse_variant("multi_step", 1)
+    assert not loop.is_reference and loop.overrides == ("loop=multi_step",)
+    tuned = parse_variant("fast=loop=multi_step loop.steps_per_call=50 RUNNER_MALLOC_TOP_PAD=0", 1)
+    assert tuned.overrides == ("loop=multi_step", "loop.steps_per_call=50")
+    assert tuned.env == ("RUNNER_MALLOC_TOP_PAD=0",)
+    with pytest.raises(ValueError):
+        parse_variant("reference=loop=for_in", 1)
+
+
+def test_bench_ratios_pair_each_run_with_the_reference_of_its_round():
+    from bench.report import Sample, markdown_table, summarise
+
+    def sample(variant, round_, speed, first_step):
+        # Epoch 1 (tracing) is left out: its speed must not count.
+        return Sample(variant, 1, round_, (), (1.0, speed, speed), first_step, 10.0)
+
+    # The machine is twice as fast in round 1: paired ratios stay 1.5 and 1.2, unpaired medians would not.
+    samples = [sample("reference", 0, 100, 5.0), sample("for_in", 0, 150, 6.0),
+               sample("reference", 1, 200, 2.5), sample("for_in", 1, 300, 3.0)]
+    reference, for_in = summarise(samples)
+    assert (reference.speed_ratio.median, reference.first_step_ratio.median) == (1.0, 1.0)
+    assert for_in.speed_ratio.low == for_in.speed_ratio.high == pytest.approx(1.5)
+    assert for_in.first_step_ratio.median == pytest.approx(1.2)
+    assert for_in.examples_per_second.median == 225
+    assert "| 1 | for_in | 225 (150-300) | 1.50 (1.50-1.50) |" in markdown_table([reference, for_in])
+
+
+def test_the_reference_script_trains_and_reports(tmp_path):
+    """The tutorial's loop, standalone: no runner, Hydra or MLflow is imported."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "reference.py"), "--train-examples=256",
+                           "--test-examples=64", "--epochs=2", "--strategy=one_device"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = [json.loads(line[len("BENCH "):]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
+    assert [event["event"] for event in events] == ["first_step", "epoch", "epoch"]
+    assert all(event["examples_per_second"] > 0 for event in events[1:])
+    source = (REPO / "bench" / "reference.py").read_text()
+    assert "import runner" not in source and "hydra" not in source and "mlflow" not in source
