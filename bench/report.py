@@ -1,7 +1,8 @@
-"""From raw benchmark samples to medians, spreads and ratios to the reference: a Markdown table and a chart.
+"""From raw benchmark samples to medians, spreads and ratios to a baseline: a Markdown table and a chart.
 
-Ratios are taken round by round (a variant against the reference run in the same round, minutes apart)
-and then summarised, so slow drifts of the machine's speed cancel out.
+Ratios are taken round by round (a variant against the baseline run in the same round, minutes apart)
+and then summarised, so slow drifts of the machine's speed cancel out. The baseline is the reference
+script unless another variant is named (`reference+heap`: the reference with the runner's heap setting).
 """
 
 from __future__ import annotations
@@ -52,13 +53,15 @@ class Row:
     replicas: int
     overrides: tuple[str, ...]
     examples_per_second: Spread
-    speed_ratio: Spread  # examples/second over the reference's, round by round
+    speed_ratio: Spread  # examples/second over the baseline's, round by round
     first_step_seconds: Spread
     first_step_ratio: Spread
 
 
-def summarise(samples: list[Sample]) -> list[Row]:
-    reference = {(s.replicas, s.round): s for s in samples if s.variant == REFERENCE}
+def summarise(samples: list[Sample], baseline: str = REFERENCE) -> list[Row]:
+    reference = {(s.replicas, s.round): s for s in samples if s.variant == baseline}
+    if not reference:
+        raise ValueError(f"no runs of the baseline {baseline!r} among the samples")
     rows = []
     for replicas, variant in dict.fromkeys((s.replicas, s.variant) for s in samples):
         runs = [s for s in samples if (s.replicas, s.variant) == (replicas, variant)]
@@ -75,9 +78,9 @@ def summarise(samples: list[Sample]) -> list[Row]:
     return rows
 
 
-def markdown_table(rows: list[Row]) -> str:
+def markdown_table(rows: list[Row], baseline: str = REFERENCE) -> str:
     lines = [
-        "| replicas | variant | examples/s | x reference | first step (s) | x reference | overrides |",
+        f"| replicas | variant | examples/s | x {baseline} | first step (s) | x {baseline} | overrides |",
         "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
@@ -89,7 +92,7 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[Row], path: str, title: str) -> None:
+def plot(rows: list[Row], path: str, title: str, baseline: str = REFERENCE) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,8 +102,8 @@ def plot(rows: list[Row], path: str, title: str) -> None:
     positions = range(len(rows))
     figure, (speed, startup) = plt.subplots(1, 2, figsize=(12, 0.45 * len(rows) + 1.8), sharey=True)
     for axis, key, marks, xlabel in (
-        (speed, "speed_ratio", (0.97, 1.5), "examples/s, x the reference (median; bars: min-max)"),
-        (startup, "first_step_ratio", (1.2,), "start-up to first step, x the reference"),
+        (speed, "speed_ratio", (0.97, 1.5), f"examples/s, x {baseline} (median; bars: min-max)"),
+        (startup, "first_step_ratio", (1.2,), f"start-up to first step, x {baseline}"),
     ):
         spreads = [getattr(row, key) for row in rows]
         colors = ["0.6" if row.variant.startswith(REFERENCE) else f"C{row.replicas - 1}" for row in rows]

@@ -3,8 +3,10 @@
 Every round runs each (replicas, variant) once, starting one place later than the round before, so
 no variant always runs first or right after another. Each run is a fresh process (the CPU split needs
 one). Results: a Markdown table (stdout, and --markdown), raw samples (--json), a chart (--chart).
+`--from-json` makes the table and chart again from saved samples, e.g. against another `--baseline`.
 
-    python -m bench --train-examples 20000 --epochs 3 --repeats 3
+    python -m bench --train-examples 20000 --epochs 3 --repeats 3 --json bench.json
+    python -m bench --from-json bench.json --baseline reference+heap
 """
 
 from __future__ import annotations
@@ -64,9 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--json", help="write the raw samples here")
     parser.add_argument("--markdown", help="write the machine, the table and the tracker's cost here")
     parser.add_argument("--chart", help="write the PNG chart here")
+    parser.add_argument("--baseline", default=REFERENCE,
+                        help="the variant every ratio is taken against (default: reference)")
+    parser.add_argument("--from-json", help="run nothing: report the samples a --json file holds")
     args = parser.parse_args(argv)
-    if REFERENCE not in [spec.partition("=")[0] for spec in args.variants]:
-        parser.error("--variants must include `reference`: every ratio is taken against it")
+    if not args.from_json and args.baseline not in [spec.partition("=")[0] for spec in args.variants]:
+        parser.error(f"--variants must include the baseline `{args.baseline}`: every ratio is taken against it")
     return args
 
 
@@ -102,8 +107,51 @@ def tracker_section(tracking_uri: str, workdir: str, runner_run_dir: str, rows, 
     return "\n".join(lines) + "\n"
 
 
+def describe(args: argparse.Namespace) -> dict[str, str]:
+    """The machine and the workload, as the report's heading states them."""
+    data = f"Fashion-MNIST ({args.data_dir})" if args.data_dir else "synthetic data"
+    return {"machine": machine(),
+            "workload": f"{data}, {args.train_examples} training examples, batch 64 per replica, {args.epochs} "
+                        f"epochs per run (examples/s: the median of epochs 2-{args.epochs}), {args.repeats} "
+                        f"interleaved rounds; medians with (min-max)",
+            "title": f"runner vs the tutorial's loop ({args.train_examples} examples, {args.repeats} rounds)"}
+
+
+def save(path: str, about: dict[str, str], samples: list[Sample]) -> None:
+    with open(path, "w") as handle:
+        json.dump({**about, "samples": [dataclasses.asdict(s) for s in samples]}, handle, indent=1)
+
+
+def load(path: str) -> tuple[dict[str, str], list[Sample]]:
+    with open(path) as handle:
+        saved = json.load(handle)
+    samples = [Sample(**{**s, "overrides": tuple(s["overrides"]),
+                         "epoch_examples_per_second": tuple(s["epoch_examples_per_second"])})
+               for s in saved.pop("samples")]
+    return saved, samples
+
+
+def report(args: argparse.Namespace, about: dict[str, str], rows, tracker_text: str = "") -> None:
+    text = f"Machine: {about['machine']}.\n\nWorkload: {about['workload']}.\n\n"
+    text += markdown_table(rows, args.baseline) + (f"\n{tracker_text}" if tracker_text else "")
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    if args.chart:
+        plot(rows, args.chart, about["title"], args.baseline)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.from_json:
+        about, samples = load(args.from_json)
+        try:
+            rows = summarise(samples, args.baseline)
+        except ValueError as error:
+            sys.exit(f"error: {error} in {args.from_json}; pick one of its variants as --baseline")
+        report(args, about, rows)
+        return
+    about = describe(args)
     work = Workload(args.data_dir, args.train_examples, args.epochs)
     variants = [parse_variant(spec, replicas) for replicas in args.replicas for spec in args.variants]
     workdir = tempfile.mkdtemp(prefix="bench-")
@@ -124,22 +172,11 @@ def main(argv=None) -> None:
                       f"{sample.examples_per_second:.0f} examples/s, first step {sample.first_step_seconds:.1f} s",
                       file=sys.stderr, flush=True)
                 if args.json:
-                    with open(args.json, "w") as handle:
-                        json.dump([dataclasses.asdict(s) for s in samples], handle, indent=1)
-        rows = summarise(samples)
-        data = f"Fashion-MNIST ({args.data_dir})" if args.data_dir else "synthetic data"
-        heading = (f"Machine: {machine()}.\n\nWorkload: {data}, {args.train_examples} training examples, "
-                   f"batch 64 per replica, {args.epochs} epochs per run (examples/s: the median of epochs 2-"
-                   f"{args.epochs}), {args.repeats} interleaved rounds; medians with (min-max).\n\n")
-        text = heading + markdown_table(rows)
-        if runner_run_dir:
-            text += "\n" + tracker_section(tracking_uri, workdir, runner_run_dir, rows, args.train_examples)
-        print(text)
-        if args.markdown:
-            Path(args.markdown).write_text(text)
-        if args.chart:
-            plot(rows, args.chart, f"runner vs the tutorial's loop ({args.train_examples} examples, "
-                                   f"{args.repeats} rounds)")
+                    save(args.json, about, samples)
+        rows = summarise(samples, args.baseline)
+        tracker_text = tracker_section(tracking_uri, workdir, runner_run_dir, rows, args.train_examples) \
+            if runner_run_dir else ""
+        report(args, about, rows, tracker_text)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -99,6 +99,28 @@ def test_bench_ratios_pair_each_run_with_the_reference_of_its_round():
     assert "| 1 | for_in | 225 (150-300) | 1.50 (1.50-1.50) |" in markdown_table([reference, for_in])
 
 
+def test_bench_reports_saved_samples_against_another_baseline(tmp_path, capsys):
+    from bench.report import Sample
+    from bench.run import main, save
+
+    def sample(variant, round_, speed):
+        return Sample(variant, 1, round_, (), (1.0, speed, speed), 5.0, 10.0)
+
+    samples = [sample("reference", 0, 100), sample("reference+heap", 0, 200), sample("for_in", 0, 220),
+               sample("reference", 1, 50), sample("reference+heap", 1, 100), sample("for_in", 1, 105)]
+    saved = tmp_path / "bench.json"
+    save(str(saved), {"machine": "a test machine", "workload": "two rounds", "title": "t"}, samples)
+    table = tmp_path / "table.md"
+    main(["--from-json", str(saved), "--baseline", "reference+heap", "--markdown", str(table)])
+    text = table.read_text()
+    assert text.startswith("Machine: a test machine.") and text == capsys.readouterr().out.rstrip("\n") + "\n"
+    assert "| x reference+heap |" in text
+    assert "| 1 | reference | 75.00 (50.00-100.00) | 0.50 (0.50-0.50) |" in text
+    assert "| 1 | for_in | 162 (105-220) | 1.08 (1.05-1.10) |" in text  # 220/200 and 105/100, round by round
+    with pytest.raises(SystemExit, match="no runs of the baseline 'nonexistent'"):
+        main(["--from-json", str(saved), "--baseline", "nonexistent"])
+
+
 def test_the_reference_script_trains_and_reports(tmp_path):
     """The tutorial's loop, standalone: no runner, Hydra or MLflow is imported."""
     done = subprocess.run([sys.executable, str(REPO / "bench" / "reference.py"), "--train-examples=256",
