@@ -59,7 +59,7 @@ class ClusterSettings:
     kind: str = "none"
     workers: int = 2
     ps: int = 1
-    timeout_seconds: float = 300.0
+    timeout_seconds: float | None = None
     port_base: int = 8888
 
 
@@ -241,9 +241,9 @@ def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) ->
                      fix="pass the number of worker processes, e.g. cluster.workers=2"),
         ps=_int("cluster.ps", node.get("ps", 1), minimum=1,
                 fix="pass the number of parameter server processes, e.g. cluster.ps=1"),
-        timeout_seconds=_number(
-            "cluster.timeout_seconds", node.get("timeout_seconds", 300), minimum=1,
-            fix="pass how long an all-reduce may wait for a peer, e.g. cluster.timeout_seconds=300"),
+        timeout_seconds=None if node.get("timeout_seconds") is None else _number(
+            "cluster.timeout_seconds", node["timeout_seconds"], minimum=1,
+            fix="pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null"),
         port_base=_int("cluster.port_base", node.get("port_base", 8888), minimum=1,
                        fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"),
     )

@@ -67,14 +67,18 @@ def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _multi_worker_mirrored(settings: StrategySettings, resolver, timeout_seconds: float) -> tf.distribute.Strategy:
+def _multi_worker_mirrored(settings: StrategySettings, resolver, timeout_seconds: float | None
+                           ) -> tf.distribute.Strategy:
     if settings.communication == "nccl" and not tf.config.list_physical_devices("GPU"):
         raise RunnerError(
             "strategy.communication='nccl' is not valid on this machine: NCCL all-reduces between GPUs, and "
             "TensorFlow sees none. Fix: use strategy.communication=ring (or auto) on CPUs."
         )
     implementation = getattr(tf.distribute.experimental.CommunicationImplementation, settings.communication.upper())
-    # Without a timeout a collective waits forever for a peer that died.
+    # A dead or frozen peer needs no timeout: the strategy starts TensorFlow's coordination service, whose
+    # heartbeats find it within seconds and abort every pending collective. A timeout costs a thread per
+    # all-reduce for that long (TensorFlow schedules the abort on a thread of its own that sleeps until
+    # then), thousands at a few steps per second: only when the user asks for it.
     options = tf.distribute.experimental.CommunicationOptions(implementation=implementation,
                                                               timeout_seconds=timeout_seconds)
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
@@ -89,9 +93,11 @@ def _parameter_server(settings: StrategySettings, resolver) -> tf.distribute.Str
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
-def build_strategy(settings: StrategySettings, resolver=None, timeout_seconds: float = 300.0) -> tf.distribute.Strategy:
+def build_strategy(settings: StrategySettings, resolver=None, timeout_seconds: float | None = None
+                   ) -> tf.distribute.Strategy:
     """Create the strategy named by settings.name; the multi-process strategies need this task's
-    cluster resolver, and their collectives give up on a silent peer after timeout_seconds."""
+    cluster resolver, and MultiWorkerMirrored's all-reduces give up after timeout_seconds (None: never,
+    a dead peer is found by TensorFlow's heartbeats)."""
     name = settings.name
     devices = _local_devices(settings)
     if name == "default":
