@@ -58,6 +58,7 @@ class Controller:
         self.listeners = list(listeners)
         self.epochs = epochs
         self.guard = guard or PreemptionGuard()
+        self.epoch: int | None = None  # the epoch being trained, once training has started
 
     def train_one_epoch(self, epoch: int) -> EpochResult:
         state = self.state
@@ -107,6 +108,7 @@ class Controller:
         history = []
         try:
             for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
+                self.epoch = epoch
                 result = self.train_one_epoch(epoch)
                 # Metrics first, then the checkpoint: a run killed in between re-trains this epoch on
                 # resume, and the tracker does not log an epoch twice.

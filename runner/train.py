@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -98,6 +99,9 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     # Created only now: an MLflow client makes its sqlite file, and a setup error must leave nothing behind.
     tracker = MlflowTracker(settings.mlflow) if task.chief else NullTracker()
     guard = PreemptionGuard()
+    controller = Controller(state, loop, evaluate, checkpointer,
+                            EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
+                            settings.epochs, guard)
     with guard.installed():
         run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
                                          "global_batch_size": global_batch, "learning_rate": target_lr})
@@ -113,9 +117,6 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
             with guard.deferred():
                 tracker.log_text(_to_yaml(config), "config.yaml")
                 tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
-            controller = Controller(state, loop, evaluate, checkpointer,
-                                    EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
-                                    settings.epochs, guard)
             history = controller.run()
             eval_accuracy, histories = float("nan"), {}
             with guard.deferred():
@@ -131,12 +132,42 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
             tracker.finish(error, resumable=True)
             raise Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
                             f"and resumable: re-run the same command with hydra.run.dir={run_dir}") from None
+        except _PEER_FAILURES as error:
+            if task.type is None:  # one process: no peer to blame
+                tracker.finish(error)
+                raise
+            failure = _peer_failure(error, task, controller.epoch, checkpointer.latest, run_dir)
+            tracker.finish(failure)
+            # Free TensorFlow's frames now: they hold the thread pool of the aborted all-reduce, which would
+            # otherwise be collected at interpreter exit and print its own traceback after our paragraph.
+            error.__traceback__ = None
+            raise failure from None
         except BaseException as error:
             tracker.finish(error)
             raise
         tracker.finish()
     final_metrics = {key: points[-1][1] for key, points in histories.items()}
     return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, global_batch, target_lr)
+
+
+# What a collective or a remote op raises when another task of the cluster died or stopped answering.
+_PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError)
+
+
+def _peer_failure(error: tf.errors.OpError, task: Task, epoch: int | None, latest: str | None, run_dir: str
+                  ) -> RunnerError:
+    """The one paragraph for a cluster that lost a task mid-run (TensorFlow's message names the task)."""
+    reason = " ".join(re.sub(r"\{\{[^}]*\}\}", " ", error.message).split())
+    if len(reason) > 400:
+        reason = reason[:400] + "..."
+    kept = f"the checkpoints up to {latest} are kept" if latest else "no checkpoint had been written yet"
+    return RunnerError(
+        f"another task of the cluster failed or stopped answering "
+        f"{f'during epoch {epoch}' if epoch else 'before training started'}, so {task.name} stopped "
+        f"too ({type(error).__name__}: {reason}); {kept}. Fix: find the cause in the failed task's log, then "
+        f"start every task again with the same command and hydra.run.dir={run_dir} to resume from the last "
+        "checkpoint."
+    )
 
 
 def _worker_dataset_fn(arrays: data.Arrays, global_batch: int, seed: int):
