@@ -162,6 +162,12 @@ def test_cluster_options_compose():
     for kind in ("tf_config", "slurm"):
         assert _settings("strategy=multi_worker_mirrored", f"cluster={kind}").cluster.kind == kind
     assert _settings().cluster.kind == "none" and _settings().strategy.communication == "auto"
+    # No all-reduce timeout unless asked for: each timed all-reduce holds a thread for the whole timeout.
+    assert _settings("strategy=multi_worker_mirrored", "cluster=local").cluster.timeout_seconds is None
+    assert _settings("strategy=multi_worker_mirrored", "cluster=local",
+                     "cluster.timeout_seconds=60").cluster.timeout_seconds == 60.0
+    with pytest.raises(RunnerError, match=r"cluster.timeout_seconds=0 is not valid.*Fix: .*or null"):
+        _settings("strategy=multi_worker_mirrored", "cluster=local", "cluster.timeout_seconds=0")
 
 
 @pytest.mark.parametrize(
@@ -320,9 +326,11 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     os.kill(tasks["worker 1"], signal.SIGKILL)
     output = launcher.finish(timeout=120)
     assert launcher.process.returncode == 2, output[-3000:]
-    # The launcher's one paragraph ends the output (the chief's own last words come before it).
-    [error] = [line for line in output.splitlines() if line.startswith("error: ")]
+    # The launcher's one paragraph ends the output. The chief's own last words come before it: when the
+    # chief saw its peer go before the launcher stopped it, its paragraph on the lost peer.
+    *chief_errors, error = [line for line in output.splitlines() if line.startswith("error: ")]
     assert output.strip().splitlines()[-1] == error
+    assert all(line.startswith("error: another task of the cluster failed") for line in chief_errors), chief_errors
     assert error.startswith("error: worker 1 of the local cluster") and "killed by SIGKILL" in error, error
     assert "Fix:" in error and str(launcher.run_dir / "tasks" / "worker-1.log") in error
     # No task outlives the job: not the killed one, not the chief the launcher stopped.
@@ -331,3 +339,66 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     client, run = _only_run(tmp_path)
     assert run.info.status == "FAILED"
     assert "worker 1 of the local cluster" in run.data.tags["error"]
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as handle:
+        return int(next(line.split()[1] for line in handle if line.startswith("Threads:")))
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_keeps_no_thread_per_all_reduce(tmp_path):
+    """A timed all-reduce holds a thread for the whole timeout: with one per step, a long run dies of it."""
+    launcher = _Launcher(tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2",
+                         "dataset.train_examples=4096", "epochs=3")  # 32 steps an epoch, several all-reduces each
+    launcher.wait_for("epoch 1/3")
+    tasks = launcher.task_pids()
+    after_one = {name: _threads(pid) for name, pid in tasks.items()}
+    launcher.wait_for("epoch 2/3")
+    after_two = {name: _threads(pid) for name, pid in tasks.items()}
+    output = launcher.finish()
+    assert launcher.process.returncode == 0, output[-3000:]
+    # An epoch of 32 steps held about 200 more threads per worker with a 300 s all-reduce timeout.
+    assert all(after_two[name] - after_one[name] < 50 for name in tasks), (after_one, after_two)
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
+    """No launcher watches a TF_CONFIG cluster: TensorFlow's heartbeats must find a peer that froze."""
+    from runner.local_cluster import _free_ports
+
+    run_dir, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    workers = [f"localhost:{port}" for port in _free_ports(2)]
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "runner", *SMALL, "strategy=multi_worker_mirrored", "cluster=tf_config", "epochs=50",
+         "dataset.train_examples=2048", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"worker-{index}.err", "w"),
+        env=_env(TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})))
+        for index in range(2)]
+    chief, worker = processes
+    try:
+        _wait_for_checkpoint(run_dir, chief)
+        worker.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        chief.wait(timeout=120)
+        assert time.monotonic() - frozen < 60
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    stderr = (tmp_path / "worker-0.err").read_text()
+    assert chief.returncode == 2, stderr[-3000:]
+    [error] = stderr.strip().splitlines()[-1:]
+    assert error.startswith("error: another task of the cluster failed or stopped answering during epoch "), error
+    assert "/job:worker/replica:0/task:1" in error and "the checkpoints up to " in error
+    assert f"hydra.run.dir={run_dir}" in error and "Traceback" not in stderr
+    client, run = _only_run(tmp_path)
+    assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
+
+
+def _wait_for_checkpoint(run_dir: Path, chief: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
+        assert chief.poll() is None, "the chief ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.2)
