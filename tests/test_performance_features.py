@@ -132,3 +132,15 @@ def test_the_reference_script_trains_and_reports(tmp_path):
     assert all(event["examples_per_second"] > 0 for event in events[1:])
     source = (REPO / "bench" / "reference.py").read_text()
     assert "import runner" not in source and "hydra" not in source and "mlflow" not in source
+
+
+def test_startup_breakdown_times_what_each_library_adds_in_fresh_interpreters():
+    from bench.startup import PHASES, markdown_table, measure
+
+    costs = measure(repeats=1)
+    assert list(costs) == [name for name, _, _ in PHASES[1:]]
+    # Real interpreters doing real work: importing TensorFlow alone takes seconds. (The smaller phases are
+    # differences of two timings, which one round cannot tell from noise.)
+    assert costs["tensorflow"] > 0.5, costs
+    table = markdown_table(costs)
+    assert all(f"| {name} | {costs[name]:.2f} |" in table for name in costs)
