@@ -1,12 +1,13 @@
 """The iteration styles: how the distributed train step is driven through one epoch.
 
 Each style wraps the same ReplicaSteps.distributed_train_step; none re-implements the step.
-`train_epoch(epoch, progress)` returns the sum of the per-step (replica-summed) losses and the step
-count. `make_dataset(first_epoch, epochs, skip_batches)` gives a distributed training dataset.
+`train_epoch(epoch, progress)` returns the sum of the per-step (replica-summed) losses and how many
+steps it sums. `make_dataset(first_epoch, epochs, skip_batches)` gives a distributed training dataset.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Protocol
 
 import tensorflow as tf
@@ -14,6 +15,7 @@ import tensorflow as tf
 from runner.steps import ReplicaSteps
 
 MakeDataset = Callable[..., object]
+log = logging.getLogger("runner")
 
 
 class Progress(Protocol):
@@ -143,13 +145,24 @@ class CoordinatorLoop:
     def train_epoch(self, epoch: int, progress: Progress):
         losses = [self.coordinator.schedule(self.train_step, args=(self.iterator,))
                   for _ in range(self.steps_per_epoch)]
-        total = 0.0
+        total, read, value = 0.0, 0, 0.0
         for loss in losses:  # scheduling order, roughly the order the workers finish them in
-            value = float(loss.fetch())
-            total += value
+            try:
+                value = float(loss.fetch())
+                total += value
+                read += 1
+            except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+                # TensorFlow re-runs a step whose worker died, but not the reading of a finished step's
+                # result, which stays on its worker: the step counts (its update is on the parameter
+                # servers), its loss is gone. A parameter server's failure is the job's.
+                if "/job:ps" in str(error):
+                    raise
             progress.advance(1, value)
         self.coordinator.join()
-        return total, self.steps_per_epoch
+        if read < len(losses):
+            log.warning("epoch %d: the losses of %d steps were lost with a worker that died before they were read; "
+                        "train_loss is the mean of the other %d", epoch, len(losses) - read, read)
+        return (total if read else float("nan")), max(read, 1)
 
 
 
