@@ -369,12 +369,13 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
 
     run_dir, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
     workers = [f"localhost:{port}" for port in _free_ports(2)]
+    logs = [open(tmp_path / f"worker-{index}.err", "w") for index in range(2)]
     processes = [subprocess.Popen(
         [sys.executable, "-m", "runner", *SMALL, "strategy=multi_worker_mirrored", "cluster=tf_config", "epochs=50",
          "dataset.train_examples=2048", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"worker-{index}.err", "w"),
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
         env=_env(TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})))
-        for index in range(2)]
+        for index, log in enumerate(logs)]
     chief, worker = processes
     try:
         _wait_for_checkpoint(run_dir, chief)
@@ -383,9 +384,10 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
         chief.wait(timeout=120)
         assert time.monotonic() - frozen < 60
     finally:
-        for process in processes:
+        for process, log in zip(processes, logs):
             process.kill()
             process.wait()
+            log.close()
     stderr = (tmp_path / "worker-0.err").read_text()
     assert chief.returncode == 2, stderr[-3000:]
     [error] = stderr.strip().splitlines()[-1:]
