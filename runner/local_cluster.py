@@ -196,13 +196,13 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
     while True:
         code = chief.process.poll()
         if code is not None:
-            dead = next((t for t in others if t.process.poll() not in (None, 0)), None)
             if code == 0:
                 return 0, None
-            if dead is not None:
-                return code, _died(dead, run_dir)
-            if code < 0:
+            if code < 0:  # killed: it could not say why
                 return code, _died(chief, run_dir)
+            dead = next((t for t in others if t.process.poll() not in (None, 0)), None)
+            if dead is not None and not _same_mistake(code, dead.process.returncode):
+                return code, _died(dead, run_dir)
             return code, None  # the chief printed its own error
         for task in list(others):
             status = task.process.poll()
@@ -219,10 +219,17 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 deadline = time.monotonic() + FAILURE_GRACE_SECONDS
                 while chief.process.poll() is None and time.monotonic() < deadline:
                     time.sleep(POLL_SECONDS)
-                if chief.process.returncode == 2:
+                if _same_mistake(chief.process.returncode, status):
                     return 2, None  # a mistake every task made, which the chief explained itself
                 return chief.process.returncode or 1, _died(task, run_dir)
         time.sleep(POLL_SECONDS)
+
+
+def _same_mistake(chief_status: int | None, task_status: int) -> bool:
+    """Both exited 2 (a RunnerError paragraph): a mistake every task hit, which the chief explained. A
+    task that was killed, or crashed, is the cause even when the chief then stopped with status 2 (its
+    paragraph on the lost peer)."""
+    return chief_status == 2 and task_status == 2
 
 
 def _how(status: int) -> str:

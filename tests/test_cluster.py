@@ -229,6 +229,67 @@ def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
         resolve(settings)
 
 
+def _exiting_task(tmp_path: Path, type_: str, index: int, code: str):
+    """A real process standing in for a cluster task: it runs `code` and ends as that code says."""
+    from runner.local_cluster import _Task
+
+    log_path = None if type_ == "chief" else str(tmp_path / f"{type_}-{index}.log")
+    task = _Task(type_, index, "{}", log_path)
+    output = open(log_path, "w") if log_path else subprocess.DEVNULL
+    task.process = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=subprocess.STDOUT)
+    task.started = time.monotonic()
+    if log_path:
+        output.close()
+    return task
+
+
+_KILLED = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+_LOST_PEER = "import sys, time; time.sleep({delay}); print('error: another task of the cluster failed'); sys.exit(2)"
+_MISTAKE = "import sys; print('error: strategy.communication=nccl is not valid'); sys.exit(2)"
+
+
+@pytest.mark.parametrize("chief_delay", [1.0, 0.0], ids=["launcher-sees-the-worker-first", "chief-ends-first"])
+def test_the_launcher_blames_the_killed_task_not_the_chief_that_lost_it(tmp_path, chief_delay):
+    """The chief stops with status 2 and its own paragraph when a peer dies; whichever the launcher sees
+    first, the job's error names the task that was killed."""
+    from runner.local_cluster import _watch
+
+    chief = _exiting_task(tmp_path, "chief", 0, _LOST_PEER.format(delay=chief_delay))
+    worker = _exiting_task(tmp_path, "worker", 1, _KILLED)
+    if not chief_delay:  # both are gone before the launcher looks: it sees the chief's status first
+        chief.process.wait()
+        worker.process.wait()
+    status, error = _watch([chief, worker], None, str(tmp_path))
+    assert status == 2
+    assert error is not None and error.startswith("worker 1 of the local cluster (pid "), error
+    assert "killed by SIGKILL" in error and f"Its log: {tmp_path / 'worker-1.log'}" in error
+
+
+def test_a_mistake_every_task_made_is_left_to_the_chief_to_explain(tmp_path):
+    from runner.local_cluster import _watch
+
+    chief = _exiting_task(tmp_path, "chief", 0, _MISTAKE)
+    worker = _exiting_task(tmp_path, "worker", 1, _MISTAKE)
+    chief.process.wait()
+    worker.process.wait()
+    assert _watch([chief, worker], None, str(tmp_path)) == (2, None)
+    # The worker's mistake seen first: the launcher waits for the chief's own paragraph.
+    chief = _exiting_task(tmp_path, "chief", 0, "import time; time.sleep(1); " + _MISTAKE)
+    worker = _exiting_task(tmp_path, "worker", 1, _MISTAKE)
+    assert _watch([chief, worker], None, str(tmp_path)) == (2, None)
+
+
+def test_a_chief_killed_by_a_signal_is_the_one_named(tmp_path):
+    from runner.local_cluster import _watch
+
+    chief = _exiting_task(tmp_path, "chief", 0, _KILLED)
+    worker = _exiting_task(tmp_path, "worker", 1, _LOST_PEER.format(delay=0))
+    chief.process.wait()
+    worker.process.wait()
+    status, error = _watch([chief, worker], None, str(tmp_path))
+    assert status == -9 and error.startswith("chief 0 (the chief) of the local cluster"), error
+
+
 # -- real clusters ------------------------------------------------------------------------------------------------
 
 def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_path):
