@@ -28,6 +28,20 @@ def live_members(group: int) -> list[int]:
     return pids
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of a process, from /proc."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:  # it exited while we looked
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(Path(stat).parent.name))
+    return found
+
+
 def is_running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:

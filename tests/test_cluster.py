@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY, compose, metric_history, mlflow_client, run_cli
+from processes import children
 from runner.errors import RunnerError
 from runner.settings import from_config
 
@@ -52,21 +53,6 @@ def _only_run(tmp_path: Path):
 
 def _losses(client, run_id: str) -> list[float]:
     return [value for _, value in metric_history(client, run_id, "train_loss")]
-
-
-def _children(pid: int) -> list[int]:
-    """The direct children of a process, from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def _task_of(pid: int) -> dict | None:
@@ -123,7 +109,7 @@ class _Launcher:
             time.sleep(0.1)
 
     def task_pids(self) -> dict[str, int]:
-        return {f"{task['type']} {task['index']}": pid for pid in _children(self.process.pid)
+        return {f"{task['type']} {task['index']}": pid for pid in children(self.process.pid)
                 if (task := _task_of(pid)) is not None}
 
     def finish(self, timeout: float = 240) -> str:
