@@ -39,13 +39,24 @@ def main(cfg: DictConfig) -> float:
             from runner.local_cluster import launch
 
             return launch(settings, hydra_config)[objective]
-        # Imported after validation: a mistyped override fails before TensorFlow loads.
-        from runner.cluster import join
+        tracker = None
+        if settings.cluster.kind == "none":
+            # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile.
+            from runner.tracker_process import TrackerProcess
 
-        task = join(settings)  # a parameter server (or a parameter_server worker) serves here until stopped
-        from runner.train import run
+            tracker = TrackerProcess(settings.mlflow)
+        try:
+            # Imported after validation: a mistyped override fails before TensorFlow loads.
+            from runner.cluster import join
 
-        result = run(settings, config, hydra_config.runtime.output_dir, list(hydra_config.overrides.task), task)
+            task = join(settings)  # a parameter server (or a parameter_server worker) serves here until stopped
+            from runner.train import run
+
+            result = run(settings, config, hydra_config.runtime.output_dir, list(hydra_config.overrides.task),
+                         task, tracker)
+        finally:
+            if tracker is not None:
+                tracker.close()
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -319,7 +319,7 @@ def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: 
         return  # the chief never started its run
     from mlflow.entities import RunStatus
 
-    from runner.tracking import MlflowTracker
+    from runner.mlflow_tracker import MlflowTracker
 
     try:
         tracker = MlflowTracker(settings.mlflow)

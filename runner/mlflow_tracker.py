@@ -1,18 +1,16 @@
-"""MLflow tracking: one run per training job, with params, per-epoch metrics, checkpoints and curves.
+"""The MLflow tracker: one run per training job, with params, per-epoch metrics, checkpoints and curves.
 
 Uses MlflowClient with an explicit run id (no fluent global state), so the tracker is a plain
-listener on the controller's events and several trackers can live in one process.
+listener on the controller's events and several trackers can live in one process. The training
+process drives it in a process of its own (runner.tracker_process).
 """
 
 from __future__ import annotations
 
 import os
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Mapping
 
-import mlflow
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -20,49 +18,9 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
+from runner.tracking import ERROR_TAG, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id
 
-ERROR_TAG = "error"
-RESUMABLE_TAG = "resumable"
-RUN_ID_FILE = "mlflow_run_id.txt"
 _MAX_PARAMS_PER_BATCH = 100
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay values."""
-    flat = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def write_run_id(run_dir: str, run_id: str) -> None:
-    with open(os.path.join(run_dir, RUN_ID_FILE), "w") as handle:
-        handle.write(run_id + "\n")
-
-
-def resolved_tracking_uri(settings: MlflowSettings) -> str:
-    """mlflow.tracking_uri, or MLflow's own default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
-    return settings.tracking_uri or mlflow.get_tracking_uri()
-
-
-def check_reachable(tracking_uri: str | None, timeout: float = 10.0) -> None:
-    """Fail fast when an HTTP tracking server does not answer (MLflow itself retries for minutes)."""
-    if not tracking_uri or not tracking_uri.startswith(("http://", "https://")):
-        return
-    health = tracking_uri.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(health, timeout=timeout) as response:
-            response.read()
-    except (OSError, urllib.error.URLError) as error:
-        raise RunnerError(
-            f"mlflow.tracking_uri={tracking_uri!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
-            "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
-            "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
-        ) from None
 
 
 def _millis() -> int:
@@ -163,40 +121,24 @@ class MlflowTracker:
         for path in files:
             self.log_artifact(path, "checkpoints")
 
+    def close(self) -> None:
+        """Nothing to release: the client holds no process or connection of its own."""
+
     def finish(self, error: BaseException | None = None, resumable: bool = False) -> None:
         """FINISHED without an error; KILLED and tagged resumable after a preemption; FAILED otherwise."""
+        self.end(None if error is None else failure_message(error, resumable), resumable)
+
+    def end(self, message: str | None, resumable: bool = False) -> None:
+        """finish() with the error already put in words (see runner.tracking.failure_message)."""
         if self.run_id is None:
             return
-        if error is None:
+        if message is None:
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
             return
         if resumable:
             self.client.set_tag(self.run_id, RESUMABLE_TAG, "true")
-            self.client.set_tag(self.run_id, ERROR_TAG, f"{error} (resume: re-run the same command with the same "
-                                                        "hydra.run.dir)")
+            self.client.set_tag(self.run_id, ERROR_TAG, message)
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.KILLED))
             return
-        message = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         self.client.set_tag(self.run_id, ERROR_TAG, message[:5000])
         self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FAILED))
-
-
-class NullTracker:
-    """The tracker of a worker that is not the chief: it trains in step with the chief, which alone
-    logs, so a job has one MLflow run whatever its number of workers."""
-
-    tracking_uri = None
-    run_id = None
-
-    def start(self, *args, **kwargs) -> None:
-        return None
-
-    def log_text(self, *args, **kwargs) -> None: ...
-    def log_artifact(self, *args, **kwargs) -> None: ...
-    def log_metrics(self, *args, **kwargs) -> None: ...
-    def on_epoch_end(self, result) -> None: ...
-    def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None: ...
-    def finish(self, *args, **kwargs) -> None: ...
-
-    def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
-        return {}

@@ -121,7 +121,7 @@ def start_parent_run(config: DictConfig) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from runner.tracking import get_or_create_experiment
+    from runner.mlflow_tracker import get_or_create_experiment
 
     sweep_dir = sweep_dir_of(config)
     os.makedirs(sweep_dir, exist_ok=True)

@@ -29,7 +29,7 @@ from runner.progress import EpochProgress
 from runner.settings import Settings
 from runner.steps import ReplicaSteps, TrainingState
 from runner.strategy import build_strategy
-from runner.tracking import MlflowTracker, NullTracker, check_reachable, flatten, resolved_tracking_uri
+from runner.tracking import NullTracker, check_reachable, flatten
 
 log = logging.getLogger("runner")
 
@@ -50,15 +50,17 @@ class RunResult:
 
 
 def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: Sequence[str] = (),
-        task: Task = SINGLE_PROCESS) -> RunResult:
+        task: Task = SINGLE_PROCESS, tracker=None) -> RunResult:
     """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs.
 
     A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run.
     In a cluster every MultiWorkerMirrored worker trains, and only the chief (`task`) tracks, keeps
-    checkpoints and evaluates the restored model; a non-chief's result has no run id.
+    checkpoints and evaluates the restored model; a non-chief's result has no run id. `tracker` is the
+    chief's (a runner.tracker_process.TrackerProcess started before TensorFlow was imported, which the
+    caller closes); None: an MlflowTracker in this process.
     """
     os.makedirs(run_dir, exist_ok=True)
-    check_reachable(resolved_tracking_uri(settings.mlflow))
+    check_reachable(settings.mlflow)
     strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
     arrays = data.load_arrays(settings.dataset, settings.seed)
     replicas = strategy.num_replicas_in_sync
@@ -96,15 +98,21 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                          settings.loop.steps_per_call, done_epochs)
         evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
 
-    # Created only now: an MLflow client makes its sqlite file, and a setup error must leave nothing behind.
-    tracker = MlflowTracker(settings.mlflow) if task.chief else NullTracker()
+    if not task.chief:
+        tracker = NullTracker()
+    elif tracker is None:
+        # Created only now: an MLflow client makes its sqlite file, and a setup error must leave nothing behind.
+        from runner.mlflow_tracker import MlflowTracker
+
+        tracker = MlflowTracker(settings.mlflow)
     guard = PreemptionGuard()
     controller = Controller(state, loop, evaluate, checkpointer,
                             EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
                             settings.epochs, guard)
     with guard.installed():
-        run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
-                                         "global_batch_size": global_batch, "learning_rate": target_lr})
+        with guard.deferred():
+            run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
+                                             "global_batch_size": global_batch, "learning_rate": target_lr})
         if task.chief:
             log.info("MLflow run %s in experiment %r at %s; outputs in %s",
                      run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)

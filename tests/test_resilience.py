@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import TINY, metric_history, mlflow_client, run_cli, start_cli
+from processes import children, is_running
 from test_data import write_fashion_mnist, write_idx
 
 pytestmark = pytest.mark.slow
@@ -85,9 +86,13 @@ def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterru
     process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
     _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(1.0)  # into epoch 2
+    helpers = children(process.pid)  # the MLflow tracker process (runner.tracker_process) among them
+    assert helpers
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL
+    _wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=10,
+              what="the training process's helpers to end with it")
     _resume_and_check(tmp_path, "run", uninterrupted)
 
 

@@ -1,0 +1,86 @@
+"""What tracking a job is made of, without MLflow: the run-directory file and tag names, params from the
+config, the reachability check of a tracking server, and the tracker of a task that does not track.
+
+The MLflow tracker itself is runner.mlflow_tracker; the training process reaches it through
+runner.tracker_process, so that neither it nor this module makes the training process import MLflow.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from typing import Any, Mapping
+
+from runner.errors import RunnerError
+from runner.settings import MlflowSettings
+
+ERROR_TAG = "error"
+RESUMABLE_TAG = "resumable"
+RUN_ID_FILE = "mlflow_run_id.txt"
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists stay values."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def write_run_id(run_dir: str, run_id: str) -> None:
+    with open(os.path.join(run_dir, RUN_ID_FILE), "w") as handle:
+        handle.write(run_id + "\n")
+
+
+def failure_message(error: BaseException, resumable: bool = False) -> str:
+    """The `error` tag of a run that ended with `error` (KILLED and resumable, or FAILED)."""
+    if resumable:
+        return f"{error} (resume: re-run the same command with the same hydra.run.dir)"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def check_reachable(settings: MlflowSettings, timeout: float = 10.0) -> None:
+    """Fail fast when an HTTP tracking server does not answer (MLflow itself retries for minutes).
+
+    The server is mlflow.tracking_uri, else $MLFLOW_TRACKING_URI; MLflow's own default is a local
+    sqlite file, never a server."""
+    tracking_uri = settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not tracking_uri or not tracking_uri.startswith(("http://", "https://")):
+        return
+    health = tracking_uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(health, timeout=timeout) as response:
+            response.read()
+    except (OSError, urllib.error.URLError) as error:
+        raise RunnerError(
+            f"mlflow.tracking_uri={tracking_uri!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
+            "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
+            "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
+        ) from None
+
+
+class NullTracker:
+    """The tracker of a worker that is not the chief: it trains in step with the chief, which alone
+    logs, so a job has one MLflow run whatever its number of workers."""
+
+    tracking_uri = None
+    run_id = None
+
+    def start(self, *args, **kwargs) -> None:
+        return None
+
+    def log_text(self, *args, **kwargs) -> None: ...
+    def log_artifact(self, *args, **kwargs) -> None: ...
+    def log_metrics(self, *args, **kwargs) -> None: ...
+    def on_epoch_end(self, result) -> None: ...
+    def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None: ...
+    def finish(self, *args, **kwargs) -> None: ...
+    def close(self) -> None: ...
+
+    def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
+        return {}

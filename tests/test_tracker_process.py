@@ -1,0 +1,90 @@
+"""The chief's MLflow tracker in a child process: the same run as an in-process MlflowTracker records,
+errors raised where the call was made, nothing created before the first call, no process left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from conftest import metric_history, mlflow_client
+from processes import is_running
+from runner.errors import RunnerError
+from runner.settings import MlflowSettings
+from runner.tracking import RUN_ID_FILE
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    """What the controller hands its listeners (runner.controller.EpochResult), in the part trackers read."""
+
+    epoch: int
+    loss: float
+
+    def metrics(self) -> dict[str, float]:
+        return {"train_loss": self.loss}
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    from runner.tracker_process import TrackerProcess
+
+    process = TrackerProcess(MlflowSettings(f"sqlite:///{tmp_path / 'mlflow.db'}", "tests", None))
+    yield process
+    process.close()
+
+
+def test_a_run_tracked_through_the_process_holds_params_metrics_artifacts_and_its_status(tmp_path, tracker):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    checkpoint = run_dir / "ckpt-1.index"
+    checkpoint.write_bytes(b"weights")
+    run_id = tracker.start(str(run_dir), {"batch": 64, "strategy.devices": None}, tags={"job_number": "3"})
+    assert (run_dir / RUN_ID_FILE).read_text().strip() == run_id == tracker.run_id
+    assert tracker.tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker.on_epoch_end(_Epoch(1, 0.9))
+    tracker.on_epoch_end(_Epoch(2, 0.5))
+    tracker.log_metrics({"train_loss": 0.9}, step=1)  # an epoch logged before a resume is not logged again
+    tracker.on_checkpoint_saved(2, [str(checkpoint)])
+    tracker.log_text("batch: 64\n", "config.yaml")
+    assert tracker.metric_histories() == {"train_loss": [(1, 0.9), (2, 0.5)]}
+    tracker.finish(ZeroDivisionError("the loss was divided by zero"))
+
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert run.data.params == {"batch": "64", "strategy.devices": "None"}
+    assert run.data.tags["job_number"] == "3"
+    assert metric_history(client, run_id, "train_loss") == [(1, 0.9), (2, 0.5)]
+    assert {a.path for a in client.list_artifacts(run_id)} == {"checkpoints", "config.yaml"}
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"] == "ZeroDivisionError: the loss was divided by zero"
+
+
+def test_an_error_in_the_child_is_raised_where_the_call_was_made(tmp_path, tracker):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tracker.start(str(run_dir), {"batch": 64})
+    tracker.finish(KeyboardInterrupt(), resumable=True)  # how a preempted run ends: KILLED and resumable
+    with pytest.raises(RunnerError, match=r"started with another configuration: batch=128 \(the run has 64\)"):
+        tracker.start(str(run_dir), {"batch": 128})
+    run = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(tracker.run_id)
+    assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"  # the refused start touched nothing
+
+
+def test_nothing_is_created_before_the_first_call_and_close_ends_the_child(tmp_path, tracker):
+    time.sleep(3)  # long enough for the child to import MLflow and open a store, were it to open one
+    assert not (tmp_path / "mlflow.db").exists()
+    child = tracker.pid
+    assert is_running(child)
+    tracker.close()
+    assert not is_running(child)
+
+
+def test_the_training_process_never_imports_mlflow():
+    code = ("import sys, runner.train, runner.tracker_process, runner.cluster; "
+            "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'alembic') if m in sys.modules))")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "[]"
