@@ -165,7 +165,7 @@ _PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.
 def _peer_failure(error: tf.errors.OpError, task: Task, epoch: int | None, latest: str | None, run_dir: str
                   ) -> RunnerError:
     """The one paragraph for a cluster that lost a task mid-run (TensorFlow's message names the task)."""
-    reason = " ".join(re.sub(r"\{\{[^}]*\}\}", " ", error.message).split())
+    reason = " ".join(re.sub(r"\{\{[^}]*\}\}", " ", _without_stack(error.message)).split())
     if len(reason) > 400:
         reason = reason[:400] + "..."
     kept = f"the checkpoints up to {latest} are kept" if latest else "no checkpoint had been written yet"
@@ -176,6 +176,22 @@ def _peer_failure(error: tf.errors.OpError, task: Task, epoch: int | None, lates
         f"start every task again with the same command and hydra.run.dir={run_dir} to resume from the last "
         "checkpoint."
     )
+
+
+def _without_stack(message: str) -> str:
+    """TensorFlow's own words: an error raised inside a tf.function starts with "Graph execution error:" and,
+    per node, "Detected at node ... defined at (most recent call last):" and the Python stack that built
+    it, which would fill the paragraph and push out the cause (the task that stopped answering)."""
+    kept, in_stack = [], False
+    for line in message.splitlines():
+        if line.startswith("Detected at node "):
+            in_stack = True
+        elif in_stack and (not line.strip() or line.startswith(" ") or line == "<stack traces unavailable>"):
+            pass
+        elif line.strip() != "Graph execution error:":
+            in_stack = False
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def _worker_dataset_fn(arrays: data.Arrays, global_batch: int, seed: int):

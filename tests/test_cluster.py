@@ -276,6 +276,34 @@ def test_a_chief_killed_by_a_signal_is_the_one_named(tmp_path):
     assert status == -9 and error.startswith("chief 0 (the chief) of the local cluster"), error
 
 
+def test_a_lost_peer_paragraph_keeps_tensorflows_cause_not_the_stack_of_the_graph_node():
+    """An all-reduce aborted inside a tf.function raises "Graph execution error" with the Python stack that
+    built the node first: the paragraph must still name the task TensorFlow says stopped answering."""
+    import tensorflow as tf
+
+    from runner.cluster import Task
+    from runner.train import _peer_failure
+
+    cause = "The following tasks are unhealthy (stopped sending heartbeats): /job:worker/replica:0/task:1"
+
+    def deep(x, depth):  # a long stack of Python frames above the node, as the runner's own has
+        return deep(x, depth - 1) if depth else tf.debugging.check_numerics(x, cause)
+
+    @tf.function
+    def step(x):
+        return deep(x, 30)
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        step(tf.constant(float("nan")))
+    assert raised.value.message.startswith("Graph execution error:")  # TensorFlow's format, stack first
+    assert raised.value.message.index(cause) > 400
+    error = _peer_failure(raised.value, Task("worker", 0, True), 3, "/runs/r/checkpoints/ckpt-32", "/runs/r")
+    message = str(error)
+    assert "/job:worker/replica:0/task:1" in message and "Detected at node" not in message, message
+    assert message.startswith("another task of the cluster failed or stopped answering during epoch 3, so worker 0")
+    assert "the checkpoints up to /runs/r/checkpoints/ckpt-32 are kept" in message and "\n" not in message
+
+
 # -- real clusters ------------------------------------------------------------------------------------------------
 
 def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_path):
