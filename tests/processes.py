@@ -13,33 +13,25 @@ import time
 from pathlib import Path
 
 
-def live_members(group: int) -> list[int]:
-    """Processes of a group that are still running (zombies waiting for their parent do not count)."""
-    pids = []
+def _stat_fields():
+    """(pid, the fields of /proc/<pid>/stat after the command name) for every process."""
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(stat) as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
         except OSError:  # it exited while we looked
             continue
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == group and state not in ("Z", "X"):
-            pids.append(int(Path(stat).parent.name))
-    return pids
+        yield int(Path(stat).parent.name), fields
+
+
+def live_members(group: int) -> list[int]:
+    """Processes of a group that are still running (zombies waiting for their parent do not count)."""
+    return [pid for pid, fields in _stat_fields() if int(fields[2]) == group and fields[0] not in ("Z", "X")]
 
 
 def children(pid: int) -> list[int]:
     """The direct children of a process, from /proc."""
-    found = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:  # it exited while we looked
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(Path(stat).parent.name))
-    return found
+    return [child for child, fields in _stat_fields() if int(fields[1]) == pid]
 
 
 def is_running(pid: int) -> bool:
