@@ -121,9 +121,6 @@ class MlflowTracker:
         for path in files:
             self.log_artifact(path, "checkpoints")
 
-    def close(self) -> None:
-        """Nothing to release: the client holds no process or connection of its own."""
-
     def finish(self, error: BaseException | None = None, resumable: bool = False) -> None:
         """FINISHED without an error; KILLED and tagged resumable after a preemption; FAILED otherwise."""
         self.end(None if error is None else failure_message(error, resumable), resumable)
