@@ -33,7 +33,7 @@ def _timed_ms(call) -> float:
 def measure_tracker(tracking_uri: str, run_dir: str, params: dict, checkpoint_dir: str, epochs: int = 10
                     ) -> TrackerCost:
     from runner.settings import MlflowSettings
-    from runner.mlflow_tracker import MlflowTracker
+    from runner.tracking.mlflow_tracker import MlflowTracker
 
     tracker = MlflowTracker(MlflowSettings(tracking_uri=tracking_uri, experiment_name="bench-tracker", run_name=None))
     os.makedirs(run_dir, exist_ok=True)

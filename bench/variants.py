@@ -19,7 +19,7 @@ from bench.measure import Finished
 
 REFERENCE_SCRIPT = Path(__file__).with_name("reference.py")
 REFERENCE_MARKER = '"event": "first_step"'
-RUNNER_MARKER = "first training step done"  # runner.progress.FIRST_STEP_MESSAGE, without importing TensorFlow
+RUNNER_MARKER = "first training step done"  # runner.training.progress.FIRST_STEP_MESSAGE, without importing TensorFlow
 REFERENCE = "reference"  # the variant every ratio is taken against
 _ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")  # Hydra keys here are lower case
 

@@ -1,6 +1,6 @@
 """`python -m runner [overrides]`: compose the config with Hydra, validate it, train.
 
-With `-m` (a sweep), each job trains in its own process instead: see runner.sweep_job.
+With `-m` (a sweep), each job trains in its own process instead: see runner.sweeps.job.
 """
 
 import logging
@@ -13,11 +13,11 @@ from omegaconf import DictConfig, OmegaConf
 
 import runner  # noqa: F401  (selects tf_keras before TensorFlow is imported)
 from runner.errors import RunnerError
-from runner.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
-from runner.preemption import Preempted
+from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
+from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
 from runner.settings import from_config
-from runner.sweep import objective_name
+from runner.sweeps.callback import objective_name
 
 log = logging.getLogger("runner")
 
@@ -28,7 +28,7 @@ def main(cfg: DictConfig) -> float:
     try:
         if hydra_config.mode == RunMode.MULTIRUN:
             # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
-            from runner.sweep_job import run_sweep_job
+            from runner.sweeps.job import run_sweep_job
 
             return run_sweep_job(cfg, hydra_config)
         config = OmegaConf.to_container(cfg, resolve=True)
@@ -36,18 +36,18 @@ def main(cfg: DictConfig) -> float:
         objective = objective_name(config)
         if settings.cluster.kind == "local":
             # This process starts and watches the cluster's tasks; its chief trains and writes the result.
-            from runner.local_cluster import launch
+            from runner.clusters.local import launch
 
             return launch(settings, hydra_config)[objective]
         tracker = None
         if settings.cluster.kind == "none":
             # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile.
-            from runner.tracker_process import TrackerProcess
+            from runner.tracking.tracker_process import TrackerProcess
 
             tracker = TrackerProcess(settings.mlflow)
         try:
             # Imported after validation: a mistyped override fails before TensorFlow loads.
-            from runner.cluster import join
+            from runner.clusters.roles import join
 
             task = join(settings)  # a parameter server (or a parameter_server worker) serves here until stopped
             from runner.train import run

@@ -1,6 +1,6 @@
 """`result.json`: a finished training job's final numbers, written into its run directory.
 
-It is how a training process hands its outcome to the sweep job that spawned it (runner.sweep_job),
+It is how a training process hands its outcome to the sweep job that spawned it (runner.sweeps.job),
 without that process having to parse logs or import TensorFlow.
 """
 

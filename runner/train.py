@@ -14,22 +14,22 @@ from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
-from runner import data
-from runner.checkpoints import Checkpointer, evaluate_without_strategy
-from runner.cluster import SINGLE_PROCESS, Task
-from runner.controller import Controller, EpochResult, make_evaluate
+from runner.training import data
+from runner.training.checkpoints import Checkpointer, evaluate_without_strategy
+from runner.clusters.roles import SINGLE_PROCESS, Task
+from runner.training.controller import Controller, EpochResult, make_evaluate
 from runner.errors import RunnerError
-from runner.loop import CoordinatorLoop, make_loop
-from runner.lr_scaling import effective_learning_rate, learning_rate
-from runner.model import build_model
-from runner.optimizer import build_optimizer
+from runner.training.loop import CoordinatorLoop, make_loop
+from runner.training.lr_scaling import effective_learning_rate, learning_rate
+from runner.training.model import build_model
+from runner.training.optimizer import build_optimizer
 from runner.plots import plot_curves
-from runner.preemption import Preempted, PreemptionGuard
-from runner.progress import EpochProgress
+from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.training.progress import EpochProgress
 from runner.settings import Settings
-from runner.steps import ReplicaSteps, TrainingState
-from runner.strategy import build_strategy
-from runner.tracking import NullTracker, check_reachable, flatten
+from runner.training.steps import ReplicaSteps, TrainingState
+from runner.training.strategy import build_strategy
+from runner.tracking.common import NullTracker, check_reachable, flatten
 
 log = logging.getLogger("runner")
 
@@ -56,7 +56,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run.
     In a cluster every MultiWorkerMirrored worker trains, and only the chief (`task`) tracks, keeps
     checkpoints and evaluates the restored model; a non-chief's result has no run id. `tracker` is the
-    chief's (a runner.tracker_process.TrackerProcess started before TensorFlow was imported, which the
+    chief's (a runner.tracking.tracker_process.TrackerProcess started before TensorFlow was imported, which the
     caller closes); None: an MlflowTracker in this process.
     """
     os.makedirs(run_dir, exist_ok=True)
@@ -102,7 +102,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         tracker = NullTracker()
     elif tracker is None:
         # Created only now: an MLflow client makes its sqlite file, and a setup error must leave nothing behind.
-        from runner.mlflow_tracker import MlflowTracker
+        from runner.tracking.mlflow_tracker import MlflowTracker
 
         tracker = MlflowTracker(settings.mlflow)
     guard = PreemptionGuard()

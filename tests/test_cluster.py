@@ -170,7 +170,7 @@ def test_cluster_options_compose():
       "multi_worker_mirrored", "host:port")],
 )
 def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
-    from runner.cluster import read_tf_config
+    from runner.clusters.roles import read_tf_config
 
     with pytest.raises(RunnerError) as raised:
         read_tf_config(tf_config, strategy)
@@ -179,7 +179,7 @@ def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
 
 
 def test_tf_config_roles():
-    from runner.cluster import _is_chief, _serves, read_tf_config
+    from runner.clusters.roles import _is_chief, _serves, read_tf_config
 
     spec = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
     config = read_tf_config(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}}), "parameter_server")
@@ -192,7 +192,7 @@ def test_tf_config_roles():
 
 def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
     """TensorFlow's SlurmClusterResolver, fed a SLURM job step of 4 tasks on two nodes (no nvidia-smi)."""
-    from runner.cluster import resolve
+    from runner.clusters.roles import resolve
 
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -217,7 +217,7 @@ def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
 
 def _exiting_task(tmp_path: Path, type_: str, index: int, code: str):
     """A real process standing in for a cluster task: it runs `code` and ends as that code says."""
-    from runner.local_cluster import _Task
+    from runner.clusters.local import _Task
 
     log_path = None if type_ == "chief" else str(tmp_path / f"{type_}-{index}.log")
     task = _Task(type_, index, "{}", log_path)
@@ -238,7 +238,7 @@ _MISTAKE = "import sys; print('error: strategy.communication=nccl is not valid')
 def test_the_launcher_blames_the_killed_task_not_the_chief_that_lost_it(tmp_path, chief_delay):
     """The chief stops with status 2 and its own paragraph when a peer dies; whichever the launcher sees
     first, the job's error names the task that was killed."""
-    from runner.local_cluster import _watch
+    from runner.clusters.local import _watch
 
     chief = _exiting_task(tmp_path, "chief", 0, _LOST_PEER.format(delay=chief_delay))
     worker = _exiting_task(tmp_path, "worker", 1, _KILLED)
@@ -252,7 +252,7 @@ def test_the_launcher_blames_the_killed_task_not_the_chief_that_lost_it(tmp_path
 
 
 def test_a_mistake_every_task_made_is_left_to_the_chief_to_explain(tmp_path):
-    from runner.local_cluster import _watch
+    from runner.clusters.local import _watch
 
     chief = _exiting_task(tmp_path, "chief", 0, _MISTAKE)
     worker = _exiting_task(tmp_path, "worker", 1, _MISTAKE)
@@ -266,7 +266,7 @@ def test_a_mistake_every_task_made_is_left_to_the_chief_to_explain(tmp_path):
 
 
 def test_a_chief_killed_by_a_signal_is_the_one_named(tmp_path):
-    from runner.local_cluster import _watch
+    from runner.clusters.local import _watch
 
     chief = _exiting_task(tmp_path, "chief", 0, _KILLED)
     worker = _exiting_task(tmp_path, "worker", 1, _LOST_PEER.format(delay=0))
@@ -281,7 +281,7 @@ def test_a_lost_peer_paragraph_keeps_tensorflows_cause_not_the_stack_of_the_grap
     built the node first: the paragraph must still name the task TensorFlow says stopped answering."""
     import tensorflow as tf
 
-    from runner.cluster import Task
+    from runner.clusters.roles import Task
     from runner.train import _peer_failure
 
     cause = "The following tasks are unhealthy (stopped sending heartbeats): /job:worker/replica:0/task:1"
@@ -378,9 +378,9 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
     # The coordinator's checkpoint, sharded variables and all, restores into a model without a strategy.
     import tensorflow as tf
 
-    from runner import data
-    from runner.checkpoints import evaluate_without_strategy
-    from runner.model import build_model
+    from runner.training import data
+    from runner.training.checkpoints import evaluate_without_strategy
+    from runner.training.model import build_model
 
     settings = _settings(*SMALL, "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=30")
     latest = tf.train.latest_checkpoint(str(launcher.run_dir / "checkpoints"))
@@ -440,7 +440,7 @@ def test_multi_worker_mirrored_keeps_no_thread_per_all_reduce(tmp_path):
 @pytest.mark.slow
 def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     """No launcher watches a TF_CONFIG cluster: TensorFlow's heartbeats must find a peer that froze."""
-    from runner.local_cluster import _free_ports
+    from runner.clusters.local import _free_ports
 
     run_dir, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
     workers = [f"localhost:{port}" for port in _free_ports(2)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from runner import data
+from runner.training import data
 from runner.errors import RunnerError
 from runner.settings import DatasetSettings
 

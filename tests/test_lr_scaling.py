@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from runner.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, learning_rate
+from runner.training.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, learning_rate
 from runner.settings import LrScalingSettings
 
 

@@ -1,4 +1,5 @@
-"""The runner's speed features and the benchmark's bookkeeping, by behaviour (speed itself is in docs/performance.md)."""
+"""The runner's speed features and the benchmark's bookkeeping, by behaviour (speed itself is in
+docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner import heap
-from runner.progress import FIRST_STEP_MESSAGE, EpochProgress, seconds_since_process_start
+from runner.training.progress import FIRST_STEP_MESSAGE, EpochProgress, seconds_since_process_start
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,8 +40,9 @@ def test_a_first_call_of_several_steps_says_how_many(caplog):
 def test_seconds_since_process_start_counts_from_this_process():
     age = seconds_since_process_start()
     assert age is not None and 0 < age < 24 * 3600
-    child = subprocess.run([sys.executable, "-c", "from runner.progress import seconds_since_process_start as s; "
-                            "print(s())"], capture_output=True, text=True, check=True)
+    child = subprocess.run([sys.executable, "-c",
+                            "from runner.training.progress import seconds_since_process_start as s; print(s())"],
+                           capture_output=True, text=True, check=True)
     assert 0 <= float(child.stdout) < age  # a fresh process is younger than this test session
 
 
@@ -61,7 +63,7 @@ def test_the_heap_is_padded_by_default_and_the_setting_can_turn_it_off(monkeypat
 
 
 def test_importing_the_package_and_the_plots_leaves_matplotlib_and_mlflow_unloaded():
-    code = ("import sys, runner, runner.plots, runner.progress, runner.heap; "
+    code = ("import sys, runner, runner.plots, runner.training.progress, runner.heap; "
             "print(sorted(m for m in ('matplotlib', 'mlflow', 'tensorflow') if m in sys.modules))")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "[]"

@@ -86,7 +86,7 @@ def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterru
     process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
     _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(1.0)  # into epoch 2
-    helpers = children(process.pid)  # the MLflow tracker process (runner.tracker_process) among them
+    helpers = children(process.pid)  # the MLflow tracker process (runner.tracking.tracker_process) among them
     assert helpers
     process.kill()
     process.wait()

@@ -19,9 +19,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.job_result import RESULT_KEYS, read_result
-from runner.sweep import PARENT_RUN_ID_FILE
-from runner.sweep_summary import CSV_FILE, CURVES_FILE, MARKDOWN_FILE
-from runner.tracking import RUN_ID_FILE
+from runner.sweeps.callback import PARENT_RUN_ID_FILE
+from runner.sweeps.summary import CSV_FILE, CURVES_FILE, MARKDOWN_FILE
+from runner.tracking.common import RUN_ID_FILE
 
 pytestmark = pytest.mark.slow
 

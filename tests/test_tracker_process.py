@@ -14,12 +14,12 @@ from conftest import metric_history, mlflow_client
 from processes import is_running
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
-from runner.tracking import RUN_ID_FILE
+from runner.tracking.common import RUN_ID_FILE
 
 
 @dataclass(frozen=True)
 class _Epoch:
-    """What the controller hands its listeners (runner.controller.EpochResult), in the part trackers read."""
+    """What the controller hands its listeners (runner.training.controller.EpochResult), in the part trackers read."""
 
     epoch: int
     loss: float
@@ -30,7 +30,7 @@ class _Epoch:
 
 @pytest.fixture
 def tracker(tmp_path):
-    from runner.tracker_process import TrackerProcess
+    from runner.tracking.tracker_process import TrackerProcess
 
     process = TrackerProcess(MlflowSettings(f"sqlite:///{tmp_path / 'mlflow.db'}", "tests", None))
     yield process
@@ -84,7 +84,7 @@ def test_nothing_is_created_before_the_first_call_and_close_ends_the_child(tmp_p
 
 
 def test_the_training_process_never_imports_mlflow():
-    code = ("import sys, runner.train, runner.tracker_process, runner.cluster; "
+    code = ("import sys, runner.train, runner.tracking.tracker_process, runner.clusters.roles; "
             "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'alembic') if m in sys.modules))")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "[]"

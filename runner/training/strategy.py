@@ -2,7 +2,7 @@
 
 Errors a user can cause (no TPU, a device split requested too late) surface as RunnerError with the
 fix, in the spirit of Model Garden's distribute_utils. The multi-process strategies take the cluster
-resolver of this process's task (runner.cluster).
+resolver of this process's task (runner.clusters.roles).
 """
 
 from __future__ import annotations

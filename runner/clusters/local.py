@@ -33,7 +33,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
 from runner.settings import ClusterSettings, Settings
-from runner.tracking import RUN_ID_FILE
+from runner.tracking.common import RUN_ID_FILE
 
 log = logging.getLogger("runner")
 
@@ -319,7 +319,7 @@ def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: 
         return  # the chief never started its run
     from mlflow.entities import RunStatus
 
-    from runner.mlflow_tracker import MlflowTracker
+    from runner.tracking.mlflow_tracker import MlflowTracker
 
     try:
         tracker = MlflowTracker(settings.mlflow)

@@ -2,7 +2,7 @@
 
 Uses MlflowClient with an explicit run id (no fluent global state), so the tracker is a plain
 listener on the controller's events and several trackers can live in one process. The training
-process drives it in a process of its own (runner.tracker_process).
+process drives it in a process of its own (runner.tracking.tracker_process).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
-from runner.tracking import ERROR_TAG, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id
+from runner.tracking.common import ERROR_TAG, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id
 
 _MAX_PARAMS_PER_BATCH = 100
 
@@ -126,7 +126,7 @@ class MlflowTracker:
         self.end(None if error is None else failure_message(error, resumable), resumable)
 
     def end(self, message: str | None, resumable: bool = False) -> None:
-        """finish() with the error already put in words (see runner.tracking.failure_message)."""
+        """finish() with the error already put in words (see runner.tracking.common.failure_message)."""
         if self.run_id is None:
             return
         if message is None:

@@ -14,8 +14,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.job_result import RESULT_KEYS
 from runner.plots import plot_sweep_curves
-from runner.sweep import JOB_NUMBER_TAG, OVERRIDES_TAG, SWEEP_DIR_TAG, WALL_SECONDS, run_name_for
-from runner.tracking import ERROR_TAG
+from runner.sweeps.callback import JOB_NUMBER_TAG, OVERRIDES_TAG, SWEEP_DIR_TAG, WALL_SECONDS, run_name_for
+from runner.tracking.common import ERROR_TAG
 
 CSV_FILE = "sweep_summary.csv"
 MARKDOWN_FILE = "sweep_summary.md"

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from runner.errors import RunnerError
 from runner.settings import CheckpointSettings
-from runner.steps import TrainingState
+from runner.training.steps import TrainingState
 
 log = logging.getLogger("runner")
 

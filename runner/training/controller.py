@@ -13,9 +13,9 @@ from typing import Protocol
 import tensorflow as tf
 
 from runner.errors import RunnerError
-from runner.optimizer import current_learning_rate
-from runner.preemption import Preempted, PreemptionGuard
-from runner.steps import NON_FINITE_LOSS, TrainingState
+from runner.training.optimizer import current_learning_rate
+from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.training.steps import NON_FINITE_LOSS, TrainingState
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Callable, Protocol
 
 import tensorflow as tf
 
-from runner.steps import ReplicaSteps
+from runner.training.steps import ReplicaSteps
 
 MakeDataset = Callable[..., object]
 log = logging.getLogger("runner")

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
-from runner.tracking import failure_message
+from runner.tracking.common import failure_message
 
 log = logging.getLogger("runner")
 
@@ -109,7 +109,8 @@ def _serve(connection, settings: MlflowSettings) -> None:
     """The child: one MlflowTracker, one call at a time, until the pipe closes."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    from runner.mlflow_tracker import MlflowTracker  # the import this process exists to take off the other's path
+    # The import this process exists to take off the training process's path:
+    from runner.tracking.mlflow_tracker import MlflowTracker
 
     tracker = MlflowTracker(settings) if _store_exists(settings) else None
     if tracker is not None:

@@ -1,8 +1,8 @@
 """What tracking a job is made of, without MLflow: the run-directory file and tag names, params from the
 config, the reachability check of a tracking server, and the tracker of a task that does not track.
 
-The MLflow tracker itself is runner.mlflow_tracker; the training process reaches it through
-runner.tracker_process, so that neither it nor this module makes the training process import MLflow.
+The MLflow tracker itself is runner.tracking.mlflow_tracker; the training process reaches it through
+runner.tracking.tracker_process, so that neither it nor this module makes the training process import MLflow.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from runner.data import IMAGE_SHAPE, NUM_CLASSES
+from runner.training.data import IMAGE_SHAPE, NUM_CLASSES
 from runner.settings import ModelSettings
 
 

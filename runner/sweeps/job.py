@@ -27,11 +27,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
-from runner.sweep import (
+from runner.sweeps.callback import (
     JOB_NUMBER_TAG, OVERRIDES_TAG, SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id,
     worst_value,
 )
-from runner.tracking import ERROR_TAG, RUN_ID_FILE, write_run_id
+from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
 
 log = logging.getLogger("runner")
 
@@ -100,7 +100,7 @@ def _parent_run(client: MlflowClient, sweep_dir: str) -> Run:
     if parent_id is None:
         raise RunnerError(
             f"hydra.sweep.dir={sweep_dir!r} holds no MLflow parent run id: the sweep callback did not run. "
-            "Fix: keep `hydra.callbacks.sweep` (runner.sweep.SweepCallback) in conf/config.yaml, or pass it "
+            "Fix: keep `hydra.callbacks.sweep` (runner.sweeps.callback.SweepCallback) in conf/config.yaml, or pass it "
             "again if a config or override removed it.")
     return client.get_run(parent_id)
 

@@ -121,7 +121,7 @@ def start_parent_run(config: DictConfig) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from runner.mlflow_tracker import get_or_create_experiment
+    from runner.tracking.mlflow_tracker import get_or_create_experiment
 
     sweep_dir = sweep_dir_of(config)
     os.makedirs(sweep_dir, exist_ok=True)
@@ -161,7 +161,7 @@ def finish_parent_run(config: DictConfig) -> None:
     from mlflow.entities import RunStatus
     from mlflow.tracking import MlflowClient
 
-    from runner import sweep_summary
+    from runner.sweeps import summary as sweep_summary
 
     sweep_dir = sweep_dir_of(config)
     parent_id = read_parent_run_id(sweep_dir)
