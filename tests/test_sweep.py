@@ -67,7 +67,7 @@ def job_overrides(*swept):
     return ",".join([*TINY, "mlflow.tracking_uri=sqlite\\:///{db}", *swept])
 
 
-def assert_finished_sweep(tmp_path, sweep_dir, result, points):
+def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic"):
     """One parent, one FINISHED child per point with the right tags, metrics and summary row."""
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -85,6 +85,7 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points):
         assert run.info.status == "FINISHED"
         assert run.data.tags["overrides"] == job_overrides(*point).format(db=db)
         assert run.info.run_name == ",".join(point)
+        assert run.data.tags["launcher"] == launcher
         job_dir = sweep_dir / str(number)
         assert (job_dir / RUN_ID_FILE).read_text().strip() == run.info.run_id
         result_file = read_result(str(job_dir))
@@ -194,10 +195,24 @@ def test_joblib_sweep_runs_jobs_in_parallel_under_one_parent(tmp_path):
     result = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear",
                    "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert "Joblib.Parallel(n_jobs=2" in result.stdout
-    parent_id, jobs = assert_finished_sweep(tmp_path, sweep_dir, result, GRID)
+    parent_id, jobs = assert_finished_sweep(tmp_path, sweep_dir, result, GRID, launcher="joblib")
     # The jobs really overlapped: each started before another one ended.
     spans = sorted((run.info.start_time, run.info.end_time) for run in jobs)
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+def test_the_launcher_tag_names_the_launcher_and_slurm_jobs_are_named_as_slurm_shows_them():
+    from runner.sweeps.job import launcher_name, slurm_job_id
+
+    assert launcher_name("hydra._internal.core_plugins.basic_launcher.BasicLauncher") == "basic"
+    assert launcher_name("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher") == "joblib"
+    assert launcher_name("hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher") == "submitit_slurm"
+    assert launcher_name("hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher") == "submitit_local"
+    assert launcher_name("hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher") == "ray"
+    assert launcher_name("my_plugins.queue.RQLauncher") == "rq"
+    assert slurm_job_id({"SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "3"}) == "12_3"
+    assert slurm_job_id({"SLURM_JOB_ID": "17"}) == "17"
+    assert slurm_job_id({}) is None
 
 
 def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):

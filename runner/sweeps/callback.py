@@ -28,11 +28,14 @@ log = logging.getLogger("runner")
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
-# Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId).
+# Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId), the launcher
+# that ran it (basic, joblib, submitit_slurm, submitit_local, ray) and, under SLURM, the SLURM job id.
 OVERRIDES_TAG = "overrides"
 SWEPT_KEYS_TAG = "swept_keys"
 SWEEP_DIR_TAG = "sweep_dir"
 JOB_NUMBER_TAG = "job_number"
+LAUNCHER_TAG = "launcher"
+SLURM_JOB_ID_TAG = "slurm_job_id"
 WALL_SECONDS = "wall_seconds"
 DEFAULT_OBJECTIVE = "test_accuracy"
 

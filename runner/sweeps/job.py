@@ -28,8 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
 from runner.sweeps.callback import (
-    JOB_NUMBER_TAG, OVERRIDES_TAG, SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id,
-    worst_value,
+    JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SLURM_JOB_ID_TAG, SWEPT_KEYS_TAG, WALL_SECONDS, objective_name,
+    read_parent_run_id, worst_value,
 )
 from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
 
@@ -59,16 +59,20 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     if run is not None and run.info.status == _FINISHED:
         log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
         return float(run.data.metrics.get(objective, worst))
+    where = where_it_runs(hydra_config)
     if run is not None:
         run_id = run.info.run_id
         # Re-attach (the job was interrupted or failed before): clear what the last attempt left.
         if ERROR_TAG in run.data.tags:
             client.delete_tag(run_id, ERROR_TAG)
+        for key, value in where.items():
+            client.set_tag(run_id, key, value)
         client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
         log.info("%s: continuing MLflow run %s", label, run_id)
     else:
         run_id = client.create_run(parent.info.experiment_id, run_name=name, tags={
             MLFLOW_PARENT_RUN_ID: parent.info.run_id, JOB_NUMBER_TAG: str(number), OVERRIDES_TAG: overrides_tag,
+            **where,
         }).info.run_id
         log.info("%s: MLflow run %s", label, run_id)
     # The training process continues the run this file names instead of creating its own.
@@ -93,6 +97,42 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     _mark_failed(client, run_id, error)
     log.error("%s failed (MLflow run %s): %s", label, run_id, error)
     return worst
+
+
+# Launchers by the class their config's _target_ names; another launcher is named after its class.
+_LAUNCHERS = {
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": "joblib",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher": "submitit_slurm",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher": "submitit_local",
+    "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher": "ray",
+}
+
+
+def launcher_name(target: str) -> str:
+    """The short name of the launcher whose config's _target_ is `target` (the `launcher` tag)."""
+    if target in _LAUNCHERS:
+        return _LAUNCHERS[target]
+    module, _, name = target.rpartition(".")
+    short = name.lower().removesuffix("launcher") or name.lower()
+    return f"submitit_{short}" if "submitit" in module else short
+
+
+def slurm_job_id(environ=os.environ) -> str | None:
+    """The id SLURM shows for the job this process runs in (`12_3` for task 3 of array job 12), or None."""
+    array_job, array_task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and array_task:
+        return f"{array_job}_{array_task}"
+    return environ.get("SLURM_JOB_ID") or None
+
+
+def where_it_runs(hydra_config: DictConfig) -> dict[str, str]:
+    """The child run's tags saying where the job ran: its launcher and, under SLURM, its SLURM job id."""
+    tags = {LAUNCHER_TAG: launcher_name(str(OmegaConf.select(hydra_config, "launcher._target_") or ""))}
+    job_id = slurm_job_id()
+    if job_id:
+        tags[SLURM_JOB_ID_TAG] = job_id
+    return tags
 
 
 def _parent_run(client: MlflowClient, sweep_dir: str) -> Run:
