@@ -92,7 +92,7 @@ def test_a_training_run_is_tracked_in_postgres_with_artifacts_in_the_servers_dir
     # Artifacts go through the server (mlflow-artifacts:) into its --artifacts-destination, intact.
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")
     checkpoints = {item.path.split("/")[-1] for item in client.list_artifacts(training_run, "checkpoints")}
-    indexes = sorted(name for name in checkpoints if name.endswith(".index"))
+    indexes = sorted((name for name in checkpoints if name.endswith(".index")), key=lambda name: int(name[5:-6]))
     assert "checkpoint" in checkpoints and indexes, checkpoints
     assert any(name.startswith(indexes[-1].removesuffix(".index") + ".data-") for name in checkpoints), checkpoints
     local = workdir / "run" / "checkpoints"

@@ -6,9 +6,12 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import tempfile
 
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
 from runner.errors import RunnerError
 from runner.settings import CheckpointSettings
@@ -18,65 +21,152 @@ log = logging.getLogger("runner")
 
 
 class Checkpointer:
-    """Checkpoints named by global step (ckpt-<optimizer.iterations>), each holding the epoch counter."""
+    """Checkpoints named by global step (ckpt-<optimizer.iterations>), each holding the epoch counter.
+
+    Resuming never trusts a file it has not read: see restore().
+    """
 
     def __init__(self, directory: str, state: TrainingState, settings: CheckpointSettings, epochs: int,
                  scratch: bool = False):
         self.directory = directory
         # A MultiWorkerMirrored worker other than the chief must take part in every save, but only the
         # chief's checkpoint is kept: a scratch checkpointer writes into a temporary directory removed
-        # right after, and reads (resumes) from the chief's `directory`.
+        # right after, and reads (resumes) from the chief's `directory`, which it never writes.
         self.scratch = scratch
         self.state = state
         self.every_epochs = settings.every_epochs
         self.epochs = epochs
         self.checkpoint = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=settings.max_to_keep)
+        self.listed = listed_checkpoints(directory, repair=not scratch)
+        self.manager = None if scratch else tf.train.CheckpointManager(
+            self.checkpoint, directory, max_to_keep=settings.max_to_keep)
+        self._good: str | None = None  # the checkpoint this process restored or saved: known readable
 
     def due(self, epoch: int) -> bool:
         """Every `every_epochs` epochs, and always after the last one so the final model is kept."""
         return epoch % self.every_epochs == 0 or epoch == self.epochs
 
     def save(self) -> list[str]:
-        """Save (unless the latest checkpoint is of this very step) and return the checkpoint's files."""
+        """Save (unless this process already holds a good checkpoint of this very step) and return the
+        checkpoint's files. A step whose checkpoint on disk was skipped as unreadable is written anew."""
         step = int(self.state.optimizer.iterations.numpy())
         if self.scratch:
             with tempfile.TemporaryDirectory(prefix="runner-ckpt-") as scratch:
                 tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save(checkpoint_number=step)
             return []
-        prefix = self.manager.latest_checkpoint
-        if prefix is None or not prefix.endswith(f"-{step}"):
-            prefix = self.manager.save(checkpoint_number=step)
-        return sorted(glob.glob(prefix + ".*")) + [os.path.join(self.directory, "checkpoint")]
+        if self._good is None or _step(self._good) != step:
+            self._good = self.manager.save(checkpoint_number=step)
+        return sorted(glob.glob(self._good + ".*")) + [os.path.join(self.directory, "checkpoint")]
 
     @property
     def latest(self) -> str | None:
-        return self.manager.latest_checkpoint
+        """The newest checkpoint known to be readable: restored or saved by this process."""
+        return self._good
 
     @property
     def exists(self) -> bool:
-        return bool(self.manager.checkpoints)
+        """Whether the directory lists any checkpoint, readable or not."""
+        return bool(self.listed)
 
     def restore(self) -> int:
         """Restore the newest readable checkpoint; return its epoch (0 when there is none).
 
-        TensorFlow only lists a checkpoint once all its files are written, and an unreadable newest
-        one (a damaged disk, a copy cut short) falls back to the one before.
+        A checkpoint is restored only after every tensor in it has been read back in full
+        (runner.training.checkpoints.unreadable): whatever reading raises (a data file cut short, a
+        cut or empty index, a missing data file) skips that checkpoint for the one before with one
+        warning, and the state's variables are untouched by it, so no variable is ever half restored
+        from a damaged file. A checkpoint that reads fine but does not fit the model is refused.
         """
-        for path in reversed(self.manager.checkpoints):
+        for path in reversed(self.listed):
+            reason = unreadable(path)
+            if reason:
+                log.warning("checkpoint %s is unreadable (%s): skipped for the one before", path, reason)
+                continue
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
-            except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.OutOfRangeError) as error:
-                log.warning("checkpoint %s is unreadable (%s); trying the one before", path, type(error).__name__)
-                continue
             except (ValueError, AssertionError) as error:
                 raise RunnerError(
                     f"the checkpoint {path} does not fit this model ({str(error).splitlines()[0][:300]}): it "
                     "was written by a run with another model or configuration. Fix: pick a new hydra.run.dir "
                     "for this configuration, or re-run with the overrides that wrote that directory."
                 ) from None
+            self._good = path
             return int(self.state.epoch.numpy())
+        if self.listed:
+            log.warning("no checkpoint in %s is readable: starting over from epoch 1 in the same run", self.directory)
         return 0
+
+
+def unreadable(path: str) -> str | None:
+    """Why the checkpoint `path` (a prefix such as .../ckpt-96) cannot be read in full, or None if it can.
+
+    Reads the index and every tensor of every data shard, one at a time, without touching any model:
+    TensorFlow raises IndexError, DataLossError, NotFoundError, OutOfRangeError and others for the
+    various ways a file can be cut or lost, so any exception counts."""
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as error:  # noqa: BLE001 (every way of failing to read means the same here)
+        words = " ".join(str(getattr(error, "message", error)).split())
+        return f"{type(error).__name__}: {words[:200]}" if words else type(error).__name__
+    return None
+
+
+def _step(path: str) -> int:
+    """The global step in a checkpoint prefix's name (ckpt-<step>), -1 for any other name."""
+    match = re.fullmatch(r"ckpt-(\d+)", os.path.basename(path))
+    return int(match.group(1)) if match else -1
+
+
+def listed_checkpoints(directory: str, repair: bool = False) -> list[str]:
+    """The checkpoints of `directory`, oldest first, as TensorFlow's `checkpoint` state file lists them.
+
+    A state file that cannot be read (empty, garbled, or missing beside ckpt-*.index files) gives way
+    to the ckpt-*.index files on disk, ordered by step number (never by name: ckpt-128 is newer than
+    ckpt-64); with `repair`, the state file is rewritten from that list, since tf.train.CheckpointManager
+    reads it on construction and fails on an empty one or forgets every checkpoint of a garbled one.
+    """
+    state_file = os.path.join(directory, "checkpoint")
+    on_disk = sorted((path[: -len(".index")] for path in glob.glob(os.path.join(directory, "ckpt-*.index"))),
+                     key=_step)
+    try:
+        state = _read_state(state_file)
+    except (OSError, ValueError, text_format.ParseError) as error:
+        if not on_disk and not os.path.exists(state_file):
+            return []
+        problem = "is missing" if not os.path.exists(state_file) else f"is unreadable ({type(error).__name__})"
+        log.warning("checkpoint state file %s %s: using the %d ckpt-*.index file(s) found beside it instead",
+                    state_file, problem, len(on_disk))
+        if repair and on_disk:
+            _write_state(state_file, on_disk)
+        elif repair and os.path.exists(state_file):
+            os.remove(state_file)  # nothing to list: TensorFlow starts a fresh one with the first save
+        return on_disk
+    paths = [path if os.path.isabs(path) else os.path.join(directory, path)
+             for path in state.all_model_checkpoint_paths]
+    return paths or [os.path.join(directory, state.model_checkpoint_path)]
+
+
+def _write_state(state_file: str, paths: list[str]) -> None:
+    """Write the state file listing `paths` (newest last), as CheckpointManager would: relative names,
+    replaced in one rename so that a reader sees the old file or the new one."""
+    names = [os.path.basename(path) for path in paths]
+    state = CheckpointState(model_checkpoint_path=names[-1], all_model_checkpoint_paths=names)
+    with open(state_file + ".tmp", "w") as handle:
+        handle.write(text_format.MessageToString(state))
+    os.replace(state_file + ".tmp", state_file)
+
+
+def _read_state(state_file: str):
+    """The parsed state file; raises OSError (missing), ValueError or ParseError (empty, garbled)."""
+    with open(state_file, "rb") as handle:
+        text = handle.read().decode("utf-8")  # UnicodeDecodeError is a ValueError
+    state = CheckpointState()
+    text_format.Parse(text, state)
+    if not state.model_checkpoint_path:
+        raise ValueError("no model_checkpoint_path")
+    return state
 
 
 def evaluate_without_strategy(checkpoint_path: str, build_model, test_dataset: tf.data.Dataset) -> float:
