@@ -6,6 +6,7 @@ before any MLflow run exists. Every rejection is a RunnerError naming the value 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -33,6 +34,8 @@ MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 CLUSTER_KINDS = ("none", "tf_config", "slurm", "local")
+# The stores MLflow 3 tracks into (its file store only reads); a driver may follow a '+' (postgresql+psycopg2).
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
 
 
 @dataclass(frozen=True)
@@ -139,20 +142,56 @@ def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
     return RunnerError(f"{key}={value!r} is not valid: {why}. Fix: {fix}")
 
 
-def _int(key: str, value: Any, *, minimum: int, fix: str, nullable: bool = False) -> int | None:
+def _int(key: str, value: Any, *, minimum: int, fix: str, nullable: bool = False, maximum: int | None = None
+         ) -> int | None:
     if value is None and nullable:
         return None
     # bool is an int in Python, and "64" from a YAML string is not what the user meant either.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+            maximum is not None and value > maximum):
         need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if maximum is not None:
+            need = f"an integer from {minimum} to {maximum}"
         raise _fail(key, value, f"it must be {need}" + (" or null" if nullable else ""), fix)
     return value
 
 
-def _number(key: str, value: Any, *, minimum: float, fix: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise _fail(key, value, f"it must be a number >= {minimum}", fix)
+def _number(key: str, value: Any, *, minimum: float, fix: str, positive: bool = False) -> float:
+    """A finite number >= minimum (> minimum if `positive`): NaN and infinity compare as no user means."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+            value <= minimum if positive else value < minimum):
+        raise _fail(key, value, f"it must be a finite number {'>' if positive else '>='} {minimum}", fix)
     return float(value)
+
+
+def _bool(key: str, value: Any, fix: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(key, value, "it must be true or false", fix)
+    return value
+
+
+def _text(key: str, value: Any, fix: str, nullable: bool = False) -> str | None:
+    """A non-empty string (a number is taken as its digits); '' or null is None where `nullable`."""
+    if nullable and (value is None or value == ""):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        need = "a non-empty string" + (" or null" if nullable else "")
+        raise _fail(key, value, f"it must be {need}", fix)
+    return value
+
+
+def _section(cfg: Mapping[str, Any], key: str, parent: str = "") -> Mapping[str, Any]:
+    """A group of settings (strategy, checkpoint, ...): an override that replaced it by a value is refused."""
+    node = cfg.get(key)
+    if not isinstance(node, Mapping):
+        name = parent + key
+        raise _fail(name, node, "it is a group of settings, not a value",
+                    f"set the group's keys one at a time (e.g. {name}.<key>=<value>)"
+                    + ("" if parent else f", or pick one of its options with {key}=<option> where conf/{key}/ has "
+                       "options"))
+    return node
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...], fix: str, nullable: bool = False):
@@ -165,10 +204,11 @@ def _choice(key: str, value: Any, choices: tuple[str, ...], fix: str, nullable: 
 
 
 def _strategy(node: Mapping[str, Any]) -> StrategySettings:
-    name = _choice("strategy", node["name"], STRATEGIES, "pick one of the strategy group's options")
+    name = _choice("strategy", node.get("name"), STRATEGIES, "pick one of the strategy group's options")
     devices = node.get("devices")
     if devices is not None:
-        if isinstance(devices, str) or not all(isinstance(d, str) for d in devices) or not devices:
+        if not isinstance(devices, (list, tuple)) or not all(isinstance(d, str) and d for d in devices) \
+                or not devices:
             raise _fail(
                 "strategy.devices", devices, "it must be a non-empty list of device names or null",
                 "pass e.g. 'strategy.devices=[/cpu:0]' or strategy.devices=null to auto-detect",
@@ -193,7 +233,7 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
             "strategy.cpu_replicas", cpu_replicas, "it conflicts with the explicit strategy.devices list",
             "give either strategy.devices or strategy.cpu_replicas, not both",
         )
-    tpu = node.get("tpu") or ""
+    tpu = "" if node.get("tpu") is None else node.get("tpu")
     if not isinstance(tpu, str):
         raise _fail("strategy.tpu", tpu, "it must be a TPU name or address", "pass strategy.tpu=my-tpu or ''")
     communication = _choice(
@@ -205,8 +245,10 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
             "strategy.communication", communication, f"strategy={name} does not all-reduce across processes",
             "use it with strategy=multi_worker_mirrored, or drop strategy.communication",
         )
+    partitioner = node.get("variable_partitioner")
     return StrategySettings(name, devices, cross, cpu_replicas, tpu, communication,
-                            _partitioner(node.get("variable_partitioner") or {}, name))
+                            _partitioner(_section(node, "variable_partitioner", "strategy.") if partitioner is not None else {},
+                                         name))
 
 
 def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings | None:
@@ -244,7 +286,7 @@ def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) ->
         timeout_seconds=None if node.get("timeout_seconds") is None else _number(
             "cluster.timeout_seconds", node["timeout_seconds"], minimum=1,
             fix="pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null"),
-        port_base=_int("cluster.port_base", node.get("port_base", 8888), minimum=1,
+        port_base=_int("cluster.port_base", node.get("port_base", 8888), minimum=1, maximum=65535,
                        fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"),
     )
     if kind == "none" and strategy in MULTI_PROCESS_STRATEGIES:
@@ -269,10 +311,14 @@ def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) ->
 
 
 def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
-    name = _choice("dataset", node["name"], DATASETS, "pick one of the dataset group's options")
+    name = _choice("dataset", node.get("name"), DATASETS, "pick one of the dataset group's options")
     directory = node.get("dir")
     if directory is not None:
-        directory = os.path.expanduser(str(directory))
+        if not isinstance(directory, str) or not directory:
+            raise _fail("dataset.dir", directory, "it must be a directory's path or null",
+                        "point dataset.dir at the directory holding the four Fashion-MNIST IDX files, or leave "
+                        "it null to use tf.keras.datasets")
+        directory = os.path.expanduser(directory)
         if not os.path.isdir(directory):
             raise _fail(
                 "dataset.dir", directory, "no such directory",
@@ -290,7 +336,7 @@ def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
 
 
 def _loop(node: Mapping[str, Any]) -> LoopSettings:
-    style = _choice("loop", node["style"], LOOP_STYLES, "pick one of the loop group's options")
+    style = _choice("loop", node.get("style"), LOOP_STYLES, "pick one of the loop group's options")
     steps_per_epoch = _int(
         "loop.steps_per_epoch", node.get("steps_per_epoch"), minimum=1, nullable=True,
         fix="pass a positive number of steps, or null for one pass over the training set",
@@ -303,9 +349,8 @@ def _loop(node: Mapping[str, Any]) -> LoopSettings:
 
 
 def _runtime(node: Mapping[str, Any]) -> RuntimeSettings:
-    jit_compile = node.get("jit_compile", False)
-    if not isinstance(jit_compile, bool):
-        raise _fail("runtime.jit_compile", jit_compile, "it must be true or false", "pass runtime.jit_compile=true")
+    jit_compile = _bool("runtime.jit_compile", node.get("jit_compile", False),
+                        "pass runtime.jit_compile=true or runtime.jit_compile=false")
     policy = _choice(
         "runtime.mixed_precision", node.get("mixed_precision"), MIXED_PRECISION_POLICIES,
         "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null", nullable=True,
@@ -313,53 +358,69 @@ def _runtime(node: Mapping[str, Any]) -> RuntimeSettings:
     return RuntimeSettings(jit_compile, policy)
 
 
+def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
+    """The config's mlflow section (also what a sweep checks before it creates its parent run)."""
+    node = _section(cfg, "mlflow")
+    store_fix = "pass a store such as sqlite:///mlflow.db or http://host:5000, or leave it null for MLflow's default"
+    tracking_uri = _text("mlflow.tracking_uri", node.get("tracking_uri"), nullable=True, fix=store_fix)
+    if tracking_uri is not None and tracking_uri.split(":")[0].split("+")[0] not in TRACKING_SCHEMES:
+        raise _fail("mlflow.tracking_uri", tracking_uri,
+                    "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
+                    f"sqlite:///path.db (schemes: {', '.join(TRACKING_SCHEMES)}), and refuses a directory", store_fix)
+    return MlflowSettings(
+        tracking_uri=tracking_uri,
+        experiment_name=_text("mlflow.experiment_name", node.get("experiment_name"),
+                              fix="name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist"),
+        run_name=_text("mlflow.run_name", node.get("run_name"), nullable=True,
+                       fix="name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name"),
+    )
+
+
 def from_config(cfg: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
-    strategy = _strategy(cfg["strategy"])
-    model = cfg["model"]
-    optimizer = cfg["optimizer"]
-    lr_scaling = cfg["lr_scaling"]
-    checkpoint = cfg["checkpoint"]
-    mlflow = cfg["mlflow"]
+    strategy = _strategy(_section(cfg, "strategy"))
+    model = _section(cfg, "model")
+    optimizer = _section(cfg, "optimizer")
+    lr_scaling = _section(cfg, "lr_scaling")
+    checkpoint = _section(cfg, "checkpoint")
+    loop = _section(cfg, "loop")
     return Settings(
-        batch=_int("batch", cfg["batch"], minimum=1,
+        batch=_int("batch", cfg.get("batch"), minimum=1,
                    fix="pass the per-replica batch size as a positive integer, e.g. batch=64"),
-        epochs=_int("epochs", cfg["epochs"], minimum=1, fix="pass a positive number of epochs, e.g. epochs=2"),
-        seed=_int("seed", cfg["seed"], minimum=0, fix="pass a non-negative integer seed, e.g. seed=42"),
-        progress=bool(cfg.get("progress", True)),
+        epochs=_int("epochs", cfg.get("epochs"), minimum=1, fix="pass a positive number of epochs, e.g. epochs=2"),
+        # NumPy's seed is 32 bits.
+        seed=_int("seed", cfg.get("seed"), minimum=0, maximum=2**32 - 1,
+                  fix="pass a non-negative integer seed below 2**32, e.g. seed=42"),
+        progress=_bool("progress", cfg.get("progress", True), "pass progress=true or progress=false"),
         resume=_choice("resume", cfg.get("resume", "auto"), RESUME_MODES,
                        "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse"),
         strategy=strategy,
-        dataset=_dataset(cfg["dataset"]),
+        dataset=_dataset(_section(cfg, "dataset")),
         model=ModelSettings(
-            name=_choice("model", model["name"], MODELS, "pick one of the model group's options"),
-            weight_decay=_number("model.weight_decay", model["weight_decay"], minimum=0.0,
+            name=_choice("model", model.get("name"), MODELS, "pick one of the model group's options"),
+            weight_decay=_number("model.weight_decay", model.get("weight_decay"), minimum=0.0,
                                  fix="pass a non-negative L2 factor, e.g. model.weight_decay=1e-5"),
         ),
         optimizer=OptimizerSettings(
-            name=_choice("optimizer", optimizer["name"], OPTIMIZERS, "pick one of the optimizer group's options"),
-            lr=_number("optimizer.lr", optimizer["lr"], minimum=0.0,
+            name=_choice("optimizer", optimizer.get("name"), OPTIMIZERS, "pick one of the optimizer group's options"),
+            lr=_number("optimizer.lr", optimizer.get("lr"), minimum=0.0, positive=True,
                        fix="pass a positive learning rate, e.g. optimizer.lr=0.001"),
         ),
         lr_scaling=LrScalingSettings(
-            rule=_choice("lr_scaling.rule", lr_scaling["rule"], LR_RULES, "use lr_scaling=none, linear or sqrt"),
-            base_batch=_int("lr_scaling.base_batch", lr_scaling["base_batch"], minimum=1,
+            rule=_choice("lr_scaling.rule", lr_scaling.get("rule"), LR_RULES, "use lr_scaling=none, linear or sqrt"),
+            base_batch=_int("lr_scaling.base_batch", lr_scaling.get("base_batch"), minimum=1,
                             fix="pass the global batch the base learning rate was tuned for, e.g. 64"),
-            warmup_epochs=_number("lr_scaling.warmup_epochs", lr_scaling["warmup_epochs"], minimum=0.0,
+            warmup_epochs=_number("lr_scaling.warmup_epochs", lr_scaling.get("warmup_epochs"), minimum=0.0,
                                   fix="pass a number of epochs >= 0 (0 turns warm-up off)"),
         ),
-        loop=_loop(cfg["loop"]),
+        loop=_loop(loop),
         checkpoint=CheckpointSettings(
-            every_epochs=_int("checkpoint.every_epochs", checkpoint["every_epochs"], minimum=1,
+            every_epochs=_int("checkpoint.every_epochs", checkpoint.get("every_epochs"), minimum=1,
                               fix="pass a positive number of epochs between checkpoints"),
-            max_to_keep=_int("checkpoint.max_to_keep", checkpoint["max_to_keep"], minimum=1,
+            max_to_keep=_int("checkpoint.max_to_keep", checkpoint.get("max_to_keep"), minimum=1,
                              fix="pass how many checkpoints to keep, e.g. 3"),
         ),
-        runtime=_runtime(cfg["runtime"]),
-        mlflow=MlflowSettings(
-            tracking_uri=mlflow.get("tracking_uri") or None,
-            experiment_name=str(mlflow["experiment_name"]),
-            run_name=mlflow.get("run_name"),
-        ),
-        cluster=_cluster(cfg.get("cluster") or {}, strategy.name, cfg["loop"]),
+        runtime=_runtime(_section(cfg, "runtime")),
+        mlflow=mlflow_settings(cfg),
+        cluster=_cluster(_section(cfg, "cluster") if cfg.get("cluster") is not None else {}, strategy.name, loop),
     )

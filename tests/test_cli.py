@@ -52,7 +52,9 @@ def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path):
     "override,named",
     [("batch=0", "batch=0"), ("batch=-3", "batch=-3"), ("batch=abc", "batch='abc'"),
      ("dataset.dir=/nowhere", "dataset.dir='/nowhere'"),
-     ("strategy=one_device strategy.cpu_replicas=2", "strategy.cpu_replicas=2")],
+     ("strategy=one_device strategy.cpu_replicas=2", "strategy.cpu_replicas=2"),
+     ("mlflow.experiment_name=", "mlflow.experiment_name=''"), ("optimizer.lr=nan", "optimizer.lr=nan"),
+     ("checkpoint=5", "checkpoint=5"), ("mlflow.run_name=[a]", "mlflow.run_name=['a']")],
 )
 def test_bad_input_exits_nonzero_with_one_paragraph_before_any_run(tmp_path, override, named):
     done = run_cli(*override.split(), f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import CONF, compose
 from runner.errors import RunnerError
 from runner.settings import from_config
+from runner.sweeps.callback import objective_name
 
 
 def _options(group: str) -> list[str]:
@@ -16,6 +20,26 @@ def _options(group: str) -> list[str]:
 
 def _settings(*overrides: str):
     return from_config(OmegaConf.to_container(compose(list(overrides)), resolve=True))
+
+
+@pytest.fixture(scope="module")
+def defaults() -> dict:
+    return OmegaConf.to_container(compose([]), resolve=True)
+
+
+def _overridden(config: dict, override: str) -> dict:
+    """`config` with one key=value (or ~key) override applied as Hydra parses it, without composing anew."""
+    [parsed] = OverridesParser.create().parse_overrides([override])
+    config = copy.deepcopy(config)
+    *parents, key = parsed.key_or_group.split(".")
+    node = config
+    for parent in parents:
+        node = node[parent]
+    if parsed.is_delete():
+        del node[key]
+    else:
+        node[key] = parsed.value()
+    return config
 
 
 # What an option needs besides itself: the multi-process strategies run on a cluster (test_cluster.py).
@@ -75,11 +99,73 @@ def test_any_positive_batch_is_accepted(batch):
         ("strategy.cross_device_ops=magic", "strategy.cross_device_ops='magic'"),
         ("lr_scaling.base_batch=0", "lr_scaling.base_batch=0"),
         ("optimizer.lr=-1", "optimizer.lr=-1"),
+        # Every key, empty, of the wrong type and out of range.
+        ("batch=", "batch=''"),
+        ("epochs=ten", "epochs='ten'"),
+        ("epochs=1e9", "epochs=1000000000.0"),
+        ("seed=-1", "seed=-1"),
+        ("seed=4294967296", "seed=4294967296"),
+        ("progress=", "progress=''"),
+        ("progress=maybe", "progress='maybe'"),
+        ("progress=1", "progress=1"),
+        ("resume=", "resume=''"),
+        ("resume=always", "resume='always'"),
+        ("strategy.devices=", "strategy.devices=''"),
+        ("strategy.devices=5", "strategy.devices=5"),
+        ("strategy.devices=[]", "strategy.devices=[]"),
+        ("strategy.cross_device_ops=", "strategy.cross_device_ops=''"),
+        ("strategy.cpu_replicas=0", "strategy.cpu_replicas=0"),
+        ("strategy.cpu_replicas=two", "strategy.cpu_replicas='two'"),
+        ("strategy.tpu=5", "strategy.tpu=5"),
+        ("strategy.communication=", "strategy.communication=''"),
+        ("strategy.variable_partitioner=5", "strategy.variable_partitioner=5"),
+        ("strategy.variable_partitioner.max_shards=0", "strategy.variable_partitioner.max_shards=0"),
+        ("strategy.variable_partitioner.min_shard_bytes=", "strategy.variable_partitioner.min_shard_bytes=''"),
+        ("cluster.kind=", "cluster.kind=''"),
+        ("cluster.workers=0", "cluster.workers=0"),
+        ("cluster.ps=", "cluster.ps=''"),
+        ("cluster.timeout_seconds=0", "cluster.timeout_seconds=0"),
+        ("cluster.timeout_seconds=nan", "cluster.timeout_seconds=nan"),
+        ("cluster.port_base=0", "cluster.port_base=0"),
+        ("cluster.port_base=70000", "cluster.port_base=70000"),
+        ("dataset.dir=", "dataset.dir=''"),
+        ("dataset.dir=5", "dataset.dir=5"),
+        ("dataset.test_examples=-1", "dataset.test_examples=-1"),
+        ("dataset.train_examples=many", "dataset.train_examples='many'"),
+        ("model.weight_decay=-1", "model.weight_decay=-1"),
+        ("model.weight_decay=nan", "model.weight_decay=nan"),
+        ("model.weight_decay=", "model.weight_decay=''"),
+        ("optimizer.lr=0", "optimizer.lr=0"),
+        ("optimizer.lr=inf", "optimizer.lr=inf"),
+        ("optimizer.lr=", "optimizer.lr=''"),
+        ("lr_scaling.rule=cubic", "lr_scaling.rule='cubic'"),
+        ("lr_scaling.base_batch=", "lr_scaling.base_batch=''"),
+        ("lr_scaling.warmup_epochs=-1", "lr_scaling.warmup_epochs=-1"),
+        ("lr_scaling.warmup_epochs=inf", "lr_scaling.warmup_epochs=inf"),
+        ("loop.style=", "loop=''"),
+        ("loop.steps_per_epoch=", "loop.steps_per_epoch=''"),
+        ("loop.steps_per_call=", "loop.steps_per_call=''"),
+        ("checkpoint.every_epochs=0", "checkpoint.every_epochs=0"),
+        ("checkpoint.every_epochs=", "checkpoint.every_epochs=''"),
+        ("checkpoint.max_to_keep=0", "checkpoint.max_to_keep=0"),
+        ("checkpoint=5", "checkpoint=5"),
+        ("runtime.jit_compile=", "runtime.jit_compile=''"),
+        ("runtime.jit_compile=yes", "runtime.jit_compile='yes'"),
+        ("runtime.mixed_precision=", "runtime.mixed_precision=''"),
+        ("runtime.mixed_precision=float64", "runtime.mixed_precision='float64'"),
+        ("mlflow.experiment_name=", "mlflow.experiment_name=''"),
+        ("mlflow.experiment_name=null", "mlflow.experiment_name=None"),
+        ("mlflow.experiment_name=[a,b]", "mlflow.experiment_name=['a', 'b']"),
+        ("mlflow.tracking_uri=5", "mlflow.tracking_uri='5'"),
+        ("mlflow.tracking_uri=./mlruns", "mlflow.tracking_uri='./mlruns'"),
+        ("mlflow.run_name=[a]", "mlflow.run_name=['a']"),
+        ("mlflow=5", "mlflow=5"),
+        ("~batch", "batch=None"),
     ],
 )
-def test_bad_values_name_the_value_and_the_fix(override, named):
+def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
     with pytest.raises(RunnerError) as raised:
-        _settings(override)
+        from_config(_overridden(defaults, override))
     message = str(raised.value)
     assert message.startswith(named + " is not valid"), message
     assert "Fix:" in message and "\n" not in message
@@ -94,3 +180,26 @@ def test_cpu_replicas_is_refused_where_it_cannot_apply(strategy):
 def test_cpu_replicas_and_explicit_devices_conflict():
     with pytest.raises(RunnerError, match="either strategy.devices or strategy.cpu_replicas"):
         _settings("strategy.cpu_replicas=2", "strategy.devices=[/cpu:0]")
+
+
+@pytest.mark.parametrize("override,named", [("sweep=5", "sweep=5"), ("sweep.objective=", "sweep.objective=''"),
+                                            ("sweep.objective=speed", "sweep.objective='speed'")])
+def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):
+    with pytest.raises(RunnerError) as raised:
+        objective_name(_overridden(defaults, override))
+    message = str(raised.value)
+    assert message.startswith(named + " is not valid") and "Fix:" in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("mlflow.tracking_uri=", None), ("mlflow.tracking_uri=postgresql+psycopg2://u:p@127.0.0.1/db", None),
+    ("mlflow.run_name=", None), ("mlflow.experiment_name=2024", "2024"), ("strategy.tpu=", ""),
+])
+def test_empty_and_numeric_values_where_they_mean_something(override, expected):
+    settings = _settings(override)
+    key = override.split("=")[0]
+    value = {"mlflow.tracking_uri": settings.mlflow.tracking_uri, "mlflow.run_name": settings.mlflow.run_name,
+             "mlflow.experiment_name": settings.mlflow.experiment_name, "strategy.tpu": settings.strategy.tpu}[key]
+    if key == "mlflow.tracking_uri" and override.endswith("db"):
+        expected = override.split("=", 1)[1]
+    assert value == expected

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_KEYS
+from runner.settings import mlflow_settings
 
 log = logging.getLogger("runner")
 
@@ -42,7 +43,11 @@ DEFAULT_OBJECTIVE = "test_accuracy"
 
 def objective_name(config: Any) -> str:
     """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
-    name = (config.get("sweep") or {}).get("objective", DEFAULT_OBJECTIVE)
+    sweep = config.get("sweep") or {}
+    if not isinstance(sweep, Mapping):
+        raise RunnerError(f"sweep={sweep!r} is not valid: it is a group of settings, not a value. Fix: set its "
+                          "keys one at a time, e.g. sweep.objective=test_accuracy.")
+    name = sweep.get("objective", DEFAULT_OBJECTIVE)
     if name not in RESULT_KEYS:
         raise RunnerError(
             f"sweep.objective={name!r} is not valid: a sweep job can only return one of its final numbers, "
@@ -106,6 +111,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             objective_name(config)
+            mlflow_settings(config)  # before anything is created: an empty experiment name, ...
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)
