@@ -17,6 +17,7 @@ from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
 from runner.settings import from_config
+from runner.sweeps import launchers
 from runner.sweeps.callback import objective_name
 
 log = logging.getLogger("runner")
@@ -71,5 +72,16 @@ def main(cfg: DictConfig) -> float:
     return values[objective]
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    launchers.quiet_launcher_schema_warning()
+    try:
+        # Hydra would only fail on a missing launcher plugin after composing, in its own words.
+        launchers.check_command_line(sys.argv[1:])
+    except RunnerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    entry()

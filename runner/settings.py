@@ -424,3 +424,55 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         mlflow=mlflow_settings(cfg),
         cluster=_cluster(_section(cfg, "cluster") if cfg.get("cluster") is not None else {}, strategy.name, loop),
     )
+
+
+# Sweeps on Ray (hydra/launcher=ray): the address forms ray.init takes, and what it refuses when joining a cluster.
+RAY_ADDRESS_WORDS = ("local", "auto")
+RAY_SIZES_OF_A_NEW_CLUSTER = ("num_cpus", "num_gpus", "object_store_memory", "resources")
+RAY_TASK_AMOUNTS = ("num_cpus", "num_gpus", "memory")
+
+
+@dataclass(frozen=True)
+class RayLauncherSettings:
+    address_key: str                  # where the address came from: the config key or RAY_ADDRESS
+    address: str | None               # as given: HOST:PORT, ray://HOST:PORT, local, auto or None
+    head: tuple[str, int] | None      # the host and port to reach, or None when Ray starts or finds its own
+
+
+def _ray_head(key: str, address: str) -> tuple[str, int]:
+    fix = ("pass the address `ray start --head` printed, e.g. hydra.launcher.ray.init.address=10.0.0.5:6379, "
+           "or leave it null to start a Ray on this machine for the sweep")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _fail(key, address, "it must be HOST:PORT (or ray://HOST:PORT for Ray Client), local or auto", fix)
+    return host, int(port)
+
+
+def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLauncherSettings:
+    """Validate hydra.launcher.ray (init and remote) for a sweep on Ray."""
+    init = (node or {}).get("init") or {}
+    remote = (node or {}).get("remote") or {}
+    key = "hydra.launcher.ray.init.address"
+    address = init.get("address")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        raise _fail(key, address, "it must be HOST:PORT, local, auto or null",
+                    "pass the address `ray start --head` printed, or null to start a Ray on this machine")
+    if address in (None, "auto") and environ.get("RAY_ADDRESS"):
+        # ray.init reads it when the config names no cluster.
+        key, address = "RAY_ADDRESS", environ["RAY_ADDRESS"]
+    head = None if address in (None, *RAY_ADDRESS_WORDS) else _ray_head(key, address)
+    if address not in (None, "local"):
+        for name in RAY_SIZES_OF_A_NEW_CLUSTER:
+            if init.get(name) is not None:
+                raise _fail(
+                    f"hydra.launcher.ray.init.{name}", init[name],
+                    f"Ray refuses it when joining an existing cluster ({key}={address})",
+                    f"give the cluster its size where it starts (ray start --{name.replace('_', '-')}=...) and each "
+                    f"job its share with hydra.launcher.ray.remote.num_cpus=N (or num_gpus, memory); "
+                    f"pass hydra.launcher.ray.init.{name}=null")
+    for name in RAY_TASK_AMOUNTS:
+        if name in remote and remote[name] is not None:
+            _number(f"hydra.launcher.ray.remote.{name}", remote[name], minimum=0.0,
+                    fix=f"pass what one job needs, e.g. hydra.launcher.ray.remote.{name}=1")
+    return RayLauncherSettings(key, address, head)

@@ -203,3 +203,48 @@ def test_empty_and_numeric_values_where_they_mean_something(override, expected):
     if key == "mlflow.tracking_uri" and override.endswith("db"):
         expected = override.split("=", 1)[1]
     assert value == expected
+
+
+def _ray_launcher(*dotlist: str, environ=None):
+    from omegaconf import OmegaConf
+
+    from runner.settings import ray_launcher
+
+    config = OmegaConf.merge(OmegaConf.load(CONF / "hydra" / "launcher" / "ray.yaml"), OmegaConf.from_dotlist(
+        [f"ray.{item}" for item in dotlist]))
+    return ray_launcher(config.ray, environ or {})
+
+
+@pytest.mark.parametrize(
+    "overrides,environ,head",
+    [((), {}, None), (("init.address=local",), {"RAY_ADDRESS": "10.0.0.5:6379"}, None),
+     (("init.address=auto",), {}, None), (("init.address=10.0.0.5:6379",), {}, ("10.0.0.5", 6379)),
+     (("init.address=ray://head:10001",), {}, ("head", 10001)), ((), {"RAY_ADDRESS": "head:6380"}, ("head", 6380)),
+     (("init.address=local", "init.num_cpus=2", "init.object_store_memory=100000000"), {}, None),
+     (("remote.num_cpus=0.5", "remote.num_gpus=1"), {}, None)],
+)
+def test_ray_launcher_settings_find_the_cluster_to_reach(overrides, environ, head):
+    assert _ray_launcher(*overrides, environ=environ).head == head
+
+
+@pytest.mark.parametrize(
+    "overrides,environ,named",
+    [
+        (("init.address=''",), {}, "hydra.launcher.ray.init.address=''"),
+        (("init.address=headnode",), {}, "hydra.launcher.ray.init.address='headnode'"),
+        (("init.address=head:port",), {}, "hydra.launcher.ray.init.address='head:port'"),
+        (("init.address=head:70000",), {}, "hydra.launcher.ray.init.address='head:70000'"),
+        ((), {"RAY_ADDRESS": "head"}, "RAY_ADDRESS='head'"),
+        (("init.address=head:6379", "init.object_store_memory=100000000"), {},
+         "hydra.launcher.ray.init.object_store_memory=100000000"),
+        (("init.address=head:6379", "init.num_cpus=2"), {}, "hydra.launcher.ray.init.num_cpus=2"),
+        (("remote.num_cpus=-1",), {}, "hydra.launcher.ray.remote.num_cpus=-1"),
+        (("remote.num_gpus=one",), {}, "hydra.launcher.ray.remote.num_gpus='one'"),
+    ],
+)
+def test_bad_ray_launcher_values_name_the_value_and_the_fix(overrides, environ, named):
+    with pytest.raises(RunnerError) as raised:
+        _ray_launcher(*overrides, environ=environ)
+    message = str(raised.value)
+    assert message.startswith(named + " is not valid"), message
+    assert "Fix:" in message and "\n" not in message

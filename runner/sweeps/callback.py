@@ -24,13 +24,15 @@ from omegaconf import DictConfig, OmegaConf
 from runner.errors import RunnerError
 from runner.job_result import RESULT_KEYS
 from runner.settings import mlflow_settings
+from runner.sweeps.launchers import check_before_sweep
 
 log = logging.getLogger("runner")
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
 # Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId), the launcher
-# that ran it (basic, joblib, submitit_slurm, submitit_local, ray) and, under SLURM, the SLURM job id.
+# that ran it (basic, joblib, submitit_slurm, submitit_local, ray), under SLURM the SLURM job id, and on Ray the
+# node id (ray_node_id, see runner.sweeps.ray_worker).
 OVERRIDES_TAG = "overrides"
 SWEPT_KEYS_TAG = "swept_keys"
 SWEEP_DIR_TAG = "sweep_dir"
@@ -112,6 +114,8 @@ class SweepCallback(Callback):
         try:
             objective_name(config)
             mlflow_settings(config)  # before anything is created: an empty experiment name, ...
+            # Before the parent run exists: a sweep that cannot start leaves nothing behind.
+            check_before_sweep(config)
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)

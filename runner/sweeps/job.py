@@ -31,6 +31,7 @@ from runner.sweeps.callback import (
     JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SLURM_JOB_ID_TAG, SWEPT_KEYS_TAG, WALL_SECONDS, objective_name,
     read_parent_run_id, worst_value,
 )
+from runner.sweeps.ray_worker import ray_node_tags
 from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
 
 log = logging.getLogger("runner")
@@ -127,11 +128,13 @@ def slurm_job_id(environ=os.environ) -> str | None:
 
 
 def where_it_runs(hydra_config: DictConfig) -> dict[str, str]:
-    """The child run's tags saying where the job ran: its launcher and, under SLURM, its SLURM job id."""
+    """The child run's tags saying where the job ran: its launcher and, under SLURM, its SLURM job id, on a Ray
+    worker, its Ray node id."""
     tags = {LAUNCHER_TAG: launcher_name(str(OmegaConf.select(hydra_config, "launcher._target_") or ""))}
     job_id = slurm_job_id()
     if job_id:
         tags[SLURM_JOB_ID_TAG] = job_id
+    tags.update(ray_node_tags())
     return tags
 
 

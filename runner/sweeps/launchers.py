@@ -1,0 +1,117 @@
+"""Sweep launchers that come from optional extras: which modules each needs and which extra installs them, and
+the checks a sweep passes before its parent run exists (the launcher is installed; a Ray cluster's address
+answers), so that a sweep that cannot run stops with one paragraph instead of Hydra's or Ray's own failure."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import socket
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from runner.errors import RunnerError
+
+# How long a cluster's head may take to accept a connection before the sweep gives up on it.
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class OptionalLauncher:
+    """A `hydra/launcher=<option>` that needs `pip install 'runner[<extra>]'`."""
+
+    option: str
+    modules: tuple[str, ...]  # the first is the Hydra plugin, which the launcher's _target_ lies in
+    extra: str
+
+
+OPTIONAL_LAUNCHERS = {
+    launcher.option: launcher for launcher in (
+        OptionalLauncher("ray", ("hydra_plugins.hydra_ray_launcher", "ray"), "ray"),
+    )
+}
+
+_LAUNCHER_OVERRIDE = re.compile(r"(?:\+{1,2}|~)?hydra/launcher=(?P<option>[^\s]+)")
+
+
+def requested_options(args: Iterable[str]) -> list[str]:
+    """The launcher options a command line names (`hydra/launcher=ray`)."""
+    return [match["option"] for match in map(_LAUNCHER_OVERRIDE.fullmatch, args) if match]
+
+
+def _missing_module(launcher: OptionalLauncher) -> str | None:
+    for module in launcher.modules:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):  # a parent package is missing, or the module is blocked
+            return module
+    return None
+
+
+def require_installed(option: str) -> None:
+    """Raise the paragraph naming the extra to install if the launcher `option` needs one that is missing."""
+    launcher = OPTIONAL_LAUNCHERS.get(option)
+    if launcher is None:
+        return
+    missing = _missing_module(launcher)
+    if missing is not None:
+        raise RunnerError(
+            f"hydra/launcher={option} needs the optional extra '{launcher.extra}', which is not installed here "
+            f"(no module {missing!r}). Fix: pip install 'runner[{launcher.extra}]' (from a checkout: "
+            f"pip install -e '.[{launcher.extra}]') in this environment and in the one the jobs run in, or sweep "
+            "with the default launcher or hydra/launcher=joblib.")
+
+
+def check_command_line(args: Iterable[str]) -> None:
+    """Before Hydra composes anything: every optional launcher the command line names is installed."""
+    for option in requested_options(args):
+        require_installed(option)
+
+
+def quiet_launcher_schema_warning() -> None:
+    """conf/hydra/launcher/<option>.yaml deliberately carries the plugin's own option name, so Hydra validates it
+    against the plugin's schema; its deprecation notice about that on every sweep tells the user nothing."""
+    warnings.filterwarnings(
+        "ignore", message=r"\s*'hydra/launcher/[^']+' is validated against ConfigStore schema with the same name")
+
+
+def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> None:
+    """Before a sweep's parent run exists: its launcher is installed and, for Ray, the cluster answers."""
+    target = str(_select(config, "hydra.launcher._target_") or "")
+    for launcher in OPTIONAL_LAUNCHERS.values():
+        if target.startswith(launcher.modules[0] + "."):
+            require_installed(launcher.option)
+            if launcher.option == "ray":
+                check_ray_address(_select(config, "hydra.launcher.ray"), environ)
+
+
+def _select(config: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, key)
+
+
+def check_ray_address(ray_config: Any, environ: Mapping[str, str] = os.environ) -> None:
+    """A concrete cluster address (in the config or RAY_ADDRESS) must accept a connection: ray.init would
+    otherwise retry it for minutes before failing."""
+    from runner.settings import ray_launcher
+
+    settings = ray_launcher(ray_config, environ)
+    if settings.head is None:
+        return
+    host, port = settings.head
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS):
+            pass
+    except OSError as error:
+        why = "timed out" if isinstance(error, socket.timeout) else (error.strerror or type(error).__name__)
+        where = "the head machine" if host not in ("127.0.0.1", "localhost") else "this machine"
+        raise RunnerError(
+            f"{settings.address_key}={settings.address} does not answer ({why} at {host}:{port}), so the sweep "
+            f"cannot reach a Ray cluster there and nothing was started. Fix: start the cluster first (`ray start "
+            f"--head --port={port}` on {where}, then `ray start --address=<head>:{port}` on each other machine) "
+            "and pass the address its head prints, or leave hydra.launcher.ray.init.address out (and RAY_ADDRESS "
+            "unset) to run the sweep on a Ray started for it on this machine.") from None
