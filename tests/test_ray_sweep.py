@@ -59,8 +59,10 @@ def ray_session(tmp_path_factory):
     head, temp = work / "head", tmp_path_factory.mktemp("ray")
     head.mkdir()
     address = f"hydra.launcher.ray.init.address=127.0.0.1:{PORT}"
+    # HOME too: a Ray that starts for a sweep writes its token to ~/.ray/auth_token, and a later `ray start
+    # --head` that finds one turns on token authentication, which a sweep joining it must then use too.
     script = f"""
-export RAY_TMPDIR={temp}
+export RAY_TMPDIR={temp} HOME={work}/home
 cd {head}  # the head starts elsewhere than the sweeps: its workers must still put jobs where the command ran
 {RAY} start --head --port={PORT} --num-cpus=2 --temp-dir={temp} --include-dashboard=false \\
   --disable-usage-stats > {work}/ray_start.log 2>&1 || exit 90
@@ -163,6 +165,7 @@ def test_without_an_address_the_sweep_starts_its_own_ray(ray_session):
     assert parent.info.status == "FINISHED" and job.info.status == "FINISHED"
     assert job.data.tags["launcher"] == "ray" and re.fullmatch(r"[0-9a-f]{56}", job.data.tags["ray_node_id"])
     assert "Started a local Ray instance" in read(work / "local.err")
+    assert (work / "home" / ".ray" / "auth_token").exists()  # its token, in the test's HOME
 
 
 def test_no_ray_process_outlives_the_namespace(ray_session):
