@@ -17,7 +17,6 @@ from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
 from runner.settings import from_config
-from runner.sweeps import launchers
 from runner.sweeps.callback import objective_name
 
 log = logging.getLogger("runner")
@@ -72,16 +71,13 @@ def main(cfg: DictConfig) -> float:
     return values[objective]
 
 
-def entry() -> None:
-    launchers.quiet_launcher_schema_warning()
+if __name__ == "__main__":
+    from runner.sweeps.launchers import check_launcher, quiet_schema_matching
+
+    quiet_schema_matching()
     try:
-        # Hydra would only fail on a missing launcher plugin after composing, in its own words.
-        launchers.check_command_line(sys.argv[1:])
+        check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     main()
-
-
-if __name__ == "__main__":
-    entry()

@@ -65,13 +65,13 @@ def require_installed(option: str) -> None:
             "with the default launcher or hydra/launcher=joblib.")
 
 
-def check_command_line(args: Iterable[str]) -> None:
+def check_launcher(args: Iterable[str]) -> None:
     """Before Hydra composes anything: every optional launcher the command line names is installed."""
     for option in requested_options(args):
         require_installed(option)
 
 
-def quiet_launcher_schema_warning() -> None:
+def quiet_schema_matching() -> None:
     """conf/hydra/launcher/<option>.yaml deliberately carries the plugin's own option name, so Hydra validates it
     against the plugin's schema; its deprecation notice about that on every sweep tells the user nothing."""
     warnings.filterwarnings(
