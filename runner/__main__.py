@@ -47,13 +47,14 @@ def main(cfg: DictConfig) -> float:
             tracker = TrackerProcess(settings.mlflow)
         try:
             # Imported after validation: a mistyped override fails before TensorFlow loads.
-            from runner.clusters.roles import join
+            from runner.clusters.roles import join, telling_servers_the_end
 
-            task = join(settings)  # a parameter server (or a parameter_server worker) serves here until stopped
+            run_dir = hydra_config.runtime.output_dir
+            task = join(settings, run_dir)  # a parameter server (or parameter_server worker) serves here, then ends
             from runner.train import run
 
-            result = run(settings, config, hydra_config.runtime.output_dir, list(hydra_config.overrides.task),
-                         task, tracker)
+            with telling_servers_the_end(task, settings, run_dir):
+                result = run(settings, config, run_dir, list(hydra_config.overrides.task), task, tracker)
         finally:
             if tracker is not None:
                 tracker.close()

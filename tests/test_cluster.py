@@ -368,6 +368,10 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
     assert launcher.process.returncode == 0, output[-3000:]
     assert "worker 1 died (killed by SIGKILL); restarting it" in output
     assert not [pid for pid in tasks.values() if _alive(pid)]
+    # The servers (TF_CONFIG tasks) ended by themselves once the chief was done, as under SLURM.
+    for name in ("ps-0", "worker-0"):
+        log = (launcher.run_dir / "tasks" / f"{name}.log").read_text()
+        assert f"the chief is done (finished): {name.replace('-', ' ')} ends with status 0" in log, log[-2000:]
 
     client, run = _only_run(tmp_path)
     assert run.info.status == "FINISHED"

@@ -208,8 +208,9 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
             status = task.process.poll()
             if status is None:
                 continue
-            if status == 0 and task.type == "worker" and restart is None:
-                others.remove(task)  # a multi_worker_mirrored worker that finished its part
+            if status == 0:
+                # A multi_worker_mirrored worker that finished its part, or a server that saw the chief's end.
+                others.remove(task)
             elif restart is not None and task.type == "worker" and task.restarts < MAX_WORKER_RESTARTS:
                 task.restarts += 1
                 log.warning("%s died (%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "

@@ -3,16 +3,27 @@
 TensorFlow's cluster resolvers read the cluster; this module checks that the cluster fits the strategy
 (before TensorFlow loads, for TF_CONFIG), tells the process its role, and runs the server of a task
 that only serves: a parameter server, or a worker of parameter_server, which the coordinator drives.
+
+A serving task cannot learn from TensorFlow that training is over, so the chief says it with a file in
+the run directory every task shares (END_FILE): the servers watch it and end by themselves, with status
+0 when the chief finished, and the job (a SLURM job, a Kubernetes TFJob) ends as the chief did.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping, NoReturn
+from typing import Any, Iterator, Mapping, NoReturn
 
 from runner.errors import RunnerError
 from runner.settings import Settings
@@ -20,6 +31,13 @@ from runner.settings import Settings
 log = logging.getLogger("runner")
 
 TF_CONFIG = "TF_CONFIG"
+# Written by the chief into the run directory when it is done with the servers: {"token", "outcome"}.
+END_FILE = "cluster_end.json"
+# The status a server ends with for each outcome of the chief.
+_SERVER_EXIT = {"finished": 0, "preempted": 128 + signal.SIGTERM, "failed": 1}
+# A server asked to stop (SIGTERM) keeps serving so that the chief can save its checkpoint, but no longer.
+SERVER_STOP_GRACE_SECONDS = 60.0
+_POLL_SECONDS = 0.5
 # The jobs each strategy's cluster may hold; the first list is what it needs at least one task of.
 _JOBS = {
     "multi_worker_mirrored": ("chief", "worker"),
@@ -140,6 +158,7 @@ def resolve(settings: Settings) -> Task:
     """This process's task, from TF_CONFIG or the SLURM job step (SINGLE_PROCESS for cluster=none)."""
     kind, strategy = settings.cluster.kind, settings.strategy.name
     if kind == "none":
+        _check_single_task(strategy)
         return SINGLE_PROCESS
     if kind == "tf_config":
         config = read_tf_config(os.environ.get(TF_CONFIG), strategy)
@@ -154,6 +173,19 @@ def resolve(settings: Settings) -> Task:
     else:
         raise ValueError(f"cluster.kind={kind!r} has no task of its own (cluster=local launches tasks)")
     return Task(task_type, index, _is_chief(cluster, task_type, index), resolver)
+
+
+def _check_single_task(strategy: str) -> None:
+    """A one-process strategy started as several tasks of a SLURM job step would train the same job
+    several times over, into one run directory."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "1")
+    if tasks.isdigit() and int(tasks) > 1 and "SLURM_PROCID" in os.environ:
+        raise RunnerError(
+            f"this SLURM job step runs {tasks} tasks, but strategy={strategy} with cluster=none trains in one "
+            f"process, so every task would train the same job on its own into the same run directory. Fix: start "
+            f"one task (srun --ntasks=1, #SBATCH --ntasks=1, hydra.launcher.tasks_per_node=1), or train on all of "
+            f"them with strategy=multi_worker_mirrored cluster=slurm (see slurm/train_multi_worker.sbatch)."
+        )
 
 
 def _slurm_resolver(settings: Settings):
@@ -174,8 +206,8 @@ def _slurm_resolver(settings: Settings):
             jobs = {"chief": 1, "ps": ps, "worker": tasks - 1 - ps}
         else:
             jobs = {"worker": tasks}
-        gpus = "CUDA_VISIBLE_DEVICES" in os.environ or shutil.which("nvidia-smi") is not None
-        if gpus:
+        # TensorFlow's resolver counts GPUs with nvidia-smi, and raises FileNotFoundError where it is missing.
+        if shutil.which("nvidia-smi") is not None:
             return tf.distribute.cluster_resolver.SlurmClusterResolver(jobs=jobs, port_base=settings.cluster.port_base)
         # On CPU-only nodes TensorFlow's resolver needs nvidia-smi to count GPUs, and with 0 GPUs per task it
         # hands out no addresses: resolve with one placeholder "GPU" per task, and pass on the cluster alone.
@@ -185,7 +217,7 @@ def _slurm_resolver(settings: Settings):
         spec = slurm.cluster_spec()
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
             spec, task_type=slurm.task_type, task_id=slurm.task_id, rpc_layer="grpc", num_accelerators={})
-    except (KeyError, ValueError, RuntimeError) as error:
+    except (KeyError, ValueError, RuntimeError, OSError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RunnerError(
             f"cluster=slurm could not read the SLURM job step ({reason}). Fix: start every task with srun inside "
@@ -194,18 +226,61 @@ def _slurm_resolver(settings: Settings):
         ) from None
 
 
-def join(settings: Settings) -> Task:
+def join(settings: Settings, run_dir: str) -> Task:
     """This process's task. A parameter server, or a worker of parameter_server, serves its part of
-    the cluster here until the job stops it (the launcher, the Kubernetes operator, srun --wait)."""
+    the cluster here until the chief is done (it ends the process)."""
     task = resolve(settings)
     if task.type is not None and _serves(task.type, settings.strategy.name):
-        serve(task, settings)
+        serve(task, settings, run_dir)
     return task
 
 
-def serve(task: Task, settings: Settings) -> NoReturn:
+def _read_end(path: str) -> dict | None:
+    try:
+        with open(path) as handle:
+            end = json.load(handle)
+    except (OSError, ValueError):  # none yet, or being replaced
+        return None
+    return end if isinstance(end, dict) else None
+
+
+@contextmanager
+def telling_servers_the_end(task: Task, settings: Settings, run_dir: str) -> Iterator[None]:
+    """Around the chief's training: write END_FILE with how it ended (finished, preempted, failed), so
+    that the servers of a parameter_server cluster end too."""
+    from runner.clusters.preemption import Preempted
+
+    if not (task.chief and task.type is not None and settings.strategy.name == "parameter_server"):
+        yield
+        return
+    outcome = "failed"
+    try:
+        yield
+        outcome = "finished"
+    except Preempted:
+        outcome = "preempted"
+        raise
+    finally:
+        # Free the coordinator and the functions it placed on the servers while they still answer: freed
+        # at exit, after the servers ended, each would log an error that its server is gone.
+        gc.collect()
+        path = os.path.join(run_dir, END_FILE)
+        # A new token each time: the servers of a later run in this directory tell it from this one.
+        with open(path + ".tmp", "w") as handle:
+            json.dump({"token": uuid.uuid4().hex, "outcome": outcome}, handle)
+        os.replace(path + ".tmp", path)
+
+
+def serve(task: Task, settings: Settings, run_dir: str) -> NoReturn:
+    """Serve until the chief writes a new END_FILE; then end with the status its outcome gives. SIGTERM
+    (preemption) does not stop the server at once: the chief may still be saving its checkpoint."""
     import tensorflow as tf
 
+    path = os.path.join(run_dir, END_FILE)
+    earlier = _read_end(path)  # a finished earlier run in this directory: not this cluster's end
+    stop_requested: list[float] = []
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(time.monotonic()))
     resolver = task.resolver
     spec = resolver.cluster_spec()
     config = tf.compat.v1.ConfigProto()
@@ -214,6 +289,23 @@ def serve(task: Task, settings: Settings) -> NoReturn:
     config.inter_op_parallelism_threads = max(os.cpu_count() or 1, spec.num_tasks("worker") + 1)
     server = tf.distribute.Server(spec, job_name=task.type, task_index=task.index,
                                   protocol=resolver.rpc_layer or "grpc", config=config, start=True)
-    log.info("%s of strategy=%s serving at %s", task.name, settings.strategy.name, server.target)
-    server.join()
-    raise SystemExit(0)
+    log.info("%s of strategy=%s serving at %s until the chief is done (%s)", task.name, settings.strategy.name,
+             server.target, path)
+    while True:
+        end = _read_end(path)
+        if end is not None and end != earlier:
+            outcome = str(end.get("outcome"))
+            code = _SERVER_EXIT.get(outcome, 1)
+            log.info("the chief is done (%s): %s ends with status %d", outcome, task.name, code)
+            break
+        if stop_requested and time.monotonic() - stop_requested[0] > SERVER_STOP_GRACE_SECONDS:
+            code = 128 + signal.SIGTERM
+            log.info("%s stops: SIGTERM %.0f s ago and the chief did not say it was done", task.name,
+                     SERVER_STOP_GRACE_SECONDS)
+            break
+        time.sleep(_POLL_SECONDS)
+    # A tf.distribute.Server cannot be stopped, and its threads would hold a normal exit: leave at once.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

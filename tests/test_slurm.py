@@ -1,0 +1,178 @@
+"""Training under a real SLURM: the shipped sbatch scripts (slurm/*.sbatch), submitted with sbatch to a
+one-node slurmctld + slurmd that this module starts (tests/slurm.py), each task a real `python -m runner`.
+
+Without accounting there is no sacct: a job's end state is read with `scontrol show job` (ended jobs stay
+visible for the test SLURM's MinJobAge).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, metric_history, mlflow_client, run_cli
+from processes import is_running
+from slurm import Slurm, free_port_run, running_slurm
+from test_cluster import SMALL, _losses, _only_run
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = REPO / "slurm"
+MULTI_WORKER = SCRIPTS / "train_multi_worker.sbatch"
+PARAMETER_SERVER = SCRIPTS / "train_parameter_server.sbatch"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with running_slurm() as cluster:
+        yield cluster
+
+
+def _submit(slurm: Slurm, tmp_path: Path, script: Path, tasks: int, *overrides: str, run_dir: Path | None = None,
+            **env: str) -> str:
+    """sbatch the script as a user would, with the test's tiny data and MLflow store as overrides."""
+    environment = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
+    environment.update(RUNNER_PYTHON=sys.executable, RUNNER_RUN_DIR=str(run_dir or tmp_path / "run"),
+                       PYTHONUNBUFFERED="1", **env)
+    # A resumed run must be submitted with the same overrides as the first: the same ports too.
+    if not any(item.startswith("cluster.port_base=") for item in overrides):
+        overrides = (f"cluster.port_base={free_port_run(tasks)}", *overrides)
+    return slurm.sbatch(script, *SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides,
+                        options=("--cpus-per-task=1",), cwd=tmp_path, env=environment)
+
+
+def _output(tmp_path: Path, script: Path, job: str) -> str:
+    name = {MULTI_WORKER: "runner-mwms", PARAMETER_SERVER: "runner-ps"}[script]
+    path = tmp_path / f"{name}-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else f"({path} not written)"
+
+
+def _task_pid(job: str, rank: int, timeout: float = 120) -> int:
+    """The pid of task `rank` of the job's step: the `python -m runner` srun started."""
+    wanted = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_PROCID={rank}".encode(), b"SLURM_STEP_ID=0"}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{name}/environ", "rb") as handle:
+                    environ = set(handle.read().split(b"\0"))
+                with open(f"/proc/{name}/cmdline", "rb") as handle:
+                    command = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if wanted <= environ and b"runner" in command and is_running(int(name)):
+                return int(name)
+        time.sleep(0.2)
+    raise AssertionError(f"no task {rank} of job {job}")
+
+
+def _wait_for_checkpoint(run_dir: Path, slurm: Slurm, job: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
+        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), f"job {job} ended before a checkpoint"
+        assert time.monotonic() < deadline, f"no checkpoint within {timeout} s"
+        time.sleep(0.2)
+
+
+def test_multi_worker_mirrored_job_matches_two_mirrored_replicas(slurm, tmp_path):
+    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "batch=32")
+    state = slurm.wait_job(job)
+    output = _output(tmp_path, MULTI_WORKER, job)
+    assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output[-3000:]
+    client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief (task 0)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_id == (tmp_path / "run" / "mlflow_run_id.txt").read_text().strip()
+    assert (run.data.params["num_replicas"], run.data.params["global_batch_size"]) == ("2", "64")
+    for key in ("train_loss", "test_accuracy"):
+        assert [step for step, _ in metric_history(client, run.info.run_id, key)] == [1, 2], key
+    assert {"checkpoints", "curves.png", "config.yaml"} <= {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.index")) == ["ckpt-16.index"]
+    assert "worker 1 of the cluster: training in step with the chief" in output
+
+    reference = run_cli(*SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
+                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
+                        "batch=32", cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
+    expected = _losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
+    losses = _losses(client, run.info.run_id)
+    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
+    print(f"SLURM multi_worker_mirrored vs mirrored train_loss: {losses} vs {expected}, relative differences "
+          f"{differences}")
+    assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)
+
+
+def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, tmp_path):
+    """SIGTERM to every task (what preemption sends): the chief saves and marks its run KILLED, the servers
+    end with it. The same script submitted again resumes that run; once the chief is done, the servers end
+    by themselves and the job is COMPLETED."""
+    run_dir = tmp_path / "run"
+    overrides = ("epochs=4", "checkpoint.every_epochs=1", "batch=32", f"cluster.port_base={free_port_run(3)}")
+    first = _submit(slurm, tmp_path, PARAMETER_SERVER, 3, *overrides, RUNNER_STEPS_PER_EPOCH="150")
+    _wait_for_checkpoint(run_dir, slurm, first)
+    slurm.run("scancel", "--signal=TERM", first)
+    state = slurm.wait_job(first, timeout=120)
+    output = _output(tmp_path, PARAMETER_SERVER, first)
+    assert state["JobState"] == "FAILED", (state, output[-3000:])  # the tasks exited 143: preempted
+    client, run = _only_run(tmp_path)
+    assert run.info.status == "KILLED", output[-3000:]
+    assert run.data.tags["resumable"] == "true"
+    assert "preempted: stopped by SIGTERM after saving" in output
+    assert "the chief is done (preempted): ps 0 ends with status 143" in output
+    assert "the chief is done (preempted): worker 0 ends with status 143" in output
+    trained = len(metric_history(client, run.info.run_id, "train_loss"))
+    assert 1 <= trained < 4
+
+    second = _submit(slurm, tmp_path, PARAMETER_SERVER, 3, *overrides, RUNNER_STEPS_PER_EPOCH="150")
+    state = slurm.wait_job(second)
+    output = _output(tmp_path, PARAMETER_SERVER, second)
+    assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output[-3000:]
+    assert "resuming after epoch" in output
+    assert "the chief is done (finished): ps 0 ends with status 0" in output
+    assert "the chief is done (finished): worker 0 ends with status 0" in output
+    client, resumed = _only_run(tmp_path)  # the same run, continued
+    assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
+    for key in ("train_loss", "test_accuracy", "examples_per_second"):
+        assert [step for step, _ in metric_history(client, run.info.run_id, key)] == [1, 2, 3, 4], key
+    assert resumed.data.params["loop.steps_per_epoch"] == "150"
+    assert resumed.data.metrics["eval_accuracy"] == pytest.approx(resumed.data.metrics["test_accuracy"], abs=1e-6)
+    assert "checkpoints" in {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert list((run_dir / "checkpoints").glob("ckpt-*.index"))
+
+
+def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(slurm, tmp_path):
+    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30")
+    _wait_for_checkpoint(tmp_path / "run", slurm, job)
+    os.kill(_task_pid(job, 1), signal.SIGKILL)
+    killed = time.monotonic()
+    state = slurm.wait_job(job, timeout=120)
+    elapsed = time.monotonic() - killed
+    output = _output(tmp_path, MULTI_WORKER, job)
+    assert state["JobState"] == "FAILED" and elapsed < 60, (state, elapsed, output[-3000:])
+    errors = [line for line in output.splitlines() if re.match(r"\d+: error: ", line)]  # a task's, not srun's
+    assert len(errors) == 1, errors
+    [error] = errors
+    assert error.startswith("0: error: another task of the cluster failed or stopped answering during epoch "), error
+    assert "/job:worker/replica:0/task:1" in error and "Fix:" in error
+    assert f"hydra.run.dir={tmp_path / 'run'}" in error
+    client, run = _only_run(tmp_path)
+    assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
+
+
+def test_more_slurm_tasks_than_a_one_process_strategy_can_use_is_one_paragraph(slurm, tmp_path):
+    done = slurm.run("srun", "--ntasks=2", "--cpus-per-task=1", sys.executable, "-m", "runner", *SMALL,
+                     "strategy=one_device", f"hydra.run.dir={tmp_path / 'run'}", check=False, cwd=tmp_path,
+                     timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and len(errors) == 2, done.stderr[-3000:]
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("error: this SLURM job step runs 2 tasks, but strategy=one_device with cluster=none "
+                                "trains in one process"), errors[0]
+    assert "Fix: start one task (srun --ntasks=1" in errors[0] and "strategy=multi_worker_mirrored" in errors[0]
+    assert "Traceback" not in done.stderr and not (tmp_path / "mlflow.db").exists()
