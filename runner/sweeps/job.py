@@ -7,7 +7,12 @@ created here, before that process starts, so a job that fails before reaching ML
 error) is still recorded as FAILED under the sweep's parent run.
 
 A job never raises for a failed training: Hydra's sweepers abort the whole sweep at the first job that
-raises (hydra issues #1407, #2824). It returns the worst possible objective instead.
+raises (hydra issues #1407, #2824). It returns the worst possible objective instead; a job whose
+launcher lost it (a SLURM job killed before it returned) is recorded the same way by record_lost_job.
+
+The child run is tagged with where the job ran (launcher, slurm_job_id). In a job of several SLURM tasks
+(hydra.launcher.tasks_per_node > 1, a cluster=slurm training) every task runs this function: task 0
+records the job, the others only train beside it.
 """
 
 from __future__ import annotations
@@ -60,6 +65,17 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     if run is not None and run.info.status == _FINISHED:
         log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
         return float(run.data.metrics.get(objective, worst))
+    command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(job_dir)}",
+               # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
+               # directory's .hydra/ stays the one the sweep wrote.
+               "hydra.mode=RUN", "hydra.output_subdir=null"]
+    rank = other_task_rank()
+    if rank is not None:
+        # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
+        # beside the chief, task 0, which alone records the job and returns its result.
+        log.info("%s: task %d trains beside task 0, which records the job", label, rank)
+        _train(command, cwd=str(hydra_config.runtime.cwd))
+        return float("nan")
     where = where_it_runs(hydra_config)
     if run is not None:
         run_id = run.info.run_id
@@ -71,10 +87,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
         client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
         log.info("%s: continuing MLflow run %s", label, run_id)
     else:
-        run_id = client.create_run(parent.info.experiment_id, run_name=name, tags={
-            MLFLOW_PARENT_RUN_ID: parent.info.run_id, JOB_NUMBER_TAG: str(number), OVERRIDES_TAG: overrides_tag,
-            **where,
-        }).info.run_id
+        run_id = _new_child(client, parent, name, number, overrides_tag, where)
         log.info("%s: MLflow run %s", label, run_id)
     # The training process continues the run this file names instead of creating its own.
     write_run_id(job_dir, run_id)
@@ -82,10 +95,6 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     if os.path.exists(stale_result):
         os.remove(stale_result)
 
-    command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(job_dir)}",
-               # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
-               # directory's .hydra/ stays the one the sweep wrote.
-               "hydra.mode=RUN", "hydra.output_subdir=null"]
     started = time.monotonic()
     returncode, stderr_tail = _train(command, cwd=str(hydra_config.runtime.cwd))
     client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
@@ -127,6 +136,14 @@ def slurm_job_id(environ=os.environ) -> str | None:
     return environ.get("SLURM_JOB_ID") or None
 
 
+def other_task_rank(environ=os.environ) -> int | None:
+    """This process's rank if it is a task other than task 0 of a SLURM job step of several tasks."""
+    tasks, rank = environ.get("SLURM_STEP_NUM_TASKS", "1"), environ.get("SLURM_PROCID", "0")
+    if tasks.isdigit() and int(tasks) > 1 and rank.isdigit() and int(rank) > 0:
+        return int(rank)
+    return None
+
+
 def where_it_runs(hydra_config: DictConfig) -> dict[str, str]:
     """The child run's tags saying where the job ran: its launcher and, under SLURM, its SLURM job id, on a Ray
     worker, its Ray node id."""
@@ -136,6 +153,44 @@ def where_it_runs(hydra_config: DictConfig) -> dict[str, str]:
         tags[SLURM_JOB_ID_TAG] = job_id
     tags.update(ray_node_tags())
     return tags
+
+
+def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | None) -> float:
+    """A job that ended without returning (its launcher's job was killed: a time limit, scancel, a node
+    failure): mark its child run FAILED with `error`, creating the run if the job never got to; return
+    the worst objective, for the sweeper. `cfg` is the job's config, hydra node included."""
+    hydra_config = cfg.hydra
+    objective = objective_name(cfg)
+    worst = worst_value(objective, OmegaConf.select(hydra_config, "sweeper.direction"))
+    number = int(hydra_config.job.num)
+    overrides = [str(item) for item in hydra_config.overrides.task]
+    overrides_tag = ",".join(overrides)
+    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri or None)
+    parent = _parent_run(client, os.path.abspath(str(hydra_config.sweep.dir)))
+    run = _existing_child(client, job_dir, parent.info.run_id, overrides_tag)
+    if run is not None and run.info.status == _FINISHED:  # it finished; only its answer was lost
+        return float(run.data.metrics.get(objective, worst))
+    where = where_it_runs(hydra_config)
+    if slurm_job:
+        where[SLURM_JOB_ID_TAG] = slurm_job
+    if run is None:
+        name = _point_name(overrides, parent.data.tags.get(SWEPT_KEYS_TAG, ""), number)
+        run_id = _new_child(client, parent, name, number, overrides_tag, where)
+        os.makedirs(job_dir, exist_ok=True)
+        write_run_id(job_dir, run_id)  # a re-run of the sweep continues this run
+    else:
+        run_id = run.info.run_id
+    _mark_failed(client, run_id, error, replace=True)
+    log.error("job %d failed (MLflow run %s): %s", number, run_id, error)
+    return worst
+
+
+def _new_child(client: MlflowClient, parent: Run, name: str, number: int, overrides_tag: str,
+               where: dict[str, str]) -> str:
+    return client.create_run(parent.info.experiment_id, run_name=name, tags={
+        MLFLOW_PARENT_RUN_ID: parent.info.run_id, JOB_NUMBER_TAG: str(number), OVERRIDES_TAG: overrides_tag,
+        **where,
+    }).info.run_id
 
 
 def _parent_run(client: MlflowClient, sweep_dir: str) -> Run:
@@ -207,10 +262,11 @@ def _failure_paragraph(stderr: str, returncode: int) -> str:
     return f"the training process failed ({how})" + (f": {last[-1]}" if last else "")
 
 
-def _mark_failed(client: MlflowClient, run_id: str, error: str) -> None:
+def _mark_failed(client: MlflowClient, run_id: str, error: str, replace: bool = False) -> None:
     run = client.get_run(run_id)
-    # A process that failed during training already marked its run FAILED with its own error.
-    if run.info.status == _FAILED and run.data.tags.get(ERROR_TAG):
+    # A process that failed during training already marked its run FAILED with its own error, unless
+    # the job was then killed (`replace`): that is what the run must say.
+    if run.info.status == _FAILED and run.data.tags.get(ERROR_TAG) and not replace:
         return
     client.set_tag(run_id, ERROR_TAG, error[:5000])
     client.set_terminated(run_id, _FAILED)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import socket
 import warnings
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ class OptionalLauncher:
 OPTIONAL_LAUNCHERS = {
     launcher.option: launcher for launcher in (
         OptionalLauncher("ray", ("hydra_plugins.hydra_ray_launcher", "ray"), "ray"),
+        OptionalLauncher("submitit_slurm", ("hydra_plugins.hydra_submitit_launcher", "submitit"), "slurm"),
+        OptionalLauncher("submitit_local", ("hydra_plugins.hydra_submitit_launcher", "submitit"), "slurm"),
     )
 }
 
@@ -66,9 +69,22 @@ def require_installed(option: str) -> None:
 
 
 def check_launcher(args: Iterable[str]) -> None:
-    """Before Hydra composes anything: every optional launcher the command line names is installed."""
+    """Before Hydra composes anything: every optional launcher the command line names is installed, and
+    SLURM's commands are there for submitit_slurm."""
     for option in requested_options(args):
         require_installed(option)
+        if option == "submitit_slurm":
+            require_sbatch()
+
+
+def require_sbatch() -> None:
+    if shutil.which("sbatch") is None:
+        raise RunnerError(
+            "hydra/launcher=submitit_slurm submits every job with sbatch, which is not on the PATH: this machine "
+            "is not a SLURM login node, or SLURM's commands are not on the PATH. Fix: run the sweep where sbatch, "
+            "squeue and scontrol work (add SLURM's bin directory to PATH), or run the jobs on this machine with "
+            "hydra/launcher=submitit_local or hydra/launcher=joblib."
+        )
 
 
 def quiet_schema_matching() -> None:

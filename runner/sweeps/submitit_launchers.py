@@ -1,0 +1,145 @@
+"""hydra/launcher=submitit_slurm and submitit_local: hydra-submitit-launcher's launchers, waiting for
+their jobs in a way that does not need SLURM's accounting.
+
+submitit learns a job's state from `sacct`; on a cluster without accounting, a job that SLURM killed
+(time limit, scancel, node failure) before it wrote its result keeps submitit waiting forever, and
+one job that raised would abort the whole sweep. Here the sweep's process waits on each job's result
+file and, under SLURM, on `scontrol show job`: a job that ended without a result is recorded as a
+FAILED child run (runner.sweeps.job.record_lost_job) with a worst-possible objective, and the sweep goes
+on to its summary. The jobs themselves run as hydra-submitit-launcher runs them (its `__call__`).
+
+Importing this module needs the `slurm` extra: runner/__main__.py says so first when it is missing. Hydra
+finds the launchers in hydra_plugins/runner_submitit_launchers.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from omegaconf import OmegaConf, open_dict
+
+from runner.sweeps.launchers import quiet_schema_matching
+
+log = logging.getLogger("runner")
+quiet_schema_matching()  # where a job composes its config again (the node)
+
+# SLURM's states of a job that will not run any more (scontrol show job's JobState).
+_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+          "TIMEOUT", "SPECIAL_EXIT", "REVOKED"}
+# How long a job's result file may lag behind its end (a shared filesystem's caches).
+RESULT_GRACE_SECONDS = 15.0
+_POLL_SECONDS = 1.0
+_SLURM_POLL_SECONDS = 5.0
+
+
+class SubmititLauncher(plugin.BaseSubmititLauncher):
+    """hydra-submitit-launcher's launcher for the executor `_EXECUTOR` names (slurm, local): the jobs run
+    as it runs them; the sweep's process waits on them as the module says. Declared for Hydra in
+    hydra_plugins/runner_submitit_launchers.py."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+
+        assert self.config is not None
+        params = dict(self.params)
+        init_keys = {"submitit_folder", "max_num_timeout"}
+        executor = submitit.AutoExecutor(
+            folder=params["submitit_folder"], cluster=self._EXECUTOR,
+            **({f"{self._EXECUTOR}_max_num_timeout": params["max_num_timeout"]} if "max_num_timeout" in params else {}))
+        generic = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{key if key in generic else f"{self._EXECUTOR}_{key}": value
+                                      for key, value in params.items() if key not in init_keys})
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info("submitit '%s' sweep output dir: %s; jobs' logs in %s", self._EXECUTOR, sweep_dir,
+                 params["submitit_folder"].replace("%j", "<job id>"))
+        numbered = [(initial_job_idx + index, list(overrides)) for index, overrides in enumerate(job_overrides)]
+        for number, overrides in numbered:
+            log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
+        jobs = executor.map_array(self, *zip(*[(overrides, "hydra.sweep.dir", number, f"job_id_for_{number}",
+                                                 Singleton.get_state()) for number, overrides in numbered]))
+        return [self._settle(job, number, overrides) for job, (number, overrides) in zip(jobs, numbered)]
+
+    def _settle(self, job, number: int, overrides: list[str]) -> JobReturn:
+        """Wait for the job; its JobReturn, or, if it ended without one, a worst-value JobReturn for a job
+        recorded as FAILED."""
+        ended_at = None
+        next_check = 0.0
+        while True:
+            if _has_results(job):
+                try:
+                    return job.results()[0]
+                except Exception as error:  # the job function raised, or a task died: the sweep goes on
+                    return self._lost(job, number, overrides, f"it ended with an error: {_first_line(error)}")
+            now = time.monotonic()
+            if ended_at is None and now >= next_check:
+                next_check = now + _SLURM_POLL_SECONDS
+                state = self._ended_state(job)
+                if state is not None:
+                    ended_at, ended_state = now, state
+            if ended_at is not None and now - ended_at > RESULT_GRACE_SECONDS:
+                return self._lost(job, number, overrides, f"it ended {ended_state} without a result")
+            time.sleep(_POLL_SECONDS)
+
+    def _ended_state(self, job) -> str | None:
+        """The job's final state if it has ended, else None."""
+        state = job.state if self._EXECUTOR == "local" else _slurm_state(job)
+        return state if state is not None and state.upper() not in (
+            "READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "CONFIGURING", "RESIZING",
+            "SUSPENDED") else None
+
+    def _lost(self, job, number: int, overrides: list[str], how: str) -> JobReturn:
+        from runner.sweeps.job import record_lost_job
+
+        assert self.hydra_context is not None and self.config is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config.hydra.job):
+            config.hydra.job.num = number
+            config.hydra.job.id = str(job.job_id)
+        job_dir = os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))
+        logs = Path(str(job.paths.stderr))
+        error = (f"{'SLURM' if self._EXECUTOR == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
+                 f"before the job finished: {how} (killed by its time limit, scancel, a node failure or running out "
+                 f"of memory); its log: {logs}. Fix: see that log; raise hydra.launcher.timeout_min or "
+                 f"hydra.launcher.mem_gb if it ran out of either, then re-run the same command with "
+                 f"hydra.sweep.dir={os.path.abspath(str(config.hydra.sweep.dir))} to run the jobs that did not finish.")
+        value = record_lost_job(config, job_dir, error, str(job.job_id) if self._EXECUTOR == "slurm" else None)
+        result = JobReturn(overrides=overrides, cfg=config, hydra_cfg=config, working_dir=job_dir,
+                           task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
+        result.return_value = value
+        return result
+
+
+def _has_results(job) -> bool:
+    jobs = getattr(job, "_sub_jobs", None) or [job]
+    return all(Path(sub.paths.result_pickle).exists() for sub in jobs)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+def _slurm_state(job) -> str | None:
+    """JobState from `scontrol show job` (ended jobs stay there for SLURM's MinJobAge, 300 s by default);
+    a job SLURM no longer knows has ended."""
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", str(job.job_id)], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return "PURGED" if "Invalid job id" in done.stderr else None
+    for item in done.stdout.split():
+        if item.startswith("JobState="):
+            return item.partition("=")[2]
+    return None

@@ -1,0 +1,162 @@
+"""Sweeps through hydra-submitit-launcher: `hydra/launcher=submitit_slurm` against a real one-node SLURM that
+this module starts (tests/slurm.py), and `hydra/launcher=submitit_local` without one.
+
+The SLURM has no accounting, so submitit's sacct calls fail: the sweep must still end, from the jobs'
+result files and `scontrol show job`, also when SLURM kills a job before it wrote its result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from slurm import free_port_run, running_slurm
+from test_sweep import (
+    TINY, _command, all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep,
+)
+
+pytestmark = pytest.mark.slow
+
+ON_SLURM = ["hydra/launcher=submitit_slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
+POINTS = [("batch=32",), ("batch=64",)]
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with running_slurm() as cluster:
+        yield cluster
+
+
+def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+
+
+def _submitit_process(array_task: str) -> int:
+    """The pid of the process submitit runs the job function in, for one SLURM array task."""
+    array_job, index = array_task.split("_")
+    wanted = {f"SLURM_ARRAY_JOB_ID={array_job}".encode(), f"SLURM_ARRAY_TASK_ID={index}".encode()}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = set(handle.read().split(b"\0"))
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                command = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted <= environ and b"submitit.core._submit" in command:
+            return int(name)
+    raise AssertionError(f"no submitit process for {array_task}")
+
+
+def _slurm_tags_match_the_jobs(jobs) -> None:
+    ids = [run.data.tags["slurm_job_id"] for run in jobs]
+    assert all(re.fullmatch(r"\d+_\d+", job_id) for job_id in ids), ids
+    assert [job_id.split("_")[1] for job_id in ids] == [str(n) for n in range(len(jobs))]  # one array
+
+
+def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slurm, tmp_path):
+    """Each job is a SLURM array task. One is killed outright (as a node failure or the OOM killer would)
+    before it wrote a result: without sacct the sweep still ends, with that job FAILED and the other
+    FINISHED; the same command again trains only the killed job, into its own run."""
+    sweep_dir = tmp_path / "sweep"
+    overrides = (*ON_SLURM, "batch=32,64")
+    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        # Job 1 created its child run and is starting to train: kill its SLURM task's process outright, as
+        # the OOM killer would (scancel's SIGTERM would let it record its own failure).
+        _wait_for(lambda: (sweep_dir / "1" / "mlflow_run_id.txt").exists(), "job 1's run", process)
+        array_tasks = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()
+        [job_1] = [task for task in array_tasks if task.endswith("_1")]
+        os.kill(_submitit_process(job_1), signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode != 0, stderr[-3000:]
+    assert "1 of 2 sweep jobs failed: job 1 (batch=64)" in stderr, stderr[-3000:]
+    assert f"SLURM job {job_1} of job 1 stopped before the job finished" in stderr
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    first, killed = children(client, parent_id)
+    assert (first.info.status, killed.info.status) == ("FINISHED", "FAILED")
+    assert killed.data.tags["error"].startswith(f"SLURM job {job_1} of job 1 stopped before the job finished")
+    assert "Fix:" in killed.data.tags["error"] and f"hydra.sweep.dir={sweep_dir}" in killed.data.tags["error"]
+    assert killed.data.tags["slurm_job_id"] == job_1
+    assert [(row["job"], row["status"]) for row in summary_rows(sweep_dir)] == [("0", "FINISHED"), ("1", "FAILED")]
+
+    again = sweep(tmp_path, sweep_dir, *overrides)
+    # Each job logs on its node, into its job directory: job 0 skipped itself, job 1 continued its run.
+    assert "already FINISHED" in (sweep_dir / "0" / "__main__.log").read_text()
+    assert f"continuing MLflow run {killed.info.run_id}" in (sweep_dir / "1" / "__main__.log").read_text()
+    _, jobs = assert_finished_sweep(tmp_path, sweep_dir, again, POINTS, launcher="submitit_slurm")
+    assert [run.info.run_id for run in jobs] == [first.info.run_id, killed.info.run_id]
+    _slurm_tags_match_the_jobs(jobs)
+    assert (sweep_dir / ".submitit").is_dir()  # each SLURM job's script and logs
+
+
+def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "hydra/launcher=submitit_local", "batch=32,64")
+    _, jobs = assert_finished_sweep(tmp_path, sweep_dir, result, POINTS, launcher="submitit_local")
+    assert not any("slurm_job_id" in run.data.tags for run in jobs)
+
+
+def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(slurm, tmp_path):
+    """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it."""
+    sweep_dir = tmp_path / "sweep"
+    single = [item for item in TINY if not item.startswith("strategy=")]
+    command = [sys.executable, "-m", "runner", "-m", *single, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+               f"hydra.sweep.dir={sweep_dir}", *ON_SLURM, "hydra.launcher.tasks_per_node=2",
+               # Two jobs on one node would share ports: one at a time.
+               "hydra.launcher.array_parallelism=1", f"cluster.port_base={free_port_run(2)}",
+               "strategy=multi_worker_mirrored", "cluster=slurm", "batch=32,64"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    assert len(all_runs(client)) == 3  # the parent and one child per job, not per task
+    jobs = children(client, parent_id)
+    assert [run.info.run_name for run in jobs] == ["batch=32", "batch=64"]
+    for run in jobs:
+        assert run.info.status == "FINISHED"
+        assert (run.data.params["num_replicas"], run.data.params["cluster.kind"]) == ("2", "slurm")
+        assert run.data.tags["launcher"] == "submitit_slurm"
+        assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
+    _slurm_tags_match_the_jobs(jobs)
+    assert "2 jobs, 2 finished, 0 failed" in result.stdout
+
+
+def test_missing_sbatch_and_missing_extra_are_one_paragraph(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    no_sbatch = subprocess.run([sys.executable, "-m", "runner", "-m", "hydra/launcher=submitit_slurm", "batch=32,64"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                               env={"PATH": str(empty), "PYTHONPATH": str(REPO)})
+    # Without the package: its import blocked, as on a machine where the extra was never installed.
+    no_extra = subprocess.run(
+        [sys.executable, "-c", "import runpy, sys; sys.modules['hydra_plugins.hydra_submitit_launcher'] = None; "
+         "sys.argv = ['runner', '-m', 'hydra/launcher=submitit_local', 'batch=32,64']; "
+         "runpy.run_module('runner', run_name='__main__')"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    for done, start, fix in (
+            (no_sbatch, "error: hydra/launcher=submitit_slurm submits every job with sbatch, which is not on the PATH",
+             "hydra/launcher=submitit_local"),
+            (no_extra, "error: hydra/launcher=submitit_local needs the optional extra 'slurm', which is not installed",
+             "pip install -e '.[slurm]'")):
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert done.stderr.startswith(start) and fix in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()
