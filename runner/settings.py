@@ -110,6 +110,7 @@ class CheckpointSettings:
 class RuntimeSettings:
     jit_compile: bool
     mixed_precision: str | None
+    deterministic: bool = False  # op determinism, and refuse what cannot be reproduced bit for bit
 
 
 @dataclass(frozen=True)
@@ -348,14 +349,25 @@ def _loop(node: Mapping[str, Any]) -> LoopSettings:
     return LoopSettings(style, steps_per_epoch, steps_per_call)
 
 
-def _runtime(node: Mapping[str, Any]) -> RuntimeSettings:
+def _runtime(node: Mapping[str, Any], strategy: str) -> RuntimeSettings:
     jit_compile = _bool("runtime.jit_compile", node.get("jit_compile", False),
                         "pass runtime.jit_compile=true or runtime.jit_compile=false")
     policy = _choice(
         "runtime.mixed_precision", node.get("mixed_precision"), MIXED_PRECISION_POLICIES,
         "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null", nullable=True,
     )
-    return RuntimeSettings(jit_compile, policy)
+    deterministic = _bool("runtime.deterministic", node.get("deterministic", False),
+                          "pass runtime.deterministic=true or runtime.deterministic=false")
+    if deterministic and strategy == "parameter_server":
+        raise _fail(
+            "runtime.deterministic", True,
+            "strategy=parameter_server trains asynchronously: each worker applies its updates whenever it finishes "
+            "a step, so the order of updates (and every number after the first step) depends on timing, and each "
+            "worker shuffles with a seed of its own",
+            "use strategy=multi_worker_mirrored (synchronous) for a reproducible multi-process run, or drop "
+            "runtime.deterministic to train with parameter servers",
+        )
+    return RuntimeSettings(jit_compile, policy, deterministic)
 
 
 def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
@@ -420,7 +432,7 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
             max_to_keep=_int("checkpoint.max_to_keep", checkpoint.get("max_to_keep"), minimum=1,
                              fix="pass how many checkpoints to keep, e.g. 3"),
         ),
-        runtime=_runtime(_section(cfg, "runtime")),
+        runtime=_runtime(_section(cfg, "runtime"), strategy.name),
         mlflow=mlflow_settings(cfg),
         cluster=_cluster(_section(cfg, "cluster") if cfg.get("cluster") is not None else {}, strategy.name, loop),
     )

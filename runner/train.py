@@ -17,6 +17,7 @@ import tensorflow as tf
 from runner.training import data
 from runner.training.checkpoints import Checkpointer, evaluate_without_strategy
 from runner.clusters.roles import SINGLE_PROCESS, Task
+from runner.training.determinism import make_deterministic
 from runner.training.controller import Controller, EpochResult, make_evaluate
 from runner.errors import RunnerError
 from runner.training.loop import CoordinatorLoop, make_loop
@@ -62,6 +63,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     os.makedirs(run_dir, exist_ok=True)
     check_reachable(settings.mlflow)
     strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
+    if settings.runtime.deterministic:
+        make_deterministic(settings.runtime, settings.seed)
     arrays = data.load_arrays(settings.dataset, settings.seed)
     replicas = strategy.num_replicas_in_sync
     global_batch = settings.batch * replicas

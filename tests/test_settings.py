@@ -161,6 +161,9 @@ def test_any_positive_batch_is_accepted(batch):
         ("mlflow.run_name=[a]", "mlflow.run_name=['a']"),
         ("mlflow=5", "mlflow=5"),
         ("~batch", "batch=None"),
+        ("runtime.deterministic=maybe", "runtime.deterministic='maybe'"),
+        ("runtime.deterministic=1", "runtime.deterministic=1"),
+        ("runtime.deterministic=null", "runtime.deterministic=None"),
     ],
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
@@ -248,3 +251,11 @@ def test_bad_ray_launcher_values_name_the_value_and_the_fix(overrides, environ, 
     message = str(raised.value)
     assert message.startswith(named + " is not valid"), message
     assert "Fix:" in message and "\n" not in message
+
+
+def test_deterministic_refuses_asynchronous_parameter_servers():
+    with pytest.raises(RunnerError, match=r"^runtime.deterministic=True is not valid: strategy=parameter_server "
+                                          r"trains asynchronously.*Fix: use strategy=multi_worker_mirrored"):
+        _settings("strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=10", "runtime.deterministic=true")
+    assert _settings("strategy=multi_worker_mirrored", "cluster=local", "runtime.deterministic=true").runtime.deterministic
+    assert not _settings().runtime.deterministic

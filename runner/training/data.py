@@ -134,6 +134,9 @@ def _with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     options = tf.data.Options()
     # In-memory tensors have no files to shard by: multi-worker strategies shard by element.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    # Elements in their order, whatever the timing of the parallel map's threads (TensorFlow's default,
+    # stated here because the reproducibility of runtime.deterministic rests on it).
+    options.deterministic = True
     return dataset.with_options(options)
 
 

@@ -1,0 +1,107 @@
+"""runtime.deterministic=true: the same command twice gives bit-identical numbers, and so does a run
+killed with kill -9 and resumed. Floats are compared with ==, never with a tolerance.
+
+Every run is `python -m runner` in a fresh process against a real MLflow store.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TINY, metric_history, mlflow_client, run_cli, start_cli
+from test_resilience import _checkpoints, _wait_for
+
+pytestmark = pytest.mark.slow
+
+# Epochs of a second or less; the first checkpoint after epoch 2.
+RUN = [*TINY, "dataset.train_examples=1024", "epochs=3", "checkpoint.every_epochs=2", "seed=5",
+       "runtime.deterministic=true"]
+# examples_per_second measures the machine, not the training: the one per-epoch metric that may differ.
+REPRODUCIBLE = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "learning_rate")
+
+
+def _args(tmp_path: Path, name: str, *extra: str) -> list[str]:
+    return [*RUN, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / name}",
+            *extra]
+
+
+def _outcome(tmp_path: Path, name: str) -> dict:
+    """Every reproducible metric of the run (per epoch, and eval_accuracy) and its final weights."""
+    import tensorflow as tf
+
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
+    assert client.get_run(run_id).info.status == "FINISHED"
+    metrics = {key: metric_history(client, run_id, key) for key in (*REPRODUCIBLE, "eval_accuracy")}
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / name / "checkpoints")))
+    weights = {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+               if key != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+    return {"metrics": metrics, "weights": weights}
+
+
+def _train(tmp_path: Path, name: str, *extra: str) -> dict:
+    done = run_cli(*_args(tmp_path, name, *extra), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _outcome(tmp_path, name)
+
+
+def _assert_identical(first: dict, second: dict, epochs: int = 3) -> None:
+    for key, points in first["metrics"].items():
+        assert points == second["metrics"][key], key  # exact: tuples of (epoch, float)
+        assert len(points) == (1 if key == "eval_accuracy" else epochs), (key, points)
+    assert first["weights"].keys() == second["weights"].keys()
+    assert len(first["weights"]) > 10  # the model's kernels and biases, Adam's moments, the counters
+    for key, value in first["weights"].items():
+        assert np.array_equal(value, second["weights"][key]), key
+
+
+@pytest.mark.parametrize("overrides", [
+    ("strategy=one_device",),
+    ("strategy=mirrored", "strategy.cpu_replicas=2", "batch=32"),
+    ("strategy=one_device", "loop=multi_step", "loop.steps_per_call=5"),
+], ids=["one_device", "mirrored-2-replicas", "multi_step"])
+def test_two_invocations_give_bit_identical_metrics_and_weights(tmp_path, overrides):
+    first = _train(tmp_path, "first", *overrides)
+    second = _train(tmp_path, "second", *overrides)
+    _assert_identical(first, second)
+    losses = [value for _, value in first["metrics"]["train_loss"]]
+    assert losses[-1] < losses[0]  # it trained
+
+
+def test_kill_9_after_epoch_2_and_resume_equals_the_uninterrupted_run(tmp_path):
+    """loop=multi_step draws from one iterator for the whole run: the resumed run must skip exactly the
+    batches of the epochs it restored, and continue Adam's state and the learning-rate schedule."""
+    overrides = ("strategy=one_device", "loop=multi_step", "loop.steps_per_call=5", "dataset.train_examples=2048",
+                 "epochs=6")
+    uninterrupted = _train(tmp_path, "uninterrupted", *overrides)
+
+    process = start_cli(*_args(tmp_path, "killed", *overrides), cwd=tmp_path)
+    _wait_for(lambda: _checkpoints(tmp_path / "killed"), what="the checkpoint after epoch 2")
+    process.kill()
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    # Killed during epoch 3 (or, on a slow machine, after the next checkpoint, epoch 4).
+    newest = _checkpoints(tmp_path / "killed")[-1].name
+    saved_after = {f"ckpt-{epoch * 2048 // 64}.index": epoch for epoch in (2, 4)}
+    assert newest in saved_after, newest
+
+    resumed = run_cli(*_args(tmp_path, "killed", *overrides), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming after epoch {saved_after[newest]}" in resumed.stderr + resumed.stdout
+    _assert_identical(uninterrupted, _outcome(tmp_path, "killed"), epochs=6)
+
+
+def test_parameter_server_is_refused_with_one_paragraph(tmp_path):
+    done = run_cli(*_args(tmp_path, "ps", "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=5"),
+                   cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: runtime.deterministic=True is not valid: strategy=parameter_server trains "
+                           "asynchronously")
+    assert "Fix:" in line
+    assert not (tmp_path / "mlflow.db").exists()  # refused before anything was tracked
