@@ -29,8 +29,9 @@ from runner.clusters.preemption import Preempted, PreemptionGuard
 from runner.training.progress import EpochProgress
 from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
-from runner.training.strategy import build_strategy
+from runner.training.strategy import build_strategy, gpu_models
 from runner.tracking.common import NullTracker, check_reachable, flatten
+from runner.tracking.provenance import GPU_TAG
 
 log = logging.getLogger("runner")
 
@@ -115,7 +116,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     with guard.installed():
         with guard.deferred():
             run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
-                                             "global_batch_size": global_batch, "learning_rate": target_lr})
+                                             "global_batch_size": global_batch, "learning_rate": target_lr},
+                                   tags={GPU_TAG: ", ".join(gpu_models()) or "none"})
         if task.chief:
             log.info("MLflow run %s in experiment %r at %s; outputs in %s",
                      run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)

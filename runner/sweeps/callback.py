@@ -135,10 +135,12 @@ def start_parent_run(config: DictConfig) -> str:
     from mlflow.tracking import MlflowClient
 
     from runner.tracking.mlflow_tracker import get_or_create_experiment
+    from runner.tracking.provenance import run_tags as provenance_tags
 
     sweep_dir = sweep_dir_of(config)
     os.makedirs(sweep_dir, exist_ok=True)
     tags = {
+        **provenance_tags(),
         OVERRIDES_TAG: " ".join(config.hydra.overrides.task),
         SWEPT_KEYS_TAG: ",".join(swept_keys(config)),
         SWEEP_DIR_TAG: sweep_dir,

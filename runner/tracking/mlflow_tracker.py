@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any, Mapping
 
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
@@ -19,6 +19,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking.common import ERROR_TAG, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id
+from runner.tracking.provenance import run_tags as provenance_tags
 
 _MAX_PARAMS_PER_BATCH = 100
 
@@ -77,14 +78,14 @@ class MlflowTracker:
             self.client.set_tag(run_id, RESUMABLE_TAG, "false")
         else:
             experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
-            run_tags = dict(tags or {})
-            if self.settings.run_name:
-                run_tags[MLFLOW_RUN_NAME] = self.settings.run_name
+            run_tags = {MLFLOW_RUN_NAME: self.settings.run_name} if self.settings.run_name else {}
             self.run_id = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name
                                                  ).info.run_id
             write_run_id(run_dir, self.run_id)
-        for key, value in (tags or {}).items():
-            self.client.set_tag(self.run_id, key, value)
+        # Where the code came from and what it ran on, set again on every resume: a run resumed with other
+        # versions or on another machine shows the ones its last epochs were trained with.
+        all_tags = {**provenance_tags(), **(tags or {})}
+        self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)) for key, value in all_tags.items()])
         self._log_params(values)
         return self.run_id
 

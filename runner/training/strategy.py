@@ -40,6 +40,12 @@ def split_cpu(replicas: int) -> list[str]:
     return [device.name for device in tf.config.list_logical_devices("CPU")]
 
 
+def gpu_models() -> list[str]:
+    """The model name of each GPU TensorFlow sees (empty on a machine without one)."""
+    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+            for gpu in tf.config.list_physical_devices("GPU")]
+
+
 def _local_devices(settings: StrategySettings) -> list[str] | None:
     if settings.devices is not None:
         return list(settings.devices)
