@@ -118,6 +118,8 @@ class MlflowSettings:
     tracking_uri: str | None
     experiment_name: str
     run_name: str | None
+    registered_model_name: str = "fashion_mnist"  # where a sweep's best model (and a registering run's) goes
+    register: bool = False  # a single run registers its own model
 
 
 @dataclass(frozen=True)
@@ -379,12 +381,20 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
         raise _fail("mlflow.tracking_uri", tracking_uri,
                     "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
                     f"sqlite:///path.db (schemes: {', '.join(TRACKING_SCHEMES)}), and refuses a directory", store_fix)
+    registered_model_name = _text("mlflow.registered_model_name", node.get("registered_model_name", "fashion_mnist"),
+                                  fix="name the registered model, e.g. mlflow.registered_model_name=fashion_mnist")
+    if any(char in registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
+        raise _fail("mlflow.registered_model_name", registered_model_name, "it must not contain '/' or ':'",
+                    "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist")
     return MlflowSettings(
         tracking_uri=tracking_uri,
         experiment_name=_text("mlflow.experiment_name", node.get("experiment_name"),
                               fix="name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist"),
         run_name=_text("mlflow.run_name", node.get("run_name"), nullable=True,
                        fix="name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name"),
+        registered_model_name=registered_model_name,
+        register=_bool("mlflow.register", node.get("register", False),
+                       "pass mlflow.register=true to register this run's model, or false"),
     )
 
 

@@ -15,14 +15,14 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from runner.training import data
-from runner.training.checkpoints import Checkpointer, evaluate_without_strategy
+from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
 from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.training.determinism import make_deterministic
 from runner.training.controller import Controller, EpochResult, make_evaluate
 from runner.errors import RunnerError
 from runner.training.loop import CoordinatorLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, learning_rate
-from runner.training.model import build_model
+from runner.training.model import build_model, with_raw_image_input
 from runner.training.optimizer import build_optimizer
 from runner.plots import plot_curves
 from runner.clusters.preemption import Preempted, PreemptionGuard
@@ -126,6 +126,16 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
                  settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch,
                  f"; resuming after epoch {done_epochs} from {checkpointer.latest}" if done_epochs else "")
+        exported = None  # the model this invocation logs
+
+        def forget_model() -> None:
+            """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
+            logged by this invocation, or by an earlier one that had trained every epoch."""
+            if task.chief and (exported is not None or done_epochs >= settings.epochs):
+                from runner.tracking.model_export import discard_run_model
+
+                discard_run_model(tracker.tracking_uri, run_id)
+
         try:
             with guard.deferred():
                 tracker.log_text(_to_yaml(config), "config.yaml")
@@ -134,18 +144,29 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
             eval_accuracy, histories = float("nan"), {}
             with guard.deferred():
                 if task.chief:  # the kept checkpoint is the chief's
-                    eval_accuracy = evaluate_without_strategy(
-                        checkpointer.latest, lambda: build_model(settings.model), test_batches)
+                    restored = restore_without_strategy(checkpointer.latest, lambda: build_model(settings.model))
+                    eval_accuracy = evaluate_accuracy(restored, test_batches)
                     tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
                     log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
                     histories = tracker.metric_histories()
                     tracker.log_artifact(plot_curves(histories, os.path.join(run_dir, "curves.png"),
                                                      title=f"{settings.strategy.name}, global batch {global_batch}"))
+                    # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
+                    from runner.tracking.model_export import LOG_SECONDS, log_run_model
+
+                    exported = log_run_model(with_raw_image_input(restored), tracker.tracking_uri, run_id,
+                                             settings.epochs, data.raw_images(arrays.test_images[:5]))
+                    if exported.logged:
+                        tracker.log_metrics({LOG_SECONDS: exported.seconds}, step=settings.epochs)
+                    if settings.mlflow.register:
+                        _register(settings, config, tracker.tracking_uri, run_id, tracker.metric_histories())
         except Preempted as error:
+            forget_model()
             tracker.finish(error, resumable=True)
             raise Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
                             f"and resumable: re-run the same command with hydra.run.dir={run_dir}") from None
         except _PEER_FAILURES as error:
+            forget_model()
             if task.type is None:  # one process: no peer to blame
                 tracker.finish(error)
                 raise
@@ -156,11 +177,25 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
             error.__traceback__ = None
             raise failure from None
         except BaseException as error:
+            forget_model()
             tracker.finish(error)
             raise
         tracker.finish()
     final_metrics = {key: points[-1][1] for key, points in histories.items()}
     return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, global_batch, target_lr)
+
+
+def _register(settings: Settings, config: Mapping[str, Any], tracking_uri: str, run_id: str,
+              histories: Mapping[str, list[tuple[int, float]]]) -> None:
+    """mlflow.register=true: the run's model as a new version, compared on sweep.objective."""
+    from mlflow.tracking import MlflowClient
+
+    from runner.sweeps.callback import lower_is_better, objective_name
+    from runner.tracking.registry import register_run_model
+
+    objective = objective_name(config)
+    register_run_model(MlflowClient(tracking_uri), settings.mlflow.registered_model_name, run_id, objective,
+                       histories[objective][-1][1], lower_is_better(objective))
 
 
 # What a collective or a remote op raises when another task of the cluster died or stopped answering.

@@ -51,6 +51,12 @@ def _only_run(tmp_path: Path):
     return client, runs[0]
 
 
+def _models(client, run) -> list[str]:
+    """The ids of the models the run logged (a finished chief logs one)."""
+    return [model.model_id for model in client.search_logged_models([run.info.experiment_id])
+            if model.source_run_id == run.info.run_id]
+
+
 def _losses(client, run_id: str) -> list[float]:
     return [value for _, value in metric_history(client, run_id, "train_loss")]
 
@@ -329,6 +335,7 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief
     assert run.info.status == "FINISHED"
+    assert len(_models(client, run)) == 1  # the chief's trained model
     assert run.info.run_id == (tmp_path / "mwms" / "mlflow_run_id.txt").read_text().strip()
     assert (run.data.params["num_replicas"], run.data.params["global_batch_size"]) == ("2", "64")
     for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second"):
@@ -375,6 +382,7 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
 
     client, run = _only_run(tmp_path)
     assert run.info.status == "FINISHED"
+    assert len(_models(client, run)) == 1  # the coordinator's model, its variables gathered from the ps
     losses = _losses(client, run.info.run_id)
     assert len(losses) == 3 and losses[-1] < losses[0], losses
     assert run.data.params["loop.steps_per_epoch"] == "30"
@@ -418,6 +426,7 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     client, run = _only_run(tmp_path)
     assert run.info.status == "FAILED"
     assert "worker 1 of the local cluster" in run.data.tags["error"]
+    assert _models(client, run) == []
 
 
 def _threads(pid: int) -> int:

@@ -207,6 +207,7 @@ def test_a_diverging_loss_stops_with_epoch_and_step_and_fails_the_run(tmp_path):
     run = _client(tmp_path).get_run(_run_id(tmp_path, "run"))
     assert run.info.status == "FAILED" and "NaN or infinite" in run.data.tags["error"]
     assert not _checkpoints(tmp_path / "run")  # no checkpoint of diverged weights
+    assert _client(tmp_path).search_logged_models([run.info.experiment_id]) == []  # a FAILED run has no model
 
 
 def _malformed_idx_dir(tmp_path: Path) -> str:

@@ -77,6 +77,7 @@ def test_defaults_follow_the_tutorial():
     assert (settings.optimizer.lr, settings.lr_scaling.base_batch) == (0.001, 64)
     assert settings.mlflow.experiment_name == "fashion_mnist"
     assert settings.mlflow.tracking_uri is None
+    assert (settings.mlflow.registered_model_name, settings.mlflow.register) == ("fashion_mnist", False)
 
 
 @pytest.mark.parametrize("batch", [1, 7, 128, 4096])
@@ -164,6 +165,10 @@ def test_any_positive_batch_is_accepted(batch):
         ("runtime.deterministic=maybe", "runtime.deterministic='maybe'"),
         ("runtime.deterministic=1", "runtime.deterministic=1"),
         ("runtime.deterministic=null", "runtime.deterministic=None"),
+        ("mlflow.register=yes", "mlflow.register='yes'"),
+        ("mlflow.register=1", "mlflow.register=1"),
+        ("mlflow.registered_model_name=''", "mlflow.registered_model_name=''"),
+        ("mlflow.registered_model_name=a/b", "mlflow.registered_model_name='a/b'"),
     ],
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):

@@ -141,3 +141,20 @@ def test_the_ui_lists_the_run_and_the_sweep_parent_with_its_children(
         browser.close()
     for run_id, name in names.items():
         assert name in shown, (name, shown[:3000])
+
+
+def test_the_sweep_registers_its_best_job_and_parallel_registrations_settle_on_the_server(
+        client, sweep, mlflow_server):
+    from test_registry import assert_parallel_registrations_settled, register_in_parallel
+
+    parent, children = sweep
+    [version] = client.search_model_versions(f"name = '{EXPERIMENT}'")  # conf's registered_model_name
+    best = max(child.data.metrics["test_accuracy"] for child in children)
+    assert float(version.tags["objective_value"]) == best
+    assert version.run_id in {child.info.run_id for child in children if child.data.metrics["test_accuracy"] == best}
+    assert version.tags["sweep_parent_run_id"] == parent.info.run_id
+    assert client.get_model_version_by_alias(EXPERIMENT, "champion").version == version.version
+
+    values = [0.61, 0.93, 0.75]
+    run_ids = register_in_parallel(mlflow_server.url, "parallel", values)
+    assert_parallel_registrations_settled(mlflow_server.url, "parallel", values, run_ids)

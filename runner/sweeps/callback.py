@@ -40,6 +40,8 @@ JOB_NUMBER_TAG = "job_number"
 LAUNCHER_TAG = "launcher"
 SLURM_JOB_ID_TAG = "slurm_job_id"
 WALL_SECONDS = "wall_seconds"
+# On the parent: the registered model version the sweep's best job became (`fashion_mnist/3`).
+REGISTERED_VERSION_TAG = "registered_model_version"
 DEFAULT_OBJECTIVE = "test_accuracy"
 
 
@@ -113,7 +115,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             objective_name(config)
-            mlflow_settings(config)  # before anything is created: an empty experiment name, ...
+            mlflow_settings(config)  # before anything is created: an empty experiment name, a bad model name, ...
             # Before the parent run exists: a sweep that cannot start leaves nothing behind.
             check_before_sweep(config)
             parent_id = start_parent_run(config)
@@ -194,6 +196,8 @@ def finish_parent_run(config: DictConfig) -> None:
         if summary.best is not None:
             client.log_metric(parent_id, f"best_{objective}", summary.best.metrics[objective])
         print(summary.markdown(), flush=True)
+        if summary.best is not None:
+            _register_best(client, config, parent_id, summary.best, objective)
         failed = summary.failed
         if not failed:
             status = RunStatus.FINISHED
@@ -207,6 +211,28 @@ def finish_parent_run(config: DictConfig) -> None:
             f"{len(failed)} of {len(summary.rows)} sweep jobs failed: {jobs}. The others finished and are in "
             f"the summary above and under MLflow parent run {parent_id}. Fix: correct the failing values, or "
             f"re-run the same command with hydra.sweep.dir={sweep_dir} to run only the jobs that did not finish.")
+
+
+def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:
+    """The best job's model as a new version of mlflow.registered_model_name, tagged with this sweep."""
+    from mlflow.exceptions import MlflowException
+
+    from runner.tracking.registry import SWEEP_TAG, register_run_model
+
+    name = mlflow_settings(config).registered_model_name
+    try:
+        registration = register_run_model(
+            client, name, best.run_id, objective, best.metrics[objective],
+            lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")),
+            tags={SWEEP_TAG: parent_id})
+    except MlflowException as error:
+        raise RunnerError(
+            f"the sweep's best job {best.job} (MLflow run {best.run_id}) could not be registered as a version of "
+            f"{name!r} at {client.tracking_uri}: {error.message}. Fix: make the Model Registry writable for "
+            f"you, then re-run the same sweep command with hydra.sweep.dir={sweep_dir_of(config)}: its finished "
+            "jobs are skipped and the best one is registered.") from None
+    client.set_tag(parent_id, REGISTERED_VERSION_TAG, f"{registration.name}/{registration.version}")
+    print(f"best job {best.job} ({best.overrides}): {registration.describe()}", flush=True)
 
 
 def _shorten(text: str, limit: int = 300) -> str:

@@ -68,7 +68,9 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(job_dir)}",
                # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
                # directory's .hydra/ stays the one the sweep wrote.
-               "hydra.mode=RUN", "hydra.output_subdir=null"]
+               "hydra.mode=RUN", "hydra.output_subdir=null",
+               # The sweep registers its best job's model when it ends; a job never registers its own.
+               "mlflow.register=false"]
     rank = other_task_rank()
     if rank is not None:
         # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains

@@ -1,4 +1,5 @@
 """Tracking: a job's MLflow run (params, metrics, checkpoints, status) and the child process that holds it.
 
 runner.tracking.common needs no MLflow; the MLflow modules are imported only where a run is tracked.
-Never imports TensorFlow."""
+Never imports TensorFlow, except runner.tracking.model_export (a finished run's model, exported after its
+last epoch); runner.tracking.registry holds the Model Registry's versions and the `champion` alias."""

@@ -18,6 +18,8 @@ from runner.settings import MlflowSettings
 ERROR_TAG = "error"
 RESUMABLE_TAG = "resumable"
 RUN_ID_FILE = "mlflow_run_id.txt"
+# A finished run's model: the LoggedModel of this name whose source run is the run (runs:/<run id>/model).
+MODEL_NAME = "model"
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -11,14 +11,16 @@ import os
 import time
 from typing import Any, Mapping
 
-from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.entities import LoggedModel, Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
-from runner.tracking.common import ERROR_TAG, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id
+from runner.tracking.common import (
+    ERROR_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id,
+)
 from runner.tracking.provenance import run_tags as provenance_tags
 
 _MAX_PARAMS_PER_BATCH = 100
@@ -36,6 +38,14 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
         return client.create_experiment(name)
     except MlflowException:  # another process created it between our two calls
         return client.get_experiment_by_name(name).experiment_id
+
+
+def run_model(client: MlflowClient, run_id: str) -> LoggedModel | None:
+    """The run's model (runner.tracking.model_export logs it when the run finishes), or None."""
+    experiment_id = client.get_run(run_id).info.experiment_id
+    found = client.search_logged_models(
+        [experiment_id], filter_string=f"name = '{MODEL_NAME}' AND source_run_id = '{run_id}'", max_results=1)
+    return found[0] if found else None
 
 
 class MlflowTracker:

@@ -3,7 +3,8 @@
 Importing MLflow and opening its sqlite store take seconds, which in the training process would all be
 spent before the first training step. A TrackerProcess is started before TensorFlow is imported: its
 child imports MLflow and opens an existing store on the other core while the training process imports
-TensorFlow, and no MLflow call ever holds the training process's GIL. It has MlflowTracker's methods;
+TensorFlow, and no MLflow call holds the training process's GIL while it trains (only the model's export,
+after the last epoch, imports MLflow there: runner.tracking.model_export). It has MlflowTracker's methods;
 each runs in the child, and returns its result or raises its error here.
 
 The child creates nothing until the first call (a job that fails during set-up leaves no tracking store

@@ -169,12 +169,18 @@ def _read_state(state_file: str):
     return state
 
 
-def evaluate_without_strategy(checkpoint_path: str, build_model, test_dataset: tf.data.Dataset) -> float:
-    """Accuracy of the checkpointed model, restored into a fresh model outside any strategy."""
+def restore_without_strategy(checkpoint_path: str, build_model) -> tf.keras.Model:
+    """The checkpointed model, restored into a fresh model outside any strategy (what gets evaluated and
+    exported, whichever strategy trained it)."""
     with tf.distribute.get_strategy().scope():  # the default strategy, whatever the run used
         model = build_model()
         tf.train.Checkpoint(model=model).restore(checkpoint_path).expect_partial()
-        accuracy = tf.keras.metrics.SparseCategoricalAccuracy(name="eval_accuracy")
+    return model
+
+
+def evaluate_accuracy(model: tf.keras.Model, test_dataset: tf.data.Dataset) -> float:
+    """Accuracy of `model` (outside any strategy) on the test batches."""
+    accuracy = tf.keras.metrics.SparseCategoricalAccuracy(name="eval_accuracy")
 
     @tf.function
     def eval_step(images, labels):
@@ -183,3 +189,8 @@ def evaluate_without_strategy(checkpoint_path: str, build_model, test_dataset: t
     for images, labels in test_dataset:
         eval_step(images, labels)
     return float(accuracy.result())
+
+
+def evaluate_without_strategy(checkpoint_path: str, build_model, test_dataset: tf.data.Dataset) -> float:
+    """Accuracy of the checkpointed model, restored into a fresh model outside any strategy."""
+    return evaluate_accuracy(restore_without_strategy(checkpoint_path, build_model), test_dataset)

@@ -16,6 +16,9 @@ from runner.settings import DatasetSettings
 
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
+# Raw pixels (uint8 in the IDX files) are divided by this before training; runner.training.model's
+# with_raw_image_input does the same inside an exported model.
+PIXEL_MAX = 255.0
 IDX_FILES = {
     "train_images": "train-images-idx3-ubyte",
     "train_labels": "train-labels-idx1-ubyte",
@@ -125,9 +128,14 @@ def load_arrays(settings: DatasetSettings, seed: int) -> Arrays:
     test_x, test_y = test_x[: settings.test_examples], test_y[: settings.test_examples]
 
     def images(x: np.ndarray) -> np.ndarray:
-        return (x.astype(np.float32) / np.float32(255.0))[..., None]
+        return (x.astype(np.float32) / np.float32(PIXEL_MAX))[..., None]
 
     return Arrays(images(train_x), train_y.astype(np.int64), images(test_x), test_y.astype(np.int64))
+
+
+def raw_images(images: np.ndarray) -> np.ndarray:
+    """Images as load_arrays returns them, back as the IDX files hold them: uint8, shape (n, 28, 28)."""
+    return np.rint(images[..., 0] * np.float32(PIXEL_MAX)).astype(np.uint8)
 
 
 def _with_options(dataset: tf.data.Dataset) -> tf.data.Dataset:

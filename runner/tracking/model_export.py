@@ -1,0 +1,95 @@
+"""A run's trained model as an MLflow Model: the LoggedModel named `model` whose source run is the run.
+
+The one module of runner.tracking that imports TensorFlow. It runs in the training process after the last
+epoch, so neither TensorFlow's export nor the import of MLflow's TensorFlow flavor (`mlflow.tensorflow`,
+the flavor for tf_keras models; `mlflow.keras` is for Keras 3) delays the start of training or its steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+
+import numpy as np
+import tensorflow as tf
+
+from runner.tracking.common import MODEL_NAME
+
+log = logging.getLogger("runner")
+
+# The metric that says how long logging the model took (seconds, at the run's last step).
+LOG_SECONDS = "model_log_seconds"
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    model_id: str
+    run_id: str
+    seconds: float
+    logged: bool  # False: the run already had its model (a resumed run that had logged it before)
+
+
+def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: int,
+                  example_images: np.ndarray) -> ExportedModel:
+    """Log `model` (raw images in, probabilities out: runner.training.model.with_raw_image_input) as the run's
+    model, linked to the run's metrics at `step` (its last epoch), unless the run has one already."""
+    started = time.perf_counter()
+    import mlflow
+    import mlflow.tensorflow
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Schema, TensorSpec
+
+    from runner.tracking.mlflow_tracker import run_model
+
+    client = mlflow.MlflowClient(tracking_uri)
+    existing = run_model(client, run_id)
+    if existing is not None:
+        log.info("MLflow run %s already has its model %s: not logged again", run_id, existing.model_id)
+        return ExportedModel(existing.model_id, run_id, 0.0, logged=False)
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, *model.input_shape[1:]))]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, *model.output_shape[1:]))]),
+    )
+    # Model.log takes the tracking store and the LoggedModel's experiment from MLflow's globals even when
+    # given a run id (without an active experiment the model would land in experiment 0).
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
+    with _quiet_keras():  # MLflow checks the input example by predicting it: no progress bar in the run's log
+        info = mlflow.tensorflow.log_model(
+            model, name=MODEL_NAME, run_id=run_id, step=step, signature=signature,
+            input_example=example_images.astype(np.uint8),
+            # Given, so that MLflow does not start a process to infer them (which would pin only tensorflow).
+            pip_requirements=[f"tensorflow=={version('tensorflow')}", f"tf-keras=={version('tf-keras')}"],
+        )
+    seconds = time.perf_counter() - started
+    log.info("logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s",
+             info.model_id, run_id, run_id, MODEL_NAME, seconds)
+    return ExportedModel(info.model_id, run_id, seconds, logged=True)
+
+
+def discard_run_model(tracking_uri: str, run_id: str) -> None:
+    """Delete the run's model, for a run that ends FAILED or KILLED: such a run has none (resumed, it logs
+    its model again when it finishes)."""
+    import mlflow
+
+    from runner.tracking.mlflow_tracker import run_model
+
+    client = mlflow.MlflowClient(tracking_uri)
+    model = run_model(client, run_id)
+    if model is not None:
+        client.delete_logged_model(model.model_id)
+        log.info("deleted the model %s of MLflow run %s, which did not finish", model.model_id, run_id)
+
+
+@contextmanager
+def _quiet_keras():
+    was_on = tf.keras.utils.is_interactive_logging_enabled()
+    tf.keras.utils.disable_interactive_logging()
+    try:
+        yield
+    finally:
+        if was_on:
+            tf.keras.utils.enable_interactive_logging()

@@ -1,0 +1,232 @@
+"""Every finished run logs its model: one real `python -m runner` run on small IDX files (raw 0-255 pixels),
+its model loaded in a fresh process and served by README's own `mlflow models serve` command over HTTP,
+and the runs that must keep exactly one model (re-run) or none (stopped while logging it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from importlib.metadata import version
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, mlflow_client, run_cli, start_cli
+from processes import stop_group
+from servers import free_port
+from test_data import write_fashion_mnist
+
+pytestmark = pytest.mark.slow
+
+TEST_IMAGES = 200
+RUN = ["strategy=one_device", "dataset=fashion_mnist", "epochs=1", "progress=false", "mlflow.register=true"]
+
+
+def _store(directory: Path) -> str:
+    return f"sqlite:///{directory / 'mlflow.db'}"
+
+
+def _run_models(client, run_id: str):
+    experiment_id = client.get_run(run_id).info.experiment_id
+    return [model for model in client.search_logged_models([experiment_id]) if model.source_run_id == run_id]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("logged-model")
+
+
+@pytest.fixture(scope="module")
+def idx(workdir) -> dict:
+    """Fashion-MNIST-shaped IDX files: uint8 pixels 0-255, as the real files hold them."""
+    (workdir / "idx").mkdir()
+    return write_fashion_mnist(workdir / "idx", train=256, test=TEST_IMAGES)
+
+
+@pytest.fixture(scope="module")
+def finished_run(workdir, idx) -> str:
+    """One real run of the runner, registering its model; its run id."""
+    done = run_cli(*RUN, f"dataset.dir={workdir / 'idx'}", f"mlflow.tracking_uri={_store(workdir)}",
+                   f"hydra.run.dir={workdir / 'run'}", cwd=workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return (workdir / "run" / "mlflow_run_id.txt").read_text().strip()
+
+
+def _readme_command(model_uri: str, port: int) -> str:
+    """README's serve command for runs:/..., exactly as written there, with the run id and port filled in."""
+    readme = (REPO / "README.md").read_text()
+    [line] = [line for line in readme.splitlines() if "mlflow models serve -m runs:/<run id>/model" in line]
+    assert "--port 5001" in line
+    return line.replace("runs:/<run id>/model", model_uri).replace("--port 5001", f"--port {port}")
+
+
+@pytest.fixture(scope="module")
+def served(workdir, finished_run):
+    """The run's model served by README's command in a shell (no TF_USE_LEGACY_KERAS inherited: the command
+    must set it), from the directory holding mlflow.db as README says; its base URL."""
+    port = free_port()
+    command = _readme_command(f"runs:/{finished_run}/model", port)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
+    log = workdir / "serve.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen(["bash", "-c", command], cwd=workdir, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, f"{command} exited:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{command} did not answer /ping:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield url
+    finally:
+        stop_group(process)
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{url}/invocations", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metrics(workdir, finished_run):
+    client = mlflow_client(_store(workdir))
+    run = client.get_run(finished_run)
+    assert run.info.status == "FINISHED"
+    [model] = _run_models(client, finished_run)
+    assert model.name == "model" and model.experiment_id == run.info.experiment_id
+    assert [output.model_id for output in run.outputs.model_outputs] == [model.model_id]
+    # The run's final metrics (epoch 1 of 1, and eval_accuracy) are the model's.
+    linked = {metric.key: metric.value for metric in model.metrics}
+    for key in ("train_loss", "test_accuracy", "eval_accuracy"):
+        assert linked[key] == run.data.metrics[key], key
+    assert {metric.step for metric in model.metrics} == {1}
+    assert run.data.metrics["model_log_seconds"] > 0
+
+    local = Path(mlflow.artifacts.download_artifacts(model.artifact_location, dst_path=str(workdir / "download")))
+    mlmodel = yaml.safe_load((local / "MLmodel").read_text())
+    assert set(mlmodel["flavors"]) == {"tensorflow", "python_function"}
+    assert mlmodel["flavors"]["python_function"]["loader_module"] == "mlflow.tensorflow"
+    assert json.loads(mlmodel["signature"]["inputs"]) == [
+        {"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 28, 28]}}]
+    assert json.loads(mlmodel["signature"]["outputs"]) == [
+        {"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 10]}}]
+    requirements = (local / "requirements.txt").read_text().split()
+    assert f"tensorflow=={version('tensorflow')}" in requirements
+    assert f"tf-keras=={version('tf-keras')}" in requirements
+    example = np.array(json.loads((local / "input_example.json").read_text()))
+    assert example.shape[1:] == (28, 28) and example.max() > 1  # raw pixels, not scaled ones
+
+
+_PREDICT = """
+import json, os, sys
+import numpy as np
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow is imported, as README says
+import mlflow
+model = mlflow.pyfunc.load_model(sys.argv[1])
+images = np.load(sys.argv[2])
+print(json.dumps(np.asarray(model.predict(images)).tolist()))
+"""
+
+
+def _predict_in_fresh_process(workdir: Path, model_uri: str, images: np.ndarray) -> np.ndarray:
+    np.save(workdir / "images.npy", images)
+    env = {key: value for key, value in os.environ.items() if key != "TF_USE_LEGACY_KERAS"}
+    env["MLFLOW_TRACKING_URI"] = _store(workdir)
+    done = subprocess.run([sys.executable, "-c", _PREDICT, model_uri, str(workdir / "images.npy")], cwd=workdir,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same_model(
+        workdir, idx, finished_run, served):
+    images, labels = idx["test_images"].astype(np.uint8), idx["test_labels"]
+    status, answer = _post(served, {"inputs": images.tolist()})
+    assert status == 200, answer
+    probabilities = np.array(answer["predictions"])
+    assert probabilities.shape == (TEST_IMAGES, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    eval_accuracy = mlflow_client(_store(workdir)).get_run(finished_run).data.metrics["eval_accuracy"]
+    # eval_accuracy is a float32 Keras metric: compare the counts of correct answers it and the server stand for.
+    correct = int(np.sum(probabilities.argmax(axis=1) == labels))
+    assert correct == round(eval_accuracy * TEST_IMAGES)
+    assert np.float32(correct / TEST_IMAGES) == np.float32(eval_accuracy)
+
+    loaded = _predict_in_fresh_process(workdir, f"runs:/{finished_run}/model", images)
+    np.testing.assert_allclose(loaded, probabilities, rtol=1e-5, atol=1e-7)
+
+    # What the model refuses: another shape, pixels that are not 0-255 integers.
+    assert _post(served, {"inputs": images[:, :27].tolist()})[0] == 400
+    assert _post(served, {"inputs": (images[:2] * 1.5).tolist()})[0] == 400
+
+
+def test_the_registered_run_is_the_champion_and_loads_from_the_registry(workdir, finished_run):
+    client = mlflow_client(_store(workdir))
+    [registered] = client.search_model_versions("name = 'fashion_mnist'")
+    assert registered.run_id == finished_run
+    assert client.get_model_version_by_alias("fashion_mnist", "champion").version == registered.version
+    assert registered.tags["objective"] == "test_accuracy"
+    assert float(registered.tags["objective_value"]) == client.get_run(finished_run).data.metrics["test_accuracy"]
+
+
+def test_rerunning_a_finished_run_logs_no_second_model_and_registers_no_second_version(workdir, finished_run):
+    client = mlflow_client(_store(workdir))
+    [before] = _run_models(client, finished_run)
+    done = run_cli(*RUN, f"dataset.dir={workdir / 'idx'}", f"mlflow.tracking_uri={_store(workdir)}",
+                   f"hydra.run.dir={workdir / 'run'}", cwd=workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "already has its model" in done.stdout + done.stderr
+    assert client.get_run(finished_run).info.status == "FINISHED"
+    assert [model.model_id for model in _run_models(client, finished_run)] == [before.model_id]
+    assert len(client.search_model_versions("name = 'fashion_mnist'")) == 1
+
+
+def test_a_run_stopped_while_logging_its_model_keeps_none_and_its_resume_logs_one(tmp_path):
+    """SIGTERM after the last epoch: the run ends KILLED without a model; the re-run finishes with one."""
+    args = ["strategy=one_device", "dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=64",
+            "epochs=1", "progress=false", f"mlflow.tracking_uri={_store(tmp_path)}",
+            f"hydra.run.dir={tmp_path / 'run'}", "hydra.job_logging.handlers.console.stream=ext://sys.stderr"]
+    process = start_cli(*args, cwd=tmp_path)
+    try:
+        for line in process.stderr:  # the log line right before the model is logged
+            if re.search(r"restored .* without a strategy: eval_accuracy", line):
+                process.send_signal(signal.SIGTERM)
+                break
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    client = mlflow_client(_store(tmp_path))
+    run_id = (tmp_path / "run" / "mlflow_run_id.txt").read_text().strip()
+    assert client.get_run(run_id).info.status == "KILLED"
+    assert _run_models(client, run_id) == []
+
+    done = run_cli(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert len(_run_models(client, run_id)) == 1

@@ -1,0 +1,158 @@
+"""The Model Registry: two real sweeps where the second is worse (versions 1 and 2, `champion` stays on 1,
+and loads from models:/fashion_mnist@champion), the alias rules, and registrations racing in parallel
+processes against one real store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import mlflow
+import numpy as np
+import pytest
+
+from conftest import mlflow_client
+from runner.sweeps.callback import PARENT_RUN_ID_FILE
+from runner.tracking.registry import CHAMPION, champion_version, register_run_model
+from test_sweep import sweep
+
+NAME = "fashion_mnist"  # conf/config.yaml's mlflow.registered_model_name
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory):
+    """A sweep that trains, then one whose only job barely moves its initial weights (lr 1e-7):
+    (workdir, [parent ids], [stdout])."""
+    workdir = tmp_path_factory.mktemp("registry")
+    parents, outputs = [], []
+    for name, lr in (("good", "0.001"), ("worse", "1e-7")):
+        done = sweep(workdir, workdir / name, "dataset.train_examples=512", f"optimizer.lr={lr}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        parents.append((workdir / name / PARENT_RUN_ID_FILE).read_text().strip())
+        outputs.append(done.stdout)
+    return workdir, parents, outputs
+
+
+def test_a_worse_sweep_registers_a_version_and_leaves_the_champion(two_sweeps):
+    workdir, parents, outputs = two_sweeps
+    client = mlflow_client(f"sqlite:///{workdir}/mlflow.db")
+    versions = sorted(client.search_model_versions(f"name = '{NAME}'"), key=lambda version: int(version.version))
+    assert [int(version.version) for version in versions] == [1, 2]
+    first, second = versions
+    for version, parent in zip(versions, parents):
+        assert version.tags["sweep_parent_run_id"] == parent
+        [child] = client.search_runs([client.get_run(parent).info.experiment_id],
+                                     f"tags.`mlflow.parentRunId` = '{parent}'")
+        assert version.run_id == child.info.run_id
+        assert float(version.tags["objective_value"]) == child.data.metrics["test_accuracy"]
+        assert (version.tags["objective"], version.tags["objective_direction"]) == ("test_accuracy", "maximize")
+        assert client.get_run(parent).data.tags["registered_model_version"] == f"{NAME}/{version.version}"
+    assert float(second.tags["objective_value"]) < float(first.tags["objective_value"])
+    assert int(champion_version(client, NAME).version) == 1
+    assert "now @champion" in outputs[0] and "@champion stays on version 1" in outputs[1]
+
+
+def test_the_champion_loads_from_the_registry(two_sweeps):
+    workdir, _, _ = two_sweeps
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlflow.db")  # where models:/ URIs are looked up
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@{CHAMPION}")
+    finally:
+        mlflow.set_tracking_uri(previous)
+    images = np.random.default_rng(0).integers(0, 256, (4, 28, 28)).astype(np.uint8)
+    probabilities = np.asarray(model.predict(images))
+    assert probabilities.shape == (4, 10)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def make_runs_with_models(client, count: int) -> list[str]:
+    """Runs that each have their model, as a finished run does (the LoggedModel without its files: the
+    registry only links to it)."""
+    experiment_id = client.create_experiment(f"registry-{time.time_ns()}")
+    run_ids = []
+    for _ in range(count):
+        run_id = client.create_run(experiment_id).info.run_id
+        client.create_logged_model(experiment_id, name="model", source_run_id=run_id)
+        client.set_terminated(run_id)
+        run_ids.append(run_id)
+    return run_ids
+
+
+_REGISTER = """
+import sys, time
+from mlflow.tracking import MlflowClient
+from runner.tracking.registry import register_run_model
+uri, name, run_id, value, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+client = MlflowClient(uri)
+client.search_registered_models(max_results=1)  # the store is open before the start line
+time.sleep(max(0.0, start - time.time()))
+print(register_run_model(client, name, run_id, "test_accuracy", value, lower_is_better=False).version)
+"""
+
+
+def register_in_parallel(tracking_uri: str, name: str, values: list[float]) -> list[str]:
+    """Register one run per value from as many processes, all starting at once; return the run ids."""
+    run_ids = make_runs_with_models(mlflow_client(tracking_uri), len(values))
+    start = time.time() + 10  # after every process has imported MLflow
+    processes = [subprocess.Popen([sys.executable, "-c", _REGISTER, tracking_uri, name, run_id, str(value),
+                                   str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for run_id, value in zip(run_ids, values)]
+    try:
+        for process in processes:
+            _, stderr = process.communicate(timeout=180)
+            assert process.returncode == 0, stderr[-3000:]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return run_ids
+
+
+def assert_parallel_registrations_settled(tracking_uri: str, name: str, values: list[float],
+                                          run_ids: list[str]) -> None:
+    client = mlflow_client(tracking_uri)
+    versions = client.search_model_versions(f"name = '{name}'")
+    assert sorted(int(version.version) for version in versions) == list(range(1, len(values) + 1))
+    assert sorted(version.run_id for version in versions) == sorted(run_ids)
+    best = run_ids[int(np.argmax(values))]
+    assert champion_version(client, name).run_id == best
+
+
+@pytest.mark.slow
+def test_parallel_registrations_lose_no_version_and_crown_the_best(tmp_path):
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow_client(tracking_uri).search_experiments()  # create the store's schema before the race
+    values = [0.61, 0.93, 0.75]
+    run_ids = register_in_parallel(tracking_uri, NAME, values)
+    assert_parallel_registrations_settled(tracking_uri, NAME, values, run_ids)
+
+
+def test_champion_moves_only_to_a_strictly_better_version_of_its_objective(tmp_path):
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = make_runs_with_models(client, 5)
+
+    def register(run: int, value: float, objective: str = "test_accuracy"):
+        registration = register_run_model(client, NAME, runs[run], objective, value,
+                                          lower_is_better=objective.endswith("loss"))
+        return registration.version, int(registration.champion.version)
+
+    assert register(0, 0.80) == (1, 1)
+    assert register(1, 0.70) == (2, 1)              # worse: champion stays
+    assert register(2, 0.10, "test_loss") == (3, 1)  # another objective never displaces it
+    assert register(3, 0.80) == (4, 1)              # a tie keeps it
+    assert register(4, 0.85) == (5, 5)              # strictly better takes it
+    again = register_run_model(client, NAME, runs[0], "test_accuracy", 0.80, lower_is_better=False)
+    assert (again.version, again.created, int(again.champion.version)) == (1, False, 5)  # a run registers once
+    assert len(client.search_model_versions(f"name = '{NAME}'")) == 5
+
+
+def test_a_run_without_its_model_is_refused_with_the_fix(tmp_path):
+    from runner.errors import RunnerError
+
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    with pytest.raises(RunnerError, match=f"MLflow run {run_id} has no model to register.*Fix: re-run"):
+        register_run_model(client, NAME, run_id, "test_accuracy", 0.5, lower_is_better=False)
