@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -34,6 +35,8 @@ MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
 CLUSTER_KINDS = ("none", "tf_config", "slurm", "local")
+# Shorter sampling intervals mostly measure the sampling and flood the tracking store.
+MIN_SAMPLING_SECONDS = 0.1
 # The stores MLflow 3 tracks into (its file store only reads); a driver may follow a '+' (postgresql+psycopg2).
 TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
 
@@ -114,12 +117,21 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class SystemMetricsSettings:
+    """MLflow's system metrics (CPU, memory, GPU under `system/`), sampled by the process that tracks."""
+
+    enabled: bool = True
+    interval_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class MlflowSettings:
     tracking_uri: str | None
     experiment_name: str
     run_name: str | None
     registered_model_name: str = "fashion_mnist"  # where a sweep's best model (and a registering run's) goes
     register: bool = False  # a single run registers its own model
+    system_metrics: SystemMetricsSettings = SystemMetricsSettings()
 
 
 @dataclass(frozen=True)
@@ -377,6 +389,8 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
     node = _section(cfg, "mlflow")
     store_fix = "pass a store such as sqlite:///mlflow.db or http://host:5000, or leave it null for MLflow's default"
     tracking_uri = _text("mlflow.tracking_uri", node.get("tracking_uri"), nullable=True, fix=store_fix)
+    if tracking_uri is not None:  # first: the messages below would repeat the URI
+        refuse_credentials_in_uri("mlflow.tracking_uri", tracking_uri)
     if tracking_uri is not None and tracking_uri.split(":")[0].split("+")[0] not in TRACKING_SCHEMES:
         raise _fail("mlflow.tracking_uri", tracking_uri,
                     "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
@@ -386,6 +400,7 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
     if any(char in registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
         raise _fail("mlflow.registered_model_name", registered_model_name, "it must not contain '/' or ':'",
                     "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist")
+    metrics = _section(node, "system_metrics", "mlflow.") if "system_metrics" in node else {}
     return MlflowSettings(
         tracking_uri=tracking_uri,
         experiment_name=_text("mlflow.experiment_name", node.get("experiment_name"),
@@ -395,7 +410,28 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
         registered_model_name=registered_model_name,
         register=_bool("mlflow.register", node.get("register", False),
                        "pass mlflow.register=true to register this run's model, or false"),
+        system_metrics=SystemMetricsSettings(
+            enabled=_bool("mlflow.system_metrics.enabled", metrics.get("enabled", True),
+                          "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"),
+            interval_seconds=_number(
+                "mlflow.system_metrics.interval_seconds", metrics.get("interval_seconds", 10),
+                minimum=MIN_SAMPLING_SECONDS,
+                fix="pass the seconds between two samples of CPU and memory, e.g. "
+                    "mlflow.system_metrics.interval_seconds=10"),
+        ),
     )
+
+
+def refuse_credentials_in_uri(key: str, uri: str) -> None:
+    """A tracking URI with user:password@ would put the password in params, logs and error messages."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return
+    redacted = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+    raise RunnerError(
+        f"{key}={redacted!r} is not valid: it embeds credentials (user:password@), which would be recorded with "
+        "the run's params and logs. Fix: give the address without them and set the environment variables "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD instead (README, Team setup).")
 
 
 def from_config(cfg: Mapping[str, Any]) -> Settings:

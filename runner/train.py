@@ -139,6 +139,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         try:
             with guard.deferred():
                 tracker.log_text(_to_yaml(config), "config.yaml")
+                tracker.log_inputs(arrays.inputs())
                 tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
             history = controller.run()
             eval_accuracy, histories = float("nan"), {}

@@ -169,6 +169,15 @@ def test_any_positive_batch_is_accepted(batch):
         ("mlflow.register=1", "mlflow.register=1"),
         ("mlflow.registered_model_name=''", "mlflow.registered_model_name=''"),
         ("mlflow.registered_model_name=a/b", "mlflow.registered_model_name='a/b'"),
+        ("mlflow.system_metrics.enabled=maybe", "mlflow.system_metrics.enabled='maybe'"),
+        ("mlflow.system_metrics.enabled=null", "mlflow.system_metrics.enabled=None"),
+        ("mlflow.system_metrics.interval_seconds=0", "mlflow.system_metrics.interval_seconds=0"),
+        ("mlflow.system_metrics.interval_seconds=often", "mlflow.system_metrics.interval_seconds='often'"),
+        ("mlflow.system_metrics.interval_seconds=nan", "mlflow.system_metrics.interval_seconds=nan"),
+        ("mlflow.system_metrics=5", "mlflow.system_metrics=5"),
+        ("mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:5000",
+         "mlflow.tracking_uri='http://***@127.0.0.1:5000'"),
+        ("mlflow.tracking_uri=ftp://alice:s3cret@127.0.0.1", "mlflow.tracking_uri='ftp://***@127.0.0.1'"),
     ],
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
@@ -177,6 +186,13 @@ def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
     message = str(raised.value)
     assert message.startswith(named + " is not valid"), message
     assert "Fix:" in message and "\n" not in message
+    assert "s3cret" not in message and "alice" not in message
+
+
+def test_system_metrics_are_on_every_ten_seconds_unless_turned_off():
+    assert (_settings().mlflow.system_metrics.enabled, _settings().mlflow.system_metrics.interval_seconds) == (True, 10)
+    assert not _settings("mlflow.system_metrics.enabled=false").mlflow.system_metrics.enabled
+    assert _settings("mlflow.system_metrics.interval_seconds=0.5").mlflow.system_metrics.interval_seconds == 0.5
 
 
 @pytest.mark.parametrize("strategy", ["default", "one_device", "tpu", "multi_worker_mirrored", "parameter_server"])

@@ -7,11 +7,13 @@ process drives it in a process of its own (runner.tracking.tracker_process).
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from mlflow.entities import LoggedModel, Metric, Param, RunStatus, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModel, Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
@@ -23,7 +25,11 @@ from runner.tracking.common import (
 )
 from runner.tracking.provenance import run_tags as provenance_tags
 
+log = logging.getLogger("runner")
+
 _MAX_PARAMS_PER_BATCH = 100
+# MLflow's tag for the role a dataset played in a run ("training", "evaluation").
+DATASET_CONTEXT_TAG = "mlflow.data.context"
 
 
 def _millis() -> int:
@@ -54,6 +60,11 @@ class MlflowTracker:
         self.client = MlflowClient(tracking_uri=settings.tracking_uri)
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()
+        self._system_metrics = None
+        if settings.system_metrics.enabled:
+            import psutil
+
+            psutil.cpu_percent()  # the first sample then measures from here, not from its own call (0.0)
 
     @property
     def tracking_uri(self) -> str:
@@ -97,7 +108,46 @@ class MlflowTracker:
         all_tags = {**provenance_tags(), **(tags or {})}
         self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)) for key, value in all_tags.items()])
         self._log_params(values)
+        self._start_system_metrics()
         return self.run_id
+
+    def _start_system_metrics(self) -> None:
+        """MLflow's own monitor, attached by run id (it attaches itself only to fluent runs); its thread
+        samples CPU, memory, disk, network and GPUs every interval and logs them under system/."""
+        settings = self.settings.system_metrics
+        if not settings.enabled or self._system_metrics is not None:
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # Its start and stop announcements at INFO would interleave with the run's own log on the terminal.
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+        monitor = SystemMetricsMonitor(self.run_id, sampling_interval=settings.interval_seconds,
+                                       samples_before_logging=1, resume_logging=True,
+                                       tracking_uri=self.client.tracking_uri)
+        # The config decides, not MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL left in the environment.
+        monitor.sampling_interval = settings.interval_seconds
+        monitor.start()
+        self._system_metrics = monitor
+
+    def _stop_system_metrics(self) -> None:
+        """Log what the monitor holds while the run is still RUNNING, then stop its thread."""
+        monitor, self._system_metrics = self._system_metrics, None
+        if monitor is not None:
+            monitor.finish()
+
+    def log_inputs(self, descriptions: Sequence[Mapping[str, Any]]) -> None:
+        """The run's data as MLflow dataset inputs (see runner.training.data.describe), each once: a resumed
+        run, or a sweep job run again, finds them already there."""
+        run = self.client.get_run(self.run_id)
+        logged = {(item.dataset.name, item.dataset.digest,
+                   next((tag.value for tag in item.tags if tag.key == DATASET_CONTEXT_TAG), None))
+                  for item in run.inputs.dataset_inputs}
+        fresh = [DatasetInput(_dataset_entity(description),
+                              tags=[InputTag(DATASET_CONTEXT_TAG, description["context"])])
+                 for description in descriptions
+                 if (description["name"], description["digest"], description["context"]) not in logged]
+        if fresh:
+            self.client.log_inputs(self.run_id, datasets=fresh)
 
     def _log_params(self, values: Mapping[str, str]) -> None:
         items = [Param(key, value) for key, value in values.items()]
@@ -140,6 +190,7 @@ class MlflowTracker:
         """finish() with the error already put in words (see runner.tracking.common.failure_message)."""
         if self.run_id is None:
             return
+        self._stop_system_metrics()
         if message is None:
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
             return
@@ -150,3 +201,24 @@ class MlflowTracker:
             return
         self.client.set_tag(self.run_id, ERROR_TAG, message[:5000])
         self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FAILED))
+
+
+def _dataset_entity(description: Mapping[str, Any]) -> Dataset:
+    """An MLflow dataset entity from a description, as mlflow.data.from_numpy would make it from the arrays
+    (same schema and profile fields), without the arrays."""
+    import numpy as np
+    from mlflow.data.schema import TensorDatasetSchema
+    from mlflow.types import Schema, TensorSpec
+
+    features, targets = description["features"], description["targets"]
+
+    def spec(part: Mapping[str, Any]) -> Schema:
+        return Schema([TensorSpec(np.dtype(part["dtype"]), (-1, *part["shape"][1:]))])
+
+    profile = {"features_shape": features["shape"], "features_size": int(np.prod(features["shape"])),
+               "features_nbytes": features["nbytes"], "targets_shape": targets["shape"],
+               "targets_size": int(np.prod(targets["shape"])), "targets_nbytes": targets["nbytes"]}
+    return Dataset(name=description["name"], digest=description["digest"], source_type=description["source_type"],
+                   source=json.dumps(description["source"]),
+                   schema=json.dumps(TensorDatasetSchema(spec(features), spec(targets)).to_dict()),
+                   profile=json.dumps(profile))

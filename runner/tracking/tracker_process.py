@@ -76,6 +76,9 @@ class TrackerProcess:
     def log_text(self, text: str, artifact_file: str) -> None:
         self._call("log_text", text, artifact_file)
 
+    def log_inputs(self, descriptions: list[dict[str, Any]]) -> None:
+        self._call("log_inputs", list(descriptions))
+
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         self._call("log_artifact", path, artifact_path)
 

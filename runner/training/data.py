@@ -1,12 +1,16 @@
 """Training and test data: Fashion-MNIST from IDX files or tf.keras.datasets, or synthetic arrays,
-and the tf.data pipelines the loop distributes (shuffle, batch by the global batch, prefetch)."""
+the tf.data pipelines the loop distributes (shuffle, batch by the global batch, prefetch), and the
+description of what was loaded (name, digest, source) that a tracker records as the run's dataset inputs."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import zlib
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +41,12 @@ class Arrays:
     train_labels: np.ndarray
     test_images: np.ndarray
     test_labels: np.ndarray
+    # What they are, computed in the background (see describe): one description per split.
+    descriptions: Future | None = field(default=None, compare=False, repr=False)
+
+    def inputs(self) -> list[dict[str, Any]]:
+        """The training and evaluation data's descriptions (waits for their digests)."""
+        return [] if self.descriptions is None else self.descriptions.result()
 
 
 def read_idx(path: str) -> np.ndarray:
@@ -90,6 +100,11 @@ def load_idx_directory(directory: str) -> tuple[np.ndarray, ...]:
     return tuple(arrays)
 
 
+def keras_cache_dir() -> str:
+    """Where tf.keras.datasets.fashion_mnist keeps its files (tf_keras's get_file default)."""
+    return os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist")
+
+
 def _load_keras_fashion_mnist() -> tuple[np.ndarray, ...]:
     try:
         (train_x, train_y), (test_x, test_y) = tf.keras.datasets.fashion_mnist.load_data()
@@ -126,11 +141,44 @@ def load_arrays(settings: DatasetSettings, seed: int) -> Arrays:
     train_x, train_y, test_x, test_y = raw
     train_x, train_y = train_x[: settings.train_examples], train_y[: settings.train_examples]
     test_x, test_y = test_x[: settings.test_examples], test_y[: settings.test_examples]
+    # Hashing the raw bytes (sha256 releases the GIL) overlaps with building the model and the first steps.
+    descriptions = _DESCRIBING.submit(describe, settings, seed, (train_x, train_y), (test_x, test_y))
 
     def images(x: np.ndarray) -> np.ndarray:
         return (x.astype(np.float32) / np.float32(PIXEL_MAX))[..., None]
 
-    return Arrays(images(train_x), train_y.astype(np.int64), images(test_x), test_y.astype(np.int64))
+    return Arrays(images(train_x), train_y.astype(np.int64), images(test_x), test_y.astype(np.int64), descriptions)
+
+
+_DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
+
+
+def describe(settings: DatasetSettings, seed: int, train: tuple[np.ndarray, np.ndarray],
+             test: tuple[np.ndarray, np.ndarray]) -> list[dict[str, Any]]:
+    """The training and evaluation data as MLflow dataset inputs describe them, without MLflow: name, digest
+    (sha256 of the images and labels as loaded, so a different prefix or seed is a different digest), source
+    (the IDX directory, the tf.keras cache, or the synthetic generator with its seed), shapes and context."""
+    if settings.name == "synthetic":
+        source_type, source = "code", {"tags": {"mlflow.source.name": "synthetic", "seed": str(seed)}}
+    else:
+        directory = os.path.abspath(settings.dir) if settings.dir is not None else keras_cache_dir()
+        source_type, source = "local", {"uri": directory}
+    return [{"name": f"{settings.name}-{split}", "context": context, "digest": digest(images, labels),
+             "source_type": source_type, "source": source, "features": _spec(images), "targets": _spec(labels)}
+            for split, context, (images, labels) in (("train", "training", train), ("test", "evaluation", test))]
+
+
+def digest(*arrays: np.ndarray) -> str:
+    """16 hex digits of sha256 over each array's dtype, shape and bytes."""
+    hashed = hashlib.sha256()
+    for array in arrays:
+        hashed.update(f"{array.dtype.str}{array.shape}".encode())
+        hashed.update(memoryview(np.ascontiguousarray(array)).cast("B"))
+    return hashed.hexdigest()[:16]
+
+
+def _spec(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "nbytes": int(array.nbytes)}
 
 
 def raw_images(images: np.ndarray) -> np.ndarray:

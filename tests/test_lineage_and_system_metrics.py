@@ -1,0 +1,116 @@
+"""What a run saw and what the machine did meanwhile: the training and evaluation data as MLflow dataset inputs
+(told apart by digest, logged once however often a run resumes), and MLflow's system metrics sampled by the
+tracker process every configured interval, or not at all when turned off."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from conftest import metric_history, mlflow_client
+from runner.settings import DatasetSettings, MlflowSettings, SystemMetricsSettings
+from runner.training import data
+from test_data import write_fashion_mnist
+
+SAMPLED = ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes")
+
+
+def _inputs(client, run_id: str) -> dict[str, tuple[str, str, dict, str]]:
+    """context -> (name, digest, source, source_type) of a run's dataset inputs."""
+    found = {}
+    for item in client.get_run(run_id).inputs.dataset_inputs:
+        context = {tag.key: tag.value for tag in item.tags}["mlflow.data.context"]
+        assert context not in found, f"{context} logged twice"
+        found[context] = (item.dataset.name, item.dataset.digest, json.loads(item.dataset.source),
+                          item.dataset.source_type)
+    return found
+
+
+def _digests(settings: DatasetSettings, seed: int = 42) -> dict[str, str]:
+    return {d["context"]: d["digest"] for d in data.load_arrays(settings, seed).inputs()}
+
+
+def test_digests_tell_apart_prefixes_seeds_and_sources_and_name_where_the_data_came_from(tmp_path):
+    synthetic = DatasetSettings("synthetic", None, 256, 64)
+    base = _digests(synthetic)
+    assert base == _digests(synthetic)  # same data, same digest
+    shorter = _digests(DatasetSettings("synthetic", None, 128, 64))
+    assert shorter["training"] != base["training"]
+    reseeded = _digests(synthetic, seed=7)
+    assert reseeded["training"] != base["training"] and reseeded["evaluation"] != base["evaluation"]
+
+    write_fashion_mnist(tmp_path, train=30, test=10)
+    idx = data.load_arrays(DatasetSettings("fashion_mnist", str(tmp_path), None, None), seed=42).inputs()
+    assert [(d["name"], d["context"], d["source_type"], d["source"]) for d in idx] == [
+        ("fashion_mnist-train", "training", "local", {"uri": str(tmp_path)}),
+        ("fashion_mnist-test", "evaluation", "local", {"uri": str(tmp_path)}),
+    ]
+    assert idx[0]["features"] == {"dtype": "uint8", "shape": [30, 28, 28], "nbytes": 30 * 28 * 28}
+    prefix = _digests(DatasetSettings("fashion_mnist", str(tmp_path), 20, None))
+    assert prefix["training"] != idx[0]["digest"] and prefix["evaluation"] == idx[1]["digest"]
+
+
+def test_a_run_records_its_data_once_even_when_resumed(train, tmp_path, tracking_uri):
+    result = train("dataset.train_examples=256", "seed=3", run_dir=tmp_path / "run")
+    client = mlflow_client(tracking_uri)
+    inputs = _inputs(client, result.run_id)
+    assert set(inputs) == {"training", "evaluation"}
+    name, digest, source, source_type = inputs["training"]
+    assert (name, source, source_type) == ("synthetic-train", {"tags": {"mlflow.source.name": "synthetic",
+                                                                        "seed": "3"}}, "code")
+    assert digest == _digests(DatasetSettings("synthetic", None, 256, 256), seed=3)["training"]
+    shapes = {json.loads(item.dataset.profile)["features_shape"][0]
+              for item in client.get_run(result.run_id).inputs.dataset_inputs}
+    assert shapes == {256}  # the training prefix and TINY's 256 test examples
+    assert all("mlflow_tensorspec" in json.loads(item.dataset.schema)
+               for item in client.get_run(result.run_id).inputs.dataset_inputs)
+
+    again = train("dataset.train_examples=256", "seed=3", run_dir=tmp_path / "run")  # resumes the finished run
+    assert again.run_id == result.run_id
+    assert _inputs(client, result.run_id) == inputs  # _inputs fails on a context logged twice
+
+
+@pytest.fixture
+def tracked(tmp_path):
+    """A run held by a TrackerProcess with the given system-metrics settings: (run id, its client)."""
+    from runner.tracking.tracker_process import TrackerProcess
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    processes = []
+
+    def _track(metrics: SystemMetricsSettings, seconds: float) -> str:
+        process = TrackerProcess(MlflowSettings(uri, "tests", None, metrics))
+        processes.append(process)
+        run_dir = tmp_path / f"run{len(processes)}"
+        run_dir.mkdir()
+        run_id = process.start(str(run_dir), {"batch": 64})
+        time.sleep(seconds)
+        # Not in this (the training) process: the sampling thread lives in the tracker's child.
+        assert "SystemMetricsMonitor" not in {thread.name for thread in threading.enumerate()}
+        process.finish()
+        return run_id
+
+    yield _track, mlflow_client(uri)
+    for process in processes:
+        process.close()
+
+
+def test_the_tracker_process_samples_cpu_and_memory_every_interval(tracked):
+    track, client = tracked
+    run_id = track(SystemMetricsSettings(True, 0.25), seconds=2.5)
+    for key in SAMPLED:
+        history = metric_history(client, run_id, key)
+        assert len(history) >= 4, (key, history)
+        assert [step for step, _ in history] == list(range(len(history)))
+    assert all(0 <= value <= 100 for _, value in metric_history(client, run_id, SAMPLED[0]))
+    assert all(value > 0 for _, value in metric_history(client, run_id, SAMPLED[1]))
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_system_metrics_turned_off_log_nothing(tracked):
+    track, client = tracked
+    run_id = track(SystemMetricsSettings(False, 0.25), seconds=1.5)
+    assert not [key for key in client.get_run(run_id).data.metrics if key.startswith("system/")]
