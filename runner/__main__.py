@@ -16,8 +16,9 @@ from runner.errors import RunnerError
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
-from runner.settings import from_config
+from runner.settings import from_config, refuse_credentials_in_uri
 from runner.sweeps.callback import objective_name
+from runner.tracking.server_access import check_server
 
 log = logging.getLogger("runner")
 
@@ -34,6 +35,9 @@ def main(cfg: DictConfig) -> float:
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
         objective = objective_name(config)
+        # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
+        # user's credentials (401) or run (403), stops the job in a fraction of a second.
+        check_server(settings.mlflow)
         if settings.cluster.kind == "local":
             # This process starts and watches the cluster's tasks; its chief trains and writes the result.
             from runner.clusters.local import launch
@@ -72,11 +76,22 @@ def main(cfg: DictConfig) -> float:
     return values[objective]
 
 
+def refuse_credentials_in_arguments(arguments: list[str]) -> None:
+    """A tracking URI with user:password@ on the command line: refused before Hydra records the overrides
+    in the run directory (.hydra/overrides.yaml, config.yaml)."""
+    for argument in arguments:
+        key, _, value = argument.partition("=")
+        if key.lstrip("+~") == "mlflow.tracking_uri" and value:
+            for uri in value.split(","):  # a sweep over several servers
+                refuse_credentials_in_uri("mlflow.tracking_uri", uri.strip("'\""))
+
+
 if __name__ == "__main__":
     from runner.sweeps.launchers import check_launcher, quiet_schema_matching
 
     quiet_schema_matching()
     try:
+        refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -30,7 +30,7 @@ from runner.training.progress import EpochProgress
 from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, gpu_models
-from runner.tracking.common import NullTracker, check_reachable, flatten
+from runner.tracking.common import NullTracker, flatten
 from runner.tracking.provenance import GPU_TAG
 
 log = logging.getLogger("runner")
@@ -62,7 +62,6 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     caller closes); None: an MlflowTracker in this process.
     """
     os.makedirs(run_dir, exist_ok=True)
-    check_reachable(settings.mlflow)
     strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
     if settings.runtime.deterministic:
         make_deterministic(settings.runtime, settings.seed)

@@ -54,15 +54,16 @@ def train(tmp_path, tracking_uri):
     return _train
 
 
-def _cli_env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
+def _cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    return {**env, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m runner <args>` in a fresh process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=_cli_env(), capture_output=True,
+def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+    """`python -m runner <args>` in a fresh process, as a user runs it (`env`: variables to add)."""
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=_cli_env(env), capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from processes import is_running, stop_group
@@ -70,8 +72,16 @@ class Postgres:
 
     @property
     def uri(self) -> str:
+        return self.uri_of(self.database)
+
+    def uri_of(self, database: str) -> str:
         # The driver is named: SQLAlchemy 2.1 takes a bare postgresql:// to mean psycopg 3.
-        return f"postgresql+psycopg2://{self.role}:{self.password}@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql+psycopg2://{self.role}:{self.password}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, database: str) -> str:
+        """Another database owned by the MLflow role (the auth app's user store); its URI."""
+        self.psql(f"CREATE DATABASE {database} OWNER {self.role}")
+        return self.uri_of(database)
 
     def _run(self, *command: str, env: dict | None = None, timeout: float = 60) -> None:
         done = subprocess.run([*self.as_user, *command], capture_output=True, text=True, timeout=timeout,
@@ -122,14 +132,29 @@ class Postgres:
             raise RuntimeError(f"PostgreSQL (pid {survivor}) was still running after pg_ctl stop")
 
 
+@dataclass(frozen=True)
+class BasicAuth:
+    """MLflow's basic-auth app: its user store and the admin account created at its first start."""
+
+    database_uri: str
+    admin_username: str = "admin"
+    admin_password: str = "admin-test-password"
+    default_permission: str = "READ"
+
+    def ini(self) -> str:
+        return (f"[mlflow]\ndefault_permission = {self.default_permission}\ndatabase_uri = {self.database_uri}\n"
+                f"admin_username = {self.admin_username}\nadmin_password = {self.admin_password}\n")
+
+
 class MlflowServer:
     """`mlflow server` (the one installed beside this Python) with a SQL backend store and artifacts
-    proxied to a local directory, on a free loopback port."""
+    proxied to a local directory, on a free loopback port; with `auth`, behind the basic-auth app."""
 
-    def __init__(self, backend_store_uri: str, artifacts: Path, log: Path):
+    def __init__(self, backend_store_uri: str, artifacts: Path, log: Path, auth: BasicAuth | None = None):
         self.backend_store_uri = backend_store_uri
         self.artifacts = artifacts
         self.log = log
+        self.auth = auth
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
@@ -140,15 +165,23 @@ class MlflowServer:
     def start(self, timeout: float = 180) -> "MlflowServer":
         mlflow = Path(sys.executable).parent / "mlflow"
         self.artifacts.mkdir(parents=True, exist_ok=True)
+        command = [str(mlflow), "server", "--backend-store-uri", self.backend_store_uri,
+                   "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
+                   "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+        env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
+        if self.auth is not None:
+            ini = self.log.parent / "basic_auth.ini"
+            ini.write_text(self.auth.ini())
+            ini.chmod(0o600)
+            command += ["--app-name", "basic-auth"]
+            env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
+            env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = secrets.token_hex(16)  # signs the UI's CSRF tokens
         with open(self.log, "wb") as log:
             # A session (and so a process group) of its own: the server forks uvicorn and job-runner
             # workers, and stopping it must reach all of them.
             self.process = subprocess.Popen(
-                [str(mlflow), "server", "--backend-store-uri", self.backend_store_uri,
-                 "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
-                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-                cwd=self.log.parent, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                command, cwd=self.log.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout  # the first start creates MLflow's schema in PostgreSQL
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

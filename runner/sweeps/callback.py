@@ -25,6 +25,7 @@ from runner.errors import RunnerError
 from runner.job_result import RESULT_KEYS
 from runner.settings import mlflow_settings
 from runner.sweeps.launchers import check_before_sweep
+from runner.tracking.server_access import check_server
 
 log = logging.getLogger("runner")
 
@@ -115,8 +116,9 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             objective_name(config)
-            mlflow_settings(config)  # before anything is created: an empty experiment name, a bad model name, ...
-            # Before the parent run exists: a sweep that cannot start leaves nothing behind.
+            # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
+            # this user, leaves nothing behind.
+            check_server(mlflow_settings(config))  # also refuses an empty experiment name, a bad model name, ...
             check_before_sweep(config)
             parent_id = start_parent_run(config)
         except RunnerError as error:

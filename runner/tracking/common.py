@@ -1,5 +1,5 @@
 """What tracking a job is made of, without MLflow: the run-directory file and tag names, params from the
-config, the reachability check of a tracking server, and the tracker of a task that does not track.
+config, and the tracker of a task that does not track (the tracking server's check: runner.tracking.server_access).
 
 The MLflow tracker itself is runner.tracking.mlflow_tracker; the training process reaches it through
 runner.tracking.tracker_process, so that neither it nor this module makes the training process import MLflow.
@@ -8,12 +8,7 @@ runner.tracking.tracker_process, so that neither it nor this module makes the tr
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from typing import Any, Mapping
-
-from runner.errors import RunnerError
-from runner.settings import MlflowSettings
 
 ERROR_TAG = "error"
 RESUMABLE_TAG = "resumable"
@@ -44,26 +39,6 @@ def failure_message(error: BaseException, resumable: bool = False) -> str:
     if resumable:
         return f"{error} (resume: re-run the same command with the same hydra.run.dir)"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def check_reachable(settings: MlflowSettings, timeout: float = 10.0) -> None:
-    """Fail fast when an HTTP tracking server does not answer (MLflow itself retries for minutes).
-
-    The server is mlflow.tracking_uri, else $MLFLOW_TRACKING_URI; MLflow's own default is a local
-    sqlite file, never a server."""
-    tracking_uri = settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not tracking_uri or not tracking_uri.startswith(("http://", "https://")):
-        return
-    health = tracking_uri.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(health, timeout=timeout) as response:
-            response.read()
-    except (OSError, urllib.error.URLError) as error:
-        raise RunnerError(
-            f"mlflow.tracking_uri={tracking_uri!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
-            "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
-            "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
-        ) from None
 
 
 class NullTracker:

@@ -1,0 +1,140 @@
+"""Before anything trains: does the tracking server answer, does it accept this user's credentials, and may
+this user create runs in the experiment. Plain urllib (no MLflow), so a refusal costs a fraction of a second,
+comes before TensorFlow loads, and leaves no run behind.
+
+Credentials come from MLflow's own environment variables, MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD
+(or MLFLOW_TRACKING_TOKEN), which MLflow's client sends as well; a tracking URI that embeds them is refused, since
+the URI is recorded with the run. No message here ever contains a password.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from runner.errors import RunnerError
+from runner.settings import MlflowSettings, refuse_credentials_in_uri
+
+USERNAME_VARIABLE = "MLFLOW_TRACKING_USERNAME"
+PASSWORD_VARIABLE = "MLFLOW_TRACKING_PASSWORD"
+TOKEN_VARIABLE = "MLFLOW_TRACKING_TOKEN"
+# MLflow basic-auth's permissions that may create runs in an experiment (READ and USE may not).
+_CAN_CREATE_RUNS = ("EDIT", "MANAGE")
+
+
+def tracking_server(settings: MlflowSettings) -> str | None:
+    """The HTTP tracking server runs go to (mlflow.tracking_uri, else $MLFLOW_TRACKING_URI), or None for a
+    local store (MLflow's default is a sqlite file, never a server)."""
+    uri = settings.tracking_uri
+    if uri is None:
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or None
+        if uri is not None:
+            refuse_credentials_in_uri("MLFLOW_TRACKING_URI", uri)
+    return uri.rstrip("/") if uri and uri.startswith(("http://", "https://")) else None
+
+
+def check_server(settings: MlflowSettings, timeout: float = 10.0) -> None:
+    """Fail fast, in one paragraph, when the server does not answer (MLflow itself retries for minutes), refuses
+    the credentials (401), or would refuse to create this user's run in the experiment (403)."""
+    server = tracking_server(settings)
+    if server is None:
+        return
+    health = server + "/health"  # not behind the login
+    try:
+        with urllib.request.urlopen(health, timeout=timeout) as response:
+            response.read()
+    except (OSError, urllib.error.URLError) as error:
+        raise RunnerError(
+            f"mlflow.tracking_uri={server!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
+            "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
+            "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
+        ) from None
+    access = _Access(server, timeout)
+    name = settings.experiment_name
+    status, body = access.get("/api/2.0/mlflow/experiments/get-by-name", experiment_name=name)
+    if status == 401:
+        raise access.unauthenticated()
+    if status == 403:
+        raise access.forbidden(f"it may not even read experiment {name!r}")
+    if status != 200:  # no such experiment yet: the run creates it and its creator manages it
+        return
+    experiment_id = body["experiment"]["experiment_id"]
+    if access.username is None:
+        return
+    status, body = access.get("/api/3.0/mlflow/users/permissions/get", username=access.username,
+                              resource_type="experiment", resource_id=experiment_id)
+    if status != 200 or body.get("permission") in _CAN_CREATE_RUNS:  # 404: a server without basic-auth
+        return
+    status, current = access.get("/api/2.0/mlflow/users/current")
+    if status == 200 and current.get("user", {}).get("is_admin"):
+        return
+    raise access.forbidden(
+        f"it has {body.get('permission', 'no')} permission on experiment {name!r} (id {experiment_id}), and "
+        f"creating a run there takes {' or '.join(_CAN_CREATE_RUNS)}")
+
+
+class _Access:
+    """GET requests to the server as the user the environment names."""
+
+    def __init__(self, server: str, timeout: float):
+        self.server, self.timeout = server, timeout
+        self.username = os.environ.get(USERNAME_VARIABLE) or None
+        password = os.environ.get(PASSWORD_VARIABLE) or None
+        token = os.environ.get(TOKEN_VARIABLE) or None
+        self._missing = None
+        if self.username and password:
+            self._authorization = "Basic " + base64.b64encode(f"{self.username}:{password}".encode()).decode()
+        elif token:
+            self._authorization = f"Bearer {token}"
+        else:
+            self._authorization = None
+            if self.username or password:
+                self._missing = PASSWORD_VARIABLE if self.username else USERNAME_VARIABLE
+
+    def get(self, path: str, **query: str) -> tuple[int, dict]:
+        url = self.server + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        request = urllib.request.Request(url)
+        if self._authorization:
+            request.add_header("Authorization", self._authorization)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.status, _json(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, _json(error.read())
+        except (OSError, urllib.error.URLError) as error:
+            raise RunnerError(
+                f"mlflow.tracking_uri={self.server!r} stopped answering ({path}: {getattr(error, 'reason', error)})."
+                " Fix: check that the tracking server is up (README, Team setup), then re-run.") from None
+
+    def unauthenticated(self) -> RunnerError:
+        how = (f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE} to your account's name and password (the server's "
+               "admin creates one per person: README, Team setup)")
+        if self._authorization is None:
+            missing = f"{self._missing} is not set" if self._missing else "no credentials are set"
+            return RunnerError(
+                f"the tracking server {self.server} requires a login (401 Unauthorized) and {missing}. "
+                f"Fix: export {how}, then re-run; nothing was tracked.")
+        who = f"user {self.username!r}" if self.username else f"the token in {TOKEN_VARIABLE}"
+        return RunnerError(
+            f"the tracking server {self.server} rejected the credentials of {who} (401 Unauthorized): the password "
+            f"is wrong or there is no such account. Fix: set {how}; an admin can reset a forgotten password. "
+            "Nothing was tracked.")
+
+    def forbidden(self, why: str) -> RunnerError:
+        who = repr(self.username) if self.username else "this account"
+        return RunnerError(
+            f"the tracking server {self.server} would refuse to create the run for user {who} (403 Forbidden): "
+            f"{why}. Fix: ask an admin of the server to grant {who} EDIT on the experiment (README, Team setup), "
+            "or pass mlflow.experiment_name=<an experiment you may edit>; nothing was tracked.")
+
+
+def _json(raw: bytes) -> dict:
+    try:
+        value = json.loads(raw or b"{}")
+    except ValueError:  # basic-auth's 401 and 403 bodies are plain text
+        return {}
+    return value if isinstance(value, dict) else {}
