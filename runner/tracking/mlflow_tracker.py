@@ -13,8 +13,10 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+import psutil
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModel, Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
@@ -61,10 +63,6 @@ class MlflowTracker:
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()
         self._system_metrics = None
-        if settings.system_metrics.enabled:
-            import psutil
-
-            psutil.cpu_percent()  # the first sample then measures from here, not from its own call (0.0)
 
     @property
     def tracking_uri(self) -> str:
@@ -124,6 +122,8 @@ class MlflowTracker:
         monitor = SystemMetricsMonitor(self.run_id, sampling_interval=settings.interval_seconds,
                                        samples_before_logging=1, resume_logging=True,
                                        tracking_uri=self.client.tracking_uri)
+        monitor.monitors = [_FirstSampleMeasuredCpu() if type(each) is CPUMonitor else each
+                            for each in monitor.monitors]
         # The config decides, not MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL left in the environment.
         monitor.sampling_interval = settings.interval_seconds
         monitor.start()
@@ -222,3 +222,19 @@ def _dataset_entity(description: Mapping[str, Any]) -> Dataset:
                    source=json.dumps(description["source"]),
                    schema=json.dumps(TensorDatasetSchema(spec(features), spec(targets)).to_dict()),
                    profile=json.dumps(profile))
+
+
+
+class _FirstSampleMeasuredCpu(CPUMonitor):
+    """MLflow's CPU monitor, whose first sample measures a short window instead of reading 0: psutil measures
+    since the calling thread's previous call, and the sampling thread is new."""
+
+    WINDOW_SECONDS = 0.2
+    _started = False
+
+    def collect_metrics(self):
+        if not self._started:
+            psutil.cpu_percent()
+            time.sleep(self.WINDOW_SECONDS)  # on the sampling thread: nothing waits for it
+            self._started = True
+        super().collect_metrics()
