@@ -423,15 +423,18 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
 
 
 def refuse_credentials_in_uri(key: str, uri: str) -> None:
-    """A tracking URI with user:password@ would put the password in params, logs and error messages."""
+    """A tracking URI with a password in it (user:password@) would put the password in params, logs and error
+    messages: refused, with where the password goes instead."""
     parts = urllib.parse.urlsplit(uri)
-    if parts.username is None and parts.password is None:
+    if parts.password is None:
         return
     redacted = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+    where = ("the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (README, Team setup)"
+             if parts.scheme in ("http", "https") else
+             "the database client's own password file or variable (PostgreSQL: ~/.pgpass or PGPASSWORD)")
     raise RunnerError(
-        f"{key}={redacted!r} is not valid: it embeds credentials (user:password@), which would be recorded with "
-        "the run's params and logs. Fix: give the address without them and set the environment variables "
-        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD instead (README, Team setup).")
+        f"{key}={redacted!r} is not valid: it embeds a password (user:password@), which would be recorded with "
+        f"the run's params and logs. Fix: give the address without it and the credentials in {where}.")
 
 
 def from_config(cfg: Mapping[str, Any]) -> Settings:

@@ -177,7 +177,8 @@ def test_any_positive_batch_is_accepted(batch):
         ("mlflow.system_metrics=5", "mlflow.system_metrics=5"),
         ("mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:5000",
          "mlflow.tracking_uri='http://***@127.0.0.1:5000'"),
-        ("mlflow.tracking_uri=ftp://alice:s3cret@127.0.0.1", "mlflow.tracking_uri='ftp://***@127.0.0.1'"),
+        ("mlflow.tracking_uri=postgresql+psycopg2://alice:s3cret@127.0.0.1/db",
+         "mlflow.tracking_uri='postgresql+psycopg2://***@127.0.0.1/db'"),
     ],
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
@@ -216,7 +217,7 @@ def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named
 
 
 @pytest.mark.parametrize("override,expected", [
-    ("mlflow.tracking_uri=", None), ("mlflow.tracking_uri=postgresql+psycopg2://u:p@127.0.0.1/db", None),
+    ("mlflow.tracking_uri=", None), ("mlflow.tracking_uri=postgresql+psycopg2://u@127.0.0.1/db", None),
     ("mlflow.run_name=", None), ("mlflow.experiment_name=2024", "2024"), ("strategy.tpu=", ""),
 ])
 def test_empty_and_numeric_values_where_they_mean_something(override, expected):
