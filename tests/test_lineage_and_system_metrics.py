@@ -82,7 +82,7 @@ def tracked(tmp_path):
     processes = []
 
     def _track(metrics: SystemMetricsSettings, seconds: float) -> str:
-        process = TrackerProcess(MlflowSettings(uri, "tests", None, metrics))
+        process = TrackerProcess(MlflowSettings(uri, "tests", None, system_metrics=metrics))
         processes.append(process)
         run_dir = tmp_path / f"run{len(processes)}"
         run_dir.mkdir()
