@@ -19,6 +19,7 @@ from runner.job_result import write_result
 from runner.settings import from_config, refuse_credentials_in_uri
 from runner.sweeps.callback import objective_name
 from runner.tracking.server_access import check_server
+from runner.verbosity import configure, is_verbose, load_tensorflow
 
 log = logging.getLogger("runner")
 
@@ -28,6 +29,7 @@ def main(cfg: DictConfig) -> float:
     hydra_config = HydraConfig.get()
     try:
         if hydra_config.mode == RunMode.MULTIRUN:
+            configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
             # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
             from runner.sweeps.job import run_sweep_job
 
@@ -35,6 +37,8 @@ def main(cfg: DictConfig) -> float:
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
         objective = objective_name(config)
+        verbose = is_verbose(settings.verbose, hydra_config.verbose)
+        configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
         # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
         # user's credentials (401) or run (403), stops the job in a fraction of a second.
         check_server(settings.mlflow)
@@ -51,6 +55,7 @@ def main(cfg: DictConfig) -> float:
             tracker = TrackerProcess(settings.mlflow)
         try:
             # Imported after validation: a mistyped override fails before TensorFlow loads.
+            load_tensorflow(verbose)
             from runner.clusters.roles import join, telling_servers_the_end
 
             run_dir = hydra_config.runtime.output_dir

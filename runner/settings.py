@@ -151,6 +151,7 @@ class Settings:
     runtime: RuntimeSettings
     mlflow: MlflowSettings
     cluster: ClusterSettings = ClusterSettings()
+    verbose: bool = False  # every library's INFO lines on the terminal (runner.verbosity)
 
 
 def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
@@ -483,6 +484,7 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         ),
         runtime=_runtime(_section(cfg, "runtime"), strategy.name),
         mlflow=mlflow_settings(cfg),
+        verbose=_bool("verbose", cfg.get("verbose", False), "pass verbose=true or verbose=false"),
         cluster=_cluster(_section(cfg, "cluster") if cfg.get("cluster") is not None else {}, strategy.name, loop),
     )
 

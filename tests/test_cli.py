@@ -11,23 +11,45 @@ from conftest import TINY, metric_history, mlflow_client, run_cli
 SMALL = [*TINY, "dataset.train_examples=1024", "epochs=2", "seed=7"]
 
 
+# What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
+# note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers.
+NOISE = ("Could not find cuda drivers", "failed call to cuInit", "oneDNN custom operations", "absl::InitializeLog",
+         "Reduce to /job:localhost", "Using MirroredStrategy with devices", "Sharding callback", "[absl][INFO]",
+         "[tensorflow][INFO]", "INFO mlflow", "Creating initial MLflow database tables")
+
+
 def _train_cli(tmp_path, name: str, *overrides: str):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = run_cli(*SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / name}", *overrides,
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
-    return mlflow_client(uri), run_id
+    return mlflow_client(uri), run_id, done.stdout + done.stderr
+
+
+def _assert_quiet(output: str, epochs: int) -> None:
+    """The runner's own lines, nothing of TensorFlow's or MLflow's chatter."""
+    assert [noise for noise in NOISE if noise in output] == [], output[-5000:]
+    lines = output.splitlines()
+    assert sum("first training step done" in line for line in lines) == 1, output[-5000:]
+    for epoch in range(1, epochs + 1):
+        assert sum(f"epoch {epoch}/{epochs}: train_loss" in line for line in lines) == 1, (epoch, output[-5000:])
+    assert sum("done: test_accuracy" in line for line in lines) == 1, output[-5000:]
 
 
 @pytest.mark.slow
 def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
     """The loss is summed per example and divided by the *global* batch, so splitting a batch of 64
     over two replicas of 32 must not change the maths."""
-    client, single = _train_cli(tmp_path, "one", "strategy=one_device", "batch=64")
+    client, single, output = _train_cli(tmp_path, "one", "strategy=one_device", "batch=64")
+    _assert_quiet(output, epochs=2)
     reference = [value for _, value in metric_history(client, single, "train_loss")]
     for strategy in ("mirrored", "central_storage"):
-        _, run_id = _train_cli(tmp_path, strategy, f"strategy={strategy}", "strategy.cpu_replicas=2", "batch=32")
+        _, run_id, output = _train_cli(tmp_path, strategy, f"strategy={strategy}", "strategy.cpu_replicas=2",
+                                       "batch=32")
+        _assert_quiet(output, epochs=2)  # without the "Reduce to ... then broadcast" lines of several replicas
+        log_file = (tmp_path / strategy / "runner.log").read_text()
+        assert "epoch 2/2: train_loss" in log_file and "[tensorflow][INFO]" not in log_file
         params = client.get_run(run_id).data.params
         assert (params["num_replicas"], params["global_batch_size"]) == ("2", "64"), strategy
         losses = [value for _, value in metric_history(client, run_id, "train_loss")]
@@ -39,13 +61,32 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
 
 
 @pytest.mark.slow
-def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path):
-    done = run_cli(*TINY, "strategy=tpu", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)
+@pytest.mark.parametrize("verbose", ["verbose=false", "verbose=true", "hydra.verbose=true"])
+def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path, verbose):
+    """TensorFlow loads and probes for devices, then the paragraph; TensorFlow's INFO lines only when verbose."""
+    done = run_cli(*TINY, "strategy=tpu", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", verbose,
+                   cwd=tmp_path)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "strategy=tpu found no TPU" in line and "strategy=mirrored" in line
     assert not (tmp_path / "mlflow.db").exists()  # nothing was tracked for a run that never started
+    if verbose == "verbose=false":
+        assert done.stderr.strip().splitlines() == [line], done.stderr[-3000:]
+    else:  # the oneDNN notice is one of TensorFlow's C++ INFO lines, printed on every machine
+        assert "oneDNN custom operations" in done.stderr, done.stderr[-3000:]
+
+
+def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
+    done = run_cli("--help", cwd=tmp_path)
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("runner: trains TensorFlow"), lines[:3]
+    examples = "\n".join(lines[:10])
+    for command in ("python -m runner strategy=", "python -m runner -m ", "cluster=local", "mlflow ui"):
+        assert command in examples, examples
+    assert lines.index("== Configuration groups ==") < lines.index("== Config ==")
+    assert any(line.startswith("strategy: ") and "mirrored" in line for line in lines)
 
 
 @pytest.mark.parametrize(

@@ -179,6 +179,8 @@ def test_any_positive_batch_is_accepted(batch):
          "mlflow.tracking_uri='http://***@127.0.0.1:5000'"),
         ("mlflow.tracking_uri=postgresql+psycopg2://alice:s3cret@127.0.0.1/db",
          "mlflow.tracking_uri='postgresql+psycopg2://***@127.0.0.1/db'"),
+        ("verbose=", "verbose=''"),
+        ("verbose=loud", "verbose='loud'"),
     ],
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):

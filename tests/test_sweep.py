@@ -124,7 +124,7 @@ def start_and_kill_during_job(tmp_path, sweep_dir, overrides, job: int) -> None:
     """Run a sweep and kill it all (Hydra's process and the training process) while `job` trains."""
     process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    job_log = sweep_dir / str(job) / "__main__.log"
+    job_log = sweep_dir / str(job) / "runner.log"
     deadline = time.monotonic() + 240
     try:
         while not (job_log.exists() and "steps per epoch" in job_log.read_text()):

@@ -26,6 +26,7 @@ from runner.job_result import RESULT_KEYS
 from runner.settings import mlflow_settings
 from runner.sweeps.launchers import check_before_sweep
 from runner.tracking.server_access import check_server
+from runner.verbosity import configure, is_verbose
 
 log = logging.getLogger("runner")
 
@@ -120,6 +121,7 @@ class SweepCallback(Callback):
             # this user, leaves nothing behind.
             check_server(mlflow_settings(config))  # also refuses an empty experiment name, a bad model name, ...
             check_before_sweep(config)
+            configure(is_verbose(config.get("verbose"), config.hydra.verbose))  # before MLflow is imported
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)
