@@ -185,13 +185,13 @@ def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
 
 
 def test_tf_config_roles():
-    from runner.clusters.roles import _is_chief, _serves, read_tf_config
+    from runner.clusters.roles import is_chief, _serves, read_tf_config
 
     spec = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
     config = read_tf_config(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}}), "parameter_server")
     assert config["task"] == {"type": "chief", "index": 0}
-    assert _is_chief(spec, "chief", 0) and not _is_chief(spec, "worker", 0)
-    assert _is_chief({"worker": ["h:1", "h:2"]}, "worker", 0) and not _is_chief({"worker": ["h:1"]}, "worker", 1)
+    assert is_chief(spec, "chief", 0) and not is_chief(spec, "worker", 0)
+    assert is_chief({"worker": ["h:1", "h:2"]}, "worker", 0) and not is_chief({"worker": ["h:1"]}, "worker", 1)
     assert _serves("ps", "parameter_server") and _serves("worker", "parameter_server")
     assert not _serves("worker", "multi_worker_mirrored") and not _serves("chief", "parameter_server")
 

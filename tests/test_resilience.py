@@ -98,16 +98,36 @@ def _resume_and_check(tmp_path: Path, name: str, reference) -> None:
     np.testing.assert_allclose(accuracy, reference["test_accuracy"], atol=1e-6)
 
 
+def _refused_as_a_duplicate(tmp_path: Path, holder: int) -> None:
+    """The same command again while `holder` runs in the directory: refused at once, nothing touched."""
+    run_dir = tmp_path / "run"
+    before = {path: path.stat().st_mtime_ns for path in run_dir.rglob("*") if path.name != ".runner.lock"}
+    started = time.monotonic()
+    done = run_cli(*_args(tmp_path, "run"), cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert time.monotonic() - started < 60  # before TensorFlow or MLflow load
+    [paragraph] = done.stderr.strip().splitlines()
+    assert paragraph.startswith(f"error: hydra.run.dir={run_dir} is in use by another runner process (pid {holder}")
+    assert "Fix:" in paragraph and f"kill {holder}" in paragraph
+    assert {path: path.stat().st_mtime_ns for path in run_dir.rglob("*") if path.name != ".runner.lock"} == before
+    client = _client(tmp_path)
+    assert len(client.search_runs([client.get_experiment_by_name("fashion_mnist").experiment_id])) == 1
+
+
 def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterrupted):
+    """A second process in the run directory is refused while the first holds it; once the first is killed
+    outright its hold is gone with it, and the same command resumes."""
     process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
     _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(1.0)  # into epoch 2
     helpers = children(process.pid)  # the MLflow tracker process (runner.tracking.tracker_process) among them
     assert helpers
+    process.send_signal(signal.SIGSTOP)  # holds the directory, however long the duplicate takes
+    _refused_as_a_duplicate(tmp_path, process.pid)
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    _wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=10,
+    _wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=30,
               what="the training process's helpers to end with it")
     _resume_and_check(tmp_path, "run", uninterrupted)
 
@@ -196,6 +216,19 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     run = client.get_run(run.info.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["resumable"] == "false"
     _assert_each_epoch_logged_once(client, run.info.run_id)
+
+
+def test_runs_started_together_on_a_fresh_store_all_finish(tmp_path):
+    """Four single runs at once against one new sqlite file (two terminals, a SLURM array): the first to get there
+    creates and migrates the store, the others wait for it (runner.tracking.store)."""
+    processes = [start_cli(*TINY, "strategy=one_device", "mlflow.tracking_uri=sqlite:///mlflow.db",
+                           f"hydra.run.dir={tmp_path / f'run{index}'}", cwd=tmp_path) for index in range(4)]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (_, stderr) in zip(processes, outputs):
+        assert process.returncode == 0 and "Traceback" not in stderr, stderr[-3000:]
+    client = _client(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("fashion_mnist").experiment_id])
+    assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}
 
 
 def test_a_diverging_loss_stops_with_epoch_and_step_and_fails_the_run(tmp_path):

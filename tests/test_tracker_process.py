@@ -88,3 +88,33 @@ def test_the_training_process_never_imports_mlflow():
             "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'alembic') if m in sys.modules))")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "[]"
+
+
+# Each process waits for the same moment, then opens the fresh store and tracks a run in it.
+_OPEN_TOGETHER = """
+import os, sys, time
+from runner.tracking.store import open_client
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.005)
+client = open_client(sys.argv[1])
+experiment = client.get_experiment_by_name("together") or client.get_experiment(client.create_experiment("together"))
+client.set_terminated(client.create_run(experiment.experiment_id).info.run_id)
+"""
+
+
+def test_processes_opening_a_fresh_sqlite_store_together_all_succeed(tmp_path):
+    """MLflow migrates a new sqlite file in the first process that opens it; open_client makes the others wait."""
+    uri, go = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}", tmp_path / "go"
+    processes = [subprocess.Popen([sys.executable, "-c", _OPEN_TOGETHER, uri, str(go)], stderr=subprocess.PIPE,
+                                  text=True) for _ in range(4)]
+    try:
+        time.sleep(3)  # until all four have imported MLflow and wait for the signal
+        go.touch()
+        errors = [process.communicate(timeout=120)[1] for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    assert [process.returncode for process in processes] == [0] * 4, "\n".join(errors)[-3000:]
+    client = mlflow_client(uri)
+    runs = client.search_runs([client.get_experiment_by_name("together").experiment_id])
+    assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}

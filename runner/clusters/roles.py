@@ -69,7 +69,7 @@ class Task:
 SINGLE_PROCESS = Task()
 
 
-def _is_chief(cluster: Mapping[str, list], task_type: str, index: int) -> bool:
+def is_chief(cluster: Mapping[str, list], task_type: str, index: int) -> bool:
     # TensorFlow's convention: the chief task, or worker 0 when the cluster has no chief.
     return task_type == "chief" or (task_type == "worker" and index == 0 and not cluster.get("chief"))
 
@@ -172,7 +172,7 @@ def resolve(settings: Settings) -> Task:
         check_cluster(cluster, task_type, index, strategy, "the SLURM job step")
     else:
         raise ValueError(f"cluster.kind={kind!r} has no task of its own (cluster=local launches tasks)")
-    return Task(task_type, index, _is_chief(cluster, task_type, index), resolver)
+    return Task(task_type, index, is_chief(cluster, task_type, index), resolver)
 
 
 def _check_single_task(strategy: str) -> None:

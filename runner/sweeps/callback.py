@@ -136,12 +136,13 @@ class SweepCallback(Callback):
 
 def start_parent_run(config: DictConfig) -> str:
     """Create the sweep's parent run, or reuse the one the sweep directory names."""
+    from mlflow import get_tracking_uri
     from mlflow.entities import RunStatus
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
     from runner.tracking.mlflow_tracker import get_or_create_experiment
     from runner.tracking.provenance import run_tags as provenance_tags
+    from runner.tracking.store import open_client
 
     sweep_dir = sweep_dir_of(config)
     os.makedirs(sweep_dir, exist_ok=True)
@@ -151,8 +152,8 @@ def start_parent_run(config: DictConfig) -> str:
         SWEPT_KEYS_TAG: ",".join(swept_keys(config)),
         SWEEP_DIR_TAG: sweep_dir,
     }
-    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri or None)
     try:
+        client = open_client(config.mlflow.tracking_uri or None)  # the store, created before any job runs
         parent_id = read_parent_run_id(sweep_dir)
         if parent_id is not None:
             try:
@@ -168,7 +169,8 @@ def start_parent_run(config: DictConfig) -> str:
         parent_id = client.create_run(experiment_id, tags=tags, run_name=run_name_for(sweep_dir)).info.run_id
     except MlflowException as error:
         raise RunnerError(
-            f"mlflow.tracking_uri={client.tracking_uri!r} could not hold the sweep's parent run: {error}. "
+            f"mlflow.tracking_uri={config.mlflow.tracking_uri or get_tracking_uri()!r} could not hold the sweep's "
+            f"parent run: {error}. "
             "Fix: point mlflow.tracking_uri at a reachable tracking server or a writable sqlite:///path.db."
         ) from error
     with open(os.path.join(sweep_dir, PARENT_RUN_ID_FILE), "w") as handle:

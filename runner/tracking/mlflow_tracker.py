@@ -26,6 +26,7 @@ from runner.tracking.common import (
     ERROR_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id,
 )
 from runner.tracking.provenance import run_tags as provenance_tags
+from runner.tracking.store import open_client
 
 log = logging.getLogger("runner")
 
@@ -59,7 +60,7 @@ def run_model(client: MlflowClient, run_id: str) -> LoggedModel | None:
 class MlflowTracker:
     def __init__(self, settings: MlflowSettings):
         self.settings = settings
-        self.client = MlflowClient(tracking_uri=settings.tracking_uri)
+        self.client = open_client(settings.tracking_uri)
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()
         self._system_metrics = None

@@ -138,9 +138,10 @@ def _store_exists(settings: MlflowSettings) -> bool:
     """True when opening the store creates nothing: a sqlite file that is already there."""
     from mlflow import get_tracking_uri
 
-    uri = settings.tracking_uri or get_tracking_uri()
-    prefix = "sqlite:///"
-    return uri.startswith(prefix) and os.path.isfile(uri[len(prefix):])
+    from runner.tracking.store import sqlite_file
+
+    database = sqlite_file(settings.tracking_uri or get_tracking_uri())
+    return database is not None and os.path.isfile(database)
 
 
 def _picklable(error: Exception) -> Exception:
