@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -59,8 +60,11 @@ def ray_session(tmp_path_factory):
     head, temp = work / "head", tmp_path_factory.mktemp("ray")
     head.mkdir()
     address = f"hydra.launcher.ray.init.address=127.0.0.1:{PORT}"
-    # HOME too: a Ray that starts for a sweep writes its token to ~/.ray/auth_token, and a later `ray start
-    # --head` that finds one turns on token authentication, which a sweep joining it must then use too.
+    # HOME too, holding a Ray token as a machine where Ray ran before does (~/.ray/auth_token): the head then
+    # turns token authentication on, and the sweep must join with the token.
+    token = work / "home" / ".ray" / "auth_token"
+    token.parent.mkdir(parents=True)
+    token.write_text(secrets.token_hex(32))
     script = f"""
 export RAY_TMPDIR={temp} HOME={work}/home
 cd {head}  # the head starts elsewhere than the sweeps: its workers must still put jobs where the command ran
@@ -111,6 +115,7 @@ def test_a_sweep_runs_its_jobs_as_tasks_on_an_existing_cluster_and_isolates_a_fa
     assert read(work / "cluster.rc").strip() == "1", read(work / "cluster.err")[-4000:]
     # The cluster's one node, as its raylet was started.
     [node_id] = set(re.findall(r"raylet/raylet .*?--node_id=([0-9a-f]+)", read(work / "ps_cluster.txt")))
+    assert "Token authentication is enabled" in read(work / "ray_start.log")
 
     parent, jobs = sweep_runs(work, "mlflow.db", "cluster")
     assert parent.info.status == "FAILED" and parent.data.tags["swept_keys"] == "batch"
@@ -165,7 +170,6 @@ def test_without_an_address_the_sweep_starts_its_own_ray(ray_session):
     assert parent.info.status == "FINISHED" and job.info.status == "FINISHED"
     assert job.data.tags["launcher"] == "ray" and re.fullmatch(r"[0-9a-f]{56}", job.data.tags["ray_node_id"])
     assert "Started a local Ray instance" in read(work / "local.err")
-    assert (work / "home" / ".ray" / "auth_token").exists()  # its token, in the test's HOME
 
 
 def test_no_ray_process_outlives_the_namespace(ray_session):

@@ -11,7 +11,8 @@ import shutil
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Iterable, Mapping, MutableMapping
 
 from runner.errors import RunnerError
 
@@ -102,6 +103,7 @@ def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> 
             require_installed(launcher.option)
             if launcher.option == "ray":
                 check_ray_address(_select(config, "hydra.launcher.ray"), environ)
+                join_with_the_local_ray_token()
 
 
 def _select(config: Any, key: str) -> Any:
@@ -131,3 +133,15 @@ def check_ray_address(ray_config: Any, environ: Mapping[str, str] = os.environ) 
             f"--head --port={port}` on {where}, then `ray start --address=<head>:{port}` on each other machine) "
             "and pass the address its head prints, or leave hydra.launcher.ray.init.address out (and RAY_ADDRESS "
             "unset) to run the sweep on a Ray started for it on this machine.") from None
+
+
+def join_with_the_local_ray_token(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Use the Ray token this machine holds, as `ray start` does. Ray (2.60) turns token authentication on for a
+    cluster whose `ray start --head` finds a token (~/.ray/auth_token, which every Ray that ray.init starts
+    writes), but ray.init only sends one in token mode, so the sweep would fail to join with "Authentication
+    token is missing or incorrect". A cluster without authentication accepts a token too (measured)."""
+    if "RAY_AUTH_MODE" in environ:  # the user's choice
+        return
+    path = environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    if environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
+        environ["RAY_AUTH_MODE"] = "token"
