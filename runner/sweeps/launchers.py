@@ -96,7 +96,8 @@ def quiet_schema_matching() -> None:
 
 
 def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> None:
-    """Before a sweep's parent run exists: its launcher is installed and, for Ray, the cluster answers."""
+    """Before a sweep's parent run exists: its launcher is installed and, for Ray, the cluster answers (and the
+    sweep will join it with this machine's Ray token, if it has one)."""
     target = str(_select(config, "hydra.launcher._target_") or "")
     for launcher in OPTIONAL_LAUNCHERS.values():
         if target.startswith(launcher.modules[0] + "."):
@@ -139,7 +140,7 @@ def join_with_the_local_ray_token(environ: MutableMapping[str, str] = os.environ
     """Use the Ray token this machine holds, as `ray start` does. Ray (2.60) turns token authentication on for a
     cluster whose `ray start --head` finds a token (~/.ray/auth_token, which every Ray that ray.init starts
     writes), but ray.init only sends one in token mode, so the sweep would fail to join with "Authentication
-    token is missing or incorrect". A cluster without authentication accepts a token too (measured)."""
+    token is missing or incorrect". A cluster without authentication accepts a token too."""
     if "RAY_AUTH_MODE" in environ:  # the user's choice
         return
     path = environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
