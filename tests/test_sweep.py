@@ -202,7 +202,7 @@ def test_joblib_sweep_runs_jobs_in_parallel_under_one_parent(tmp_path):
 
 
 def test_the_launcher_tag_names_the_launcher_and_slurm_jobs_are_named_as_slurm_shows_them():
-    from runner.sweeps.job import launcher_name, slurm_job_id
+    from runner.sweeps.job import launcher_name, other_task_rank, slurm_job_id
 
     assert launcher_name("hydra._internal.core_plugins.basic_launcher.BasicLauncher") == "basic"
     assert launcher_name("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher") == "joblib"
@@ -213,6 +213,11 @@ def test_the_launcher_tag_names_the_launcher_and_slurm_jobs_are_named_as_slurm_s
     assert slurm_job_id({"SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "3"}) == "12_3"
     assert slurm_job_id({"SLURM_JOB_ID": "17"}) == "17"
     assert slurm_job_id({}) is None
+    # In a job of several SLURM tasks only task 0 records the job; the others train beside it.
+    assert other_task_rank({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}) == 1
+    assert other_task_rank({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"}) is None
+    assert other_task_rank({"SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0"}) is None
+    assert other_task_rank({}) is None
 
 
 def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
