@@ -61,7 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of every variant")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS,
-                        help="`reference`, a loop style, or `name=runner overrides ...` (quoted)")
+                        help="`reference`, a loop style, `deterministic`, `multi_step+deterministic`, or `name=runner "
+                             "overrides ...` (quoted)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--json", help="write the raw samples here")
     parser.add_argument("--markdown", help="write the machine, the table and the tracker's cost here")

@@ -83,10 +83,20 @@ class Variant:
         return [metric.value for metric in sorted(history, key=lambda metric: metric.step)]
 
 
+# Variants known by name alone, besides the loop styles: what determinism costs, with the default loop and
+# with the fastest one.
+NAMED = {
+    "deterministic": ("runtime.deterministic=true",),
+    "multi_step+deterministic": ("loop=multi_step", "runtime.deterministic=true"),
+}
+
+
 def parse_variant(spec: str, replicas: int) -> Variant:
-    """`name` (a loop style, or `reference`) or `name=item item ...`, each item a runner override or an
-    environment variable (`NAME=value`, upper case). A name starting with `reference` runs the reference."""
+    """`name` (a loop style, one of NAMED, or `reference`) or `name=item item ...`, each item a runner override
+    or an environment variable (`NAME=value`, upper case). A name starting with `reference` runs the reference."""
     name, _, rest = spec.partition("=")
+    if not rest and name in NAMED:
+        return Variant(name, replicas, NAMED[name])
     items = rest.split()
     env = tuple(item for item in items if _ENV_ASSIGNMENT.match(item))
     overrides = tuple(item for item in items if item not in env)

@@ -38,9 +38,10 @@ def plot_curves(histories, path: str, title: str = "") -> str:
 
 
 def plot_sweep_curves(curves, path: str, title: str = "") -> str:
-    """Compare a sweep's jobs: test accuracy, and test (solid) / train (dashed) loss against epoch.
+    """Compare a sweep's configurations: test accuracy, and test (solid) / train (dashed) loss against epoch,
+    each configuration's mean over its seeds as a line, with a band from the lowest to the highest seed.
 
-    `curves` maps a job's label to {metric name: [(epoch, value), ...]}, as read from MLflow.
+    `curves` maps a configuration's label to {metric name: [(epoch, mean, min, max), ...]}.
     """
     plt = _pyplot()
     figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -52,11 +53,13 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
                                           (loss_axis, "train_loss", "x--", None)):
             points = metrics.get(metric) or []
             if points:
-                steps, values = zip(*points)
-                axis.plot(steps, values, style, color=color, label=name)
+                steps, means, lows, highs = zip(*points)
+                axis.plot(steps, means, style, color=color, label=name)
+                if metric != "train_loss":  # one band per panel and configuration keeps the picture legible
+                    axis.fill_between(steps, lows, highs, color=color, alpha=0.2, linewidth=0)
     accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="test accuracy")
     loss_axis.set(xlabel="epoch", ylabel="loss", title="loss (test solid, train dashed)")
-    epochs = sorted({step for metrics in curves.values() for points in metrics.values() for step, _ in points})
+    epochs = sorted({point[0] for metrics in curves.values() for points in metrics.values() for point in points})
     for axis in (accuracy_axis, loss_axis):
         axis.grid(alpha=0.3)
         if 0 < len(epochs) <= 20:
@@ -64,9 +67,9 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
         else:
             axis.xaxis.get_major_locator().set_params(integer=True)
     if curves:
-        # One legend for both panels, outside them: a sweep can have many jobs with long labels.
+        # One legend for both panels, outside them: a sweep can have many configurations with long labels.
         figure.legend(*accuracy_axis.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5),
-                      fontsize="small")
+                      fontsize="small", title="mean over seeds;\nband: min to max")
     if title:
         figure.suptitle(title)
     figure.tight_layout()

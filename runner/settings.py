@@ -152,6 +152,7 @@ class Settings:
     mlflow: MlflowSettings
     cluster: ClusterSettings = ClusterSettings()
     verbose: bool = False  # every library's INFO lines on the terminal (runner.verbosity)
+    sweep_seeds: int = 1  # a sweep trains every point with this many seeds: seed, seed+1, ...
 
 
 def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
@@ -438,6 +439,13 @@ def refuse_credentials_in_uri(key: str, uri: str) -> None:
         f"the run's params and logs. Fix: give the address without it and the credentials in {where}.")
 
 
+def sweep_seeds(cfg: Mapping[str, Any]) -> int:
+    """`sweep.seeds`, validated: how many seeds every point of a sweep is trained with."""
+    node = _section(cfg, "sweep") if cfg.get("sweep") is not None else {}
+    return _int("sweep.seeds", node.get("seeds", 1), minimum=1,
+                fix="pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)")
+
+
 def from_config(cfg: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
     strategy = _strategy(_section(cfg, "strategy"))
@@ -486,6 +494,7 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         mlflow=mlflow_settings(cfg),
         verbose=_bool("verbose", cfg.get("verbose", False), "pass verbose=true or verbose=false"),
         cluster=_cluster(_section(cfg, "cluster") if cfg.get("cluster") is not None else {}, strategy.name, loop),
+        sweep_seeds=sweep_seeds(cfg),
     )
 
 

@@ -79,6 +79,8 @@ def test_bench_variants_parse_overrides_and_environment():
     tuned = parse_variant("fast=loop=multi_step loop.steps_per_call=50 RUNNER_MALLOC_TOP_PAD=0", 1)
     assert tuned.overrides == ("loop=multi_step", "loop.steps_per_call=50")
     assert tuned.env == ("RUNNER_MALLOC_TOP_PAD=0",)
+    assert parse_variant("deterministic", 1).overrides == ("runtime.deterministic=true",)
+    assert parse_variant("multi_step+deterministic", 2).overrides == ("loop=multi_step", "runtime.deterministic=true")
     with pytest.raises(ValueError):
         parse_variant("reference=loop=for_in", 1)
 

@@ -23,7 +23,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from conftest import TINY
 from runner.sweeps.callback import PARENT_RUN_ID_FILE
-from runner.sweeps.summary import CSV_FILE, CURVES_FILE, MARKDOWN_FILE
+from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -138,13 +138,13 @@ def test_a_sweep_runs_its_jobs_as_tasks_on_an_existing_cluster_and_isolates_a_fa
     assert not (work / "head" / "cluster").exists()
 
     # The summary: files, artifacts on the parent, and the failed job named in one paragraph.
-    with open(sweep_dir / CSV_FILE) as handle:
+    with open(sweep_dir / JOBS_CSV_FILE) as handle:
         rows = list(csv.DictReader(handle))
     assert [(row["overrides"], row["status"]) for row in rows] == [
         ("batch=32", "FINISHED"), ("batch=64", "FINISHED"), ("batch=0", "FAILED")]
     assert (sweep_dir / MARKDOWN_FILE).exists() and (sweep_dir / CURVES_FILE).stat().st_size > 0
     artifacts = {item.path for item in client(work, "mlflow.db").list_artifacts(parent.info.run_id)}
-    assert {CSV_FILE, MARKDOWN_FILE, CURVES_FILE} <= artifacts
+    assert {CSV_FILE, JOBS_CSV_FILE, MARKDOWN_FILE, CURVES_FILE} <= artifacts
     [line] = error_lines(read(work / "cluster.err"))
     assert line.startswith("error: 1 of 3 sweep jobs failed: job 2 (batch=0): batch=0 is not valid")
 

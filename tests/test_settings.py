@@ -181,6 +181,9 @@ def test_any_positive_batch_is_accepted(batch):
          "mlflow.tracking_uri='postgresql+psycopg2://***@127.0.0.1/db'"),
         ("verbose=", "verbose=''"),
         ("verbose=loud", "verbose='loud'"),
+        ("sweep.seeds=0", "sweep.seeds=0"),
+        ("sweep.seeds=two", "sweep.seeds='two'"),
+        ("sweep.seeds=1.5", "sweep.seeds=1.5"),
     ],
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):

@@ -20,7 +20,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.job_result import RESULT_KEYS, read_result
 from runner.sweeps.callback import PARENT_RUN_ID_FILE
-from runner.sweeps.summary import CSV_FILE, CURVES_FILE, MARKDOWN_FILE
+from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.tracking.common import RUN_ID_FILE
 
 pytestmark = pytest.mark.slow
@@ -56,8 +56,9 @@ def parent_id_of(sweep_dir) -> str:
     return (sweep_dir / PARENT_RUN_ID_FILE).read_text().strip()
 
 
-def summary_rows(sweep_dir):
-    with open(sweep_dir / CSV_FILE) as handle:
+def summary_rows(sweep_dir, name=JOBS_CSV_FILE):
+    """The per-job table (name=CSV_FILE: the per-configuration one)."""
+    with open(sweep_dir / name) as handle:
         return list(csv.DictReader(handle))
 
 
@@ -106,7 +107,7 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic")
         assert float(row["test_accuracy"]) == pytest.approx(run.data.metrics["test_accuracy"])
         assert float(row["wall_seconds"]) > 1.0
     artifacts = {info.path for info in client.list_artifacts(parent_id)}
-    assert {CSV_FILE, MARKDOWN_FILE, CURVES_FILE} <= artifacts
+    assert {CSV_FILE, MARKDOWN_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, CURVES_FILE} <= artifacts
     markdown = (sweep_dir / MARKDOWN_FILE).read_text()
     assert markdown in result.stdout  # the table printed at the end is the logged one
     assert sum(line.startswith("| ") for line in markdown.splitlines()) == 1 + len(points)

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_KEYS
-from runner.settings import mlflow_settings
+from runner.settings import mlflow_settings, sweep_seeds
 from runner.sweeps.launchers import check_before_sweep
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose
@@ -39,6 +39,12 @@ OVERRIDES_TAG = "overrides"
 SWEPT_KEYS_TAG = "swept_keys"
 SWEEP_DIR_TAG = "sweep_dir"
 JOB_NUMBER_TAG = "job_number"
+# Each child's configuration (its swept values without `seed`) and seed; on the parent, the configuration
+# with the best mean objective.
+CONFIGURATION_TAG = "configuration"
+SEED_TAG = "seed"
+SEED_KEY = "seed"
+BEST_CONFIGURATION_TAG = "best_configuration"
 LAUNCHER_TAG = "launcher"
 SLURM_JOB_ID_TAG = "slurm_job_id"
 WALL_SECONDS = "wall_seconds"
@@ -117,6 +123,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             objective_name(config)
+            sweep_seeds(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
             check_server(mlflow_settings(config))  # also refuses an empty experiment name, a bad model name, ...
@@ -201,7 +208,14 @@ def finish_parent_run(config: DictConfig) -> None:
             client.log_artifact(parent_id, path)
         if summary.best is not None:
             client.log_metric(parent_id, f"best_{objective}", summary.best.metrics[objective])
-        print(summary.markdown(), flush=True)
+        best = summary.best_configuration
+        if best is not None:
+            mean, std = best.mean(objective), best.std(objective)
+            client.log_metric(parent_id, f"best_{objective}_mean", mean)
+            if std is not None:  # a standard deviation needs two seeds
+                client.log_metric(parent_id, f"best_{objective}_std", std)
+            client.set_tag(parent_id, BEST_CONFIGURATION_TAG, best.configuration)
+        print(summary.markdown() + "\n" + summary.jobs_markdown(), flush=True)
         if summary.best is not None:
             _register_best(client, config, parent_id, summary.best, objective)
         failed = summary.failed

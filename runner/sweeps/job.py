@@ -2,8 +2,9 @@
 
 TensorFlow's logical-device split and distribution strategies are process-wide, so a sweep job never
 trains in the sweep's process: it runs `python -m runner <its overrides>` with the job directory as run
-directory and reads the objective back from the result.json that process writes. The child run is
-created here, before that process starts, so a job that fails before reaching MLflow (a config
+directory and reads the objective back from the result.json that process writes. With `sweep.seeds=N` a job
+trains N seeds, one child run, process and sub-directory (`seed-<seed>/`) each, and returns the mean of
+their objectives. The child run is created here, before that process starts, so a job that fails before reaching MLflow (a config
 error) is still recorded as FAILED under the sweep's parent run.
 
 A job never raises for a failed training: Hydra's sweepers abort the whole sweep at the first job that
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -32,9 +34,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
+from runner.settings import sweep_seeds
 from runner.sweeps.callback import (
-    JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SLURM_JOB_ID_TAG, SWEPT_KEYS_TAG, WALL_SECONDS, objective_name,
-    read_parent_run_id, worst_value,
+    CONFIGURATION_TAG, JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SLURM_JOB_ID_TAG,
+    SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id, worst_value,
 )
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
@@ -47,68 +50,122 @@ _STDERR_TAIL_BYTES = 64 * 1024
 
 
 def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
-    """Train this job in a subprocess under the sweep's parent run; return its objective."""
+    """Train this job (each of its seeds, with sweep.seeds > 1) in a subprocess under the sweep's parent
+    run; return its objective (the mean over its seeds)."""
     objective = objective_name(cfg)
     worst = worst_value(objective, OmegaConf.select(hydra_config, "sweeper.direction"))
     sweep_dir = os.path.abspath(str(hydra_config.sweep.dir))
     job_dir = str(hydra_config.runtime.output_dir)
     number = int(hydra_config.job.num)
     overrides = [str(item) for item in hydra_config.overrides.task]
-    overrides_tag = ",".join(overrides)
 
     client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri or None)
     parent = _parent_run(client, sweep_dir)
-    name = _point_name(overrides, parent.data.tags.get(SWEPT_KEYS_TAG, ""), number)
-    label = f"job {number} ({name})"
+    swept = parent.data.tags.get(SWEPT_KEYS_TAG, "")
+    name = _point_name(overrides, swept, number)
+    configuration = configuration_name(overrides, swept, number)
+    job = _Job(client, parent, number, configuration, objective, worst, hydra_config)
+    seeds = job_seeds(cfg)
+    if len(seeds) == 1:  # the job is one run in its own directory, as without sweep.seeds
+        return job.train_seed(seeds[0], job_dir, overrides, name)
+    values = [job.train_seed(seed, os.path.join(job_dir, f"seed-{seed}"), with_seed(overrides, seed),
+                             f"{configuration},{SEED_KEY}={seed}") for seed in seeds]
+    mean = statistics.fmean(values)  # a failed seed's worst value makes the whole point the worst
+    log.info("job %d (%s): %s %s over seeds %s, mean %.4f", number, configuration, objective,
+             ", ".join(f"{value:.4f}" for value in values), ", ".join(map(str, seeds)), mean)
+    return mean
 
-    run = _existing_child(client, job_dir, parent.info.run_id, overrides_tag)
-    if run is not None and run.info.status == _FINISHED:
-        log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
-        return float(run.data.metrics.get(objective, worst))
-    command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(job_dir)}",
-               # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
-               # directory's .hydra/ stays the one the sweep wrote.
-               "hydra.mode=RUN", "hydra.output_subdir=null",
-               # The sweep registers its best job's model when it ends; a job never registers its own.
-               "mlflow.register=false"]
-    rank = other_task_rank()
-    if rank is not None:
-        # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
-        # beside the chief, task 0, which alone records the job and returns its result.
-        log.info("%s: task %d trains beside task 0, which records the job", label, rank)
-        _train(command, cwd=str(hydra_config.runtime.cwd))
-        return float("nan")
-    where = where_it_runs(hydra_config)
-    if run is not None:
-        run_id = run.info.run_id
-        # Re-attach (the job was interrupted or failed before): clear what the last attempt left.
-        if ERROR_TAG in run.data.tags:
-            client.delete_tag(run_id, ERROR_TAG)
-        for key, value in where.items():
-            client.set_tag(run_id, key, value)
-        client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
-        log.info("%s: continuing MLflow run %s", label, run_id)
-    else:
-        run_id = _new_child(client, parent, name, number, overrides_tag, where)
-        log.info("%s: MLflow run %s", label, run_id)
-    # The training process continues the run this file names instead of creating its own.
-    write_run_id(job_dir, run_id)
-    stale_result = os.path.join(job_dir, RESULT_FILE)
-    if os.path.exists(stale_result):
-        os.remove(stale_result)
 
-    started = time.monotonic()
-    returncode, stderr_tail = _train(command, cwd=str(hydra_config.runtime.cwd))
-    client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
+def job_seeds(cfg: DictConfig) -> list[int]:
+    """The seeds a job trains: its `seed`, then the next sweep.seeds - 1 integers."""
+    seed = cfg.seed
+    try:
+        count = sweep_seeds(cfg)
+    except RunnerError:  # swept to a bad value: the training process refuses it and the job is FAILED
+        return [seed]
+    if isinstance(seed, bool) or not isinstance(seed, int):  # likewise
+        return [seed]
+    return [seed + offset for offset in range(count)]
 
-    result = read_result(job_dir) if returncode == 0 else None
-    if result is not None:
-        return float(result[objective])
-    error = (f"the training process exited without writing {RESULT_FILE}" if returncode == 0
-             else _failure_paragraph(stderr_tail, returncode))
-    _mark_failed(client, run_id, error)
-    log.error("%s failed (MLflow run %s): %s", label, run_id, error)
-    return worst
+
+def with_seed(overrides: list[str], seed: int) -> list[str]:
+    """The job's overrides with `seed=<seed>` in place of any seed it had."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    kept = [text for text, override in zip(overrides, parsed) if override.key_or_group != SEED_KEY]
+    return [*kept, f"{SEED_KEY}={seed}"]
+
+
+def configuration_name(overrides: list[str], swept_keys: str, number: int) -> str:
+    """What the job's runs share with the runs of other seeds: its point's name without `seed`."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    without_seed = [text for text, override in zip(overrides, parsed) if override.key_or_group != SEED_KEY]
+    return _point_name(without_seed, ",".join(key for key in swept_keys.split(",") if key != SEED_KEY), number)
+
+
+class _Job:
+    """One Hydra job's share of the sweep: a child run per seed, each trained by its own process."""
+
+    def __init__(self, client: MlflowClient, parent: Run, number: int, configuration: str, objective: str,
+                 worst: float, hydra_config: DictConfig):
+        self.client, self.parent, self.number = client, parent, number
+        self.configuration, self.objective, self.worst = configuration, objective, worst
+        self.hydra_config = hydra_config
+        self.cwd = str(hydra_config.runtime.cwd)
+
+    def train_seed(self, seed: int, run_dir: str, overrides: list[str], name: str) -> float:
+        """Train one seed in run_dir under its own child run (skipped if that run already FINISHED)."""
+        client, overrides_tag = self.client, ",".join(overrides)
+        label = f"job {self.number} ({name})"
+        os.makedirs(run_dir, exist_ok=True)
+        run = _existing_child(client, run_dir, self.parent.info.run_id, overrides_tag)
+        if run is not None and run.info.status == _FINISHED:
+            log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
+            return float(run.data.metrics.get(self.objective, self.worst))
+        command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(run_dir)}",
+                   # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
+                   # directory's .hydra/ stays the one the sweep wrote.
+                   "hydra.mode=RUN", "hydra.output_subdir=null",
+                   # The sweep registers its best job's model when it ends; a job never registers its own.
+                   "mlflow.register=false"]
+        rank = other_task_rank()
+        if rank is not None:
+            # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
+            # beside the chief, task 0, which alone records the job and returns its result.
+            log.info("%s: task %d trains beside task 0, which records the job", label, rank)
+            _train(command, cwd=self.cwd)
+            return float("nan")
+        where = where_it_runs(self.hydra_config)
+        if run is not None:
+            run_id = run.info.run_id
+            # Re-attach (the job was interrupted or failed before): clear what the last attempt left.
+            if ERROR_TAG in run.data.tags:
+                client.delete_tag(run_id, ERROR_TAG)
+            for key, value in where.items():
+                client.set_tag(run_id, key, value)
+            client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            log.info("%s: continuing MLflow run %s", label, run_id)
+        else:
+            run_id = _new_child(client, self.parent, name, self.number, overrides_tag,
+                                {**where, CONFIGURATION_TAG: self.configuration, SEED_TAG: str(seed)})
+            log.info("%s: MLflow run %s", label, run_id)
+        # The training process continues the run this file names instead of creating its own.
+        write_run_id(run_dir, run_id)
+        stale_result = os.path.join(run_dir, RESULT_FILE)
+        if os.path.exists(stale_result):
+            os.remove(stale_result)
+
+        started = time.monotonic()
+        returncode, stderr_tail = _train(command, cwd=self.cwd)
+        client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
+
+        result = read_result(run_dir) if returncode == 0 else None
+        if result is not None:
+            return float(result[self.objective])
+        error = (f"the training process exited without writing {RESULT_FILE}" if returncode == 0
+                 else _failure_paragraph(stderr_tail, returncode))
+        _mark_failed(client, run_id, error)
+        log.error("%s failed (MLflow run %s): %s", label, run_id, error)
+        return self.worst
 
 
 # Launchers by the class their config's _target_ names; another launcher is named after its class.

@@ -1,11 +1,13 @@
-"""A sweep's summary, read back from MLflow: one row per job (the parent run's children), written as
-CSV, as a Markdown table, and as a PNG comparing the jobs' per-epoch curves."""
+"""A sweep's summary, read back from MLflow (the parent run's children): one row per configuration (the
+jobs that differ only in `seed`) with n, mean and standard deviation of each final metric, and one row
+per job; each as CSV and Markdown, and a PNG of each configuration's mean curves with a min-max band."""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 
 from mlflow.entities import RunStatus
@@ -14,11 +16,15 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.job_result import RESULT_KEYS
 from runner.plots import plot_sweep_curves
-from runner.sweeps.callback import JOB_NUMBER_TAG, OVERRIDES_TAG, SWEEP_DIR_TAG, WALL_SECONDS, run_name_for
+from runner.sweeps.callback import (
+    CONFIGURATION_TAG, JOB_NUMBER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SWEEP_DIR_TAG, WALL_SECONDS, run_name_for,
+)
 from runner.tracking.common import ERROR_TAG
 
-CSV_FILE = "sweep_summary.csv"
+CSV_FILE = "sweep_summary.csv"        # one row per configuration
 MARKDOWN_FILE = "sweep_summary.md"
+JOBS_CSV_FILE = "sweep_jobs.csv"      # one row per job (per seed)
+JOBS_MARKDOWN_FILE = "sweep_jobs.md"
 CURVES_FILE = "sweep_curves.png"
 CURVE_METRICS = ("test_accuracy", "test_loss", "train_loss")
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
@@ -35,10 +41,53 @@ class JobRow:
     run_id: str
     error: str
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    seed: str = ""           # the seed the run trained with
+    configuration: str = ""  # its swept values without the seed: what it shares with the other seeds' runs
 
     @property
     def finished(self) -> bool:
         return self.status == _FINISHED
+
+
+@dataclass(frozen=True)
+class ConfigurationRow:
+    """The jobs of one configuration (one per seed); statistics over those that finished."""
+
+    configuration: str
+    jobs: list[JobRow]
+
+    @property
+    def finished(self) -> list[JobRow]:
+        return [job for job in self.jobs if job.finished]
+
+    @property
+    def n(self) -> int:
+        return len(self.finished)
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.jobs) and self.n == len(self.jobs)
+
+    def values(self, metric: str) -> list[float]:
+        return [job.metrics[metric] for job in self.finished if metric in job.metrics]
+
+    def mean(self, metric: str) -> float | None:
+        values = self.values(metric)
+        return statistics.fmean(values) if values else None
+
+    def std(self, metric: str) -> float | None:
+        """The sample standard deviation (n - 1 in the denominator); None for fewer than two values."""
+        values = self.values(metric)
+        return statistics.stdev(values) if len(values) >= 2 else None
+
+    def band(self, metric: str) -> list[tuple[int, float, float, float]]:
+        """(epoch, mean, min, max) over the finished jobs' per-epoch values."""
+        by_epoch: dict[int, list[float]] = {}
+        for job in self.finished:
+            for epoch, value in job.curves.get(metric, []):
+                by_epoch.setdefault(epoch, []).append(value)
+        return [(epoch, statistics.fmean(values), min(values), max(values))
+                for epoch, values in sorted(by_epoch.items())]
 
 
 @dataclass(frozen=True)
@@ -47,33 +96,64 @@ class Summary:
     parent_id: str
     objective: str
     rows: list[JobRow]
-    best: JobRow | None
+    best: JobRow | None  # the best job of the best configuration: the run whose model stands for the sweep
+    configurations: list[ConfigurationRow] = field(default_factory=list)
+    best_configuration: ConfigurationRow | None = None  # the best mean objective among complete configurations
 
     @property
     def failed(self) -> list[JobRow]:
         return [row for row in self.rows if not row.finished]
 
+    def _heading(self) -> str:
+        return (f"Sweep {self.sweep} (MLflow parent run {self.parent_id}): {len(self.rows)} jobs, "
+                f"{len(self.rows) - len(self.failed)} finished, {len(self.failed)} failed, in "
+                f"{len(self.configurations)} configurations")
+
     def markdown(self) -> str:
+        """The configurations: n and mean ± standard deviation of each final metric, then the best one."""
+        header = ["configuration", "n", *RESULT_KEYS, WALL_SECONDS]
+        lines = [self._heading(), "", "| " + " | ".join(header) + " |",
+                 "|---|---:|" + "|".join("---:" for _ in header[2:]) + "|"]
+        for row in self.configurations:
+            cells = [_cell(row.configuration), f"{row.n}" + ("" if row.complete else f" of {len(row.jobs)}")]
+            cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
+            walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
+            cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Each cell: mean ± sample standard deviation over the n seeds that finished."]
+        best = self.best_configuration
+        if best is not None:
+            spread = best.std(self.objective)
+            lines += ["", f"best {self.objective}: {_format(self.objective, best.mean(self.objective))}"
+                          + (f" ± {_format(self.objective, spread)}" if spread is not None else "")
+                          + f" (mean of {best.n}), configuration {best.configuration}"]
+            if self.best is not None:
+                lines.append(f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
+                             f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}")
+        for row in self.failed:
+            lines += ["", f"job {row.job} ({row.overrides}) {row.status}: {row.error or 'no error recorded'}"]
+        return "\n".join(lines) + "\n"
+
+    def jobs_markdown(self) -> str:
+        """One row per job: its final numbers, wall time and status."""
         header = ["job", "overrides", "status", *RESULT_KEYS, WALL_SECONDS]
         lines = [
-            f"Sweep {self.sweep} (MLflow parent run {self.parent_id}): {len(self.rows)} jobs, "
-            f"{len(self.rows) - len(self.failed)} finished, {len(self.failed)} failed",
+            f"Jobs of sweep {self.sweep}",
             "",
             "| " + " | ".join(header) + " |",
             "|" + "|".join("---:" if name in RESULT_KEYS or name in ("job", WALL_SECONDS) else "---"
                            for name in header) + "|",
         ]
         for row in self.rows:
-            cells = [str(row.job), row.overrides.replace("|", "\\|"), row.status]
+            cells = [str(row.job), _cell(row.overrides), row.status]
             cells += [_format(key, row.metrics.get(key)) for key in RESULT_KEYS]
             cells.append(_format(WALL_SECONDS, row.wall_seconds))
             lines.append("| " + " | ".join(cells) + " |")
-        if self.best is not None:
-            lines += ["", f"best {self.objective}: {_format(self.objective, self.best.metrics[self.objective])}, "
-                          f"job {self.best.job} ({self.best.overrides})"]
-        for row in self.failed:
-            lines += ["", f"job {row.job} ({row.overrides}) {row.status}: {row.error or 'no error recorded'}"]
         return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def _format(key: str, value: float | None) -> str:
@@ -82,6 +162,12 @@ def _format(key: str, value: float | None) -> str:
     if key in ("examples_per_second", WALL_SECONDS):
         return f"{value:.1f}"
     return f"{value:.4f}"
+
+
+def _mean_std(key: str, mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return ""
+    return _format(key, mean) + (f" ± {_format(key, std)}" if std is not None else "")
 
 
 def _children(client: MlflowClient, parent_id: str):
@@ -104,16 +190,25 @@ def _curve(client: MlflowClient, run_id: str, metric: str) -> list[tuple[int, fl
     return sorted(by_step.items())
 
 
+def _configuration_of(run) -> str:
+    """The child's configuration tag; for a run without one, its name without the `seed=` item."""
+    if CONFIGURATION_TAG in run.data.tags:
+        return run.data.tags[CONFIGURATION_TAG]
+    items = (run.info.run_name or "").split(",")
+    return ",".join(item for item in items if not item.startswith(f"{SEED_KEY}=")) or (run.info.run_name or "")
+
+
 def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_better: bool) -> Summary:
-    """One row per job number; if a job number has several children (its overrides changed between
-    re-runs of the sweep directory), the most recently started one is the job."""
+    """One row per (job number, seed); if one has several children (its overrides changed between re-runs
+    of the sweep directory), the most recently started one is the job. Configurations group the rows."""
     latest = {}
     for run in _children(client, parent_id):
-        number = int(run.data.tags.get(JOB_NUMBER_TAG, -1))
-        if number not in latest or run.info.start_time > latest[number].info.start_time:
-            latest[number] = run
+        key = (int(run.data.tags.get(JOB_NUMBER_TAG, -1)),
+               run.data.tags.get(SEED_TAG, run.data.params.get(SEED_KEY, "")))
+        if key not in latest or run.info.start_time > latest[key].info.start_time:
+            latest[key] = run
     rows = []
-    for number, run in sorted(latest.items()):
+    for (number, seed), run in sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]))):
         metrics = run.data.metrics
         wall = metrics.get(WALL_SECONDS)
         if wall is None and run.info.end_time:
@@ -128,28 +223,60 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
             run_id=run.info.run_id,
             error=run.data.tags.get(ERROR_TAG, ""),
             curves={metric: _curve(client, run.info.run_id, metric) for metric in CURVE_METRICS},
+            seed=seed,
+            configuration=_configuration_of(run),
         ))
-    scored = [row for row in rows if row.finished and math.isfinite(row.metrics.get(objective, math.nan))]
+    grouped: dict[str, list[JobRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.configuration, []).append(row)
+    configurations = [ConfigurationRow(name, jobs) for name, jobs in grouped.items()]
+
     pick = min if lower_is_better else max
-    best = pick(scored, key=lambda row: row.metrics[objective]) if scored else None
+    # A configuration with a failed seed is never the best, as its job's objective is then the worst value.
+    scored = [row for row in configurations
+              if row.complete and math.isfinite(row.mean(objective) if row.mean(objective) is not None else math.nan)]
+    best_configuration = pick(scored, key=lambda row: row.mean(objective)) if scored else None
+    best = None
+    if best_configuration is not None:
+        best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
     sweep = run_name_for(client.get_run(parent_id).data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
-    return Summary(sweep, parent_id, objective, rows, best)
+    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration)
+
+
+def _seed_order(seed: str):
+    return (0, int(seed)) if seed.lstrip("-").isdigit() else (1, seed)
 
 
 def write(summary: Summary, directory: str) -> list[str]:
-    """Write the CSV, Markdown and PNG into directory; return their paths."""
+    """Write the configurations' and the jobs' CSV and Markdown, and the PNG, into directory; return their paths."""
     csv_path = os.path.join(directory, CSV_FILE)
-    columns = ["job", "overrides", "status", *RESULT_KEYS, WALL_SECONDS, "run_id", "all_overrides", "error"]
+    stats = [f"{key}_{stat}" for key in RESULT_KEYS for stat in ("mean", "std")]
     with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["configuration", "n", "jobs", *stats, "run_ids"])
+        writer.writeheader()
+        for row in summary.configurations:
+            values = {}
+            for key in RESULT_KEYS:
+                values[f"{key}_mean"], values[f"{key}_std"] = row.mean(key), row.std(key)
+            writer.writerow({"configuration": row.configuration, "n": row.n, "jobs": len(row.jobs), **values,
+                             "run_ids": " ".join(job.run_id for job in row.finished)})
+    jobs_csv_path = os.path.join(directory, JOBS_CSV_FILE)
+    columns = ["job", "seed", "configuration", "overrides", "status", *RESULT_KEYS, WALL_SECONDS, "run_id",
+               "all_overrides", "error"]
+    with open(jobs_csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
         for row in summary.rows:
-            writer.writerow({"job": row.job, "overrides": row.overrides, "status": row.status, **row.metrics,
+            writer.writerow({"job": row.job, "seed": row.seed, "configuration": row.configuration,
+                             "overrides": row.overrides, "status": row.status, **row.metrics,
                              WALL_SECONDS: row.wall_seconds, "run_id": row.run_id,
                              "all_overrides": row.all_overrides, "error": row.error})
-    markdown_path = os.path.join(directory, MARKDOWN_FILE)
-    with open(markdown_path, "w") as handle:
-        handle.write(summary.markdown())
-    curves = {f"{row.job}: {row.overrides}": row.curves for row in summary.rows if any(row.curves.values())}
-    png_path = plot_sweep_curves(curves, os.path.join(directory, CURVES_FILE), title=summary.sweep)
-    return [csv_path, markdown_path, png_path]
+    paths = [csv_path, jobs_csv_path]
+    for name, text in ((MARKDOWN_FILE, summary.markdown()), (JOBS_MARKDOWN_FILE, summary.jobs_markdown())):
+        paths.append(os.path.join(directory, name))
+        with open(paths[-1], "w") as handle:
+            handle.write(text)
+    bands = {f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in CURVE_METRICS}
+             for row in summary.configurations if row.n}
+    paths.append(plot_sweep_curves(bands, os.path.join(directory, CURVES_FILE), title=summary.sweep))
+    return paths

@@ -1,0 +1,138 @@
+"""Sweeps over seeds: a configuration is the jobs that differ only in `seed`, summarized by n, mean and
+standard deviation; `sweep.seeds=N` trains every point with N seeds; a re-run trains only missing seeds.
+
+Real `python -m runner -m ...` processes against a real MLflow sqlite store, tiny synthetic data."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from runner.job_result import RESULT_KEYS
+from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
+from test_sweep import _command, children, client_for, parent_id_of, summary_rows
+
+pytestmark = pytest.mark.slow
+
+
+def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
+    # Up to six training processes one after another (two at a time with joblib) on a busy machine.
+    return subprocess.run(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+
+
+def _by_configuration(runs) -> dict[str, list]:
+    grouped = {}
+    for run in runs:
+        grouped.setdefault(run.data.tags["configuration"], []).append(run)
+    return grouped
+
+
+def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "seed=1,2,3", "batch=32,64", "hydra/launcher=joblib",
+                   "hydra.launcher.n_jobs=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    runs = children(client, parent_id)
+    assert len(runs) == 6 and all(run.info.status == "FINISHED" for run in runs)
+    grouped = _by_configuration(runs)
+    assert sorted(grouped) == ["batch=32", "batch=64"]
+    for name, group in grouped.items():
+        assert sorted(run.data.tags["seed"] for run in group) == ["1", "2", "3"]
+        assert sorted(run.data.params["seed"] for run in group) == ["1", "2", "3"]  # what they trained with
+
+    rows = summary_rows(sweep_dir, CSV_FILE)
+    assert [row["configuration"] for row in rows] and sorted(row["configuration"] for row in rows) == sorted(grouped)
+    for row in rows:
+        group = grouped[row["configuration"]]
+        assert row["n"] == "3"
+        for key in RESULT_KEYS:  # the statistics of the children's own final metrics, to the last bit
+            values = [run.data.metrics[key] for run in group]
+            assert float(row[f"{key}_mean"]) == statistics.fmean(values), key
+            assert float(row[f"{key}_std"]) == statistics.stdev(values), key
+        assert sorted(row["run_ids"].split()) == sorted(run.info.run_id for run in group)
+    assert len(summary_rows(sweep_dir, JOBS_CSV_FILE)) == 6
+    assert (sweep_dir / CURVES_FILE).stat().st_size > 0
+
+    # The best configuration by the mean of the objective, on the parent run and in the printed table.
+    means = {name: statistics.fmean(run.data.metrics["test_accuracy"] for run in group)
+             for name, group in grouped.items()}
+    best = max(means, key=means.get)
+    parent = client.get_run(parent_id)
+    assert parent.data.tags["best_configuration"] == best
+    assert parent.data.metrics["best_test_accuracy_mean"] == means[best]
+    assert parent.data.metrics["best_test_accuracy_std"] == statistics.stdev(
+        run.data.metrics["test_accuracy"] for run in grouped[best])
+    # The best single job (the run that stands for the sweep) is taken within the best configuration.
+    best_job = max(grouped[best], key=lambda run: run.data.metrics["test_accuracy"])
+    assert parent.data.metrics["best_test_accuracy"] == best_job.data.metrics["test_accuracy"]
+    assert f"best test_accuracy: {means[best]:.4f} ± " in result.stdout
+    assert f"(mean of 3), configuration {best}" in result.stdout
+    assert "6 jobs, 6 finished, 0 failed, in 2 configurations" in result.stdout
+
+
+def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, "hparams_search=optuna", "hydra.sweeper.n_trials=2", "sweep.seeds=2",
+                   "seed=10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    runs = children(client, parent_id_of(sweep_dir))
+    assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
+    trials = {}
+    for run in runs:
+        trials.setdefault(run.data.tags["job_number"], []).append(run)
+    assert sorted(trials) == ["0", "1"]
+    for number, group in trials.items():
+        assert sorted(run.data.params["seed"] for run in group) == ["10", "11"]  # seed, seed + 1
+        assert len({run.data.tags["configuration"] for run in group}) == 1
+        for run in group:
+            assert run.info.run_name.endswith(f",seed={run.data.params['seed']}")
+            assert (sweep_dir / number / f"seed-{run.data.params['seed']}" / "result.json").exists()
+    means = [statistics.fmean(run.data.metrics["test_accuracy"] for run in group) for group in trials.values()]
+    reported = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert reported["best_value"] == pytest.approx(max(means), rel=1e-12)
+
+
+def test_a_rerun_trains_only_the_seeds_that_did_not_finish(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    overrides = ("batch=32", "sweep.seeds=3", "seed=7")
+    # Kill the whole sweep while the second seed (8) trains: seed 7 is done, 8 is cut short, 9 never began.
+    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = sweep_dir / "0" / "seed-8" / "runner.log"
+    deadline = time.monotonic() + 240
+    try:
+        while not (log.exists() and "steps per epoch" in log.read_text()):
+            assert process.poll() is None, "the sweep ended before seed 8 started training"
+            assert time.monotonic() < deadline, "seed 8 did not start training in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    client = client_for(tmp_path)
+    before = {run.data.tags["seed"]: run for run in children(client, parent_id_of(sweep_dir))}
+    assert {seed: run.info.status for seed, run in before.items()} == {"7": "FINISHED", "8": "RUNNING"}
+
+    rerun_started_ms = time.time() * 1000
+    result = sweep(tmp_path, sweep_dir, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = {run.data.tags["seed"]: run for run in children(client, parent_id_of(sweep_dir))}
+    assert sorted(after) == ["7", "8", "9"] and all(run.info.status == "FINISHED" for run in after.values())
+    assert result.stdout.count("already FINISHED") == 1  # seed 7 was not trained again
+    assert "seed=7) already FINISHED" in result.stdout
+    seed_7 = after["7"]
+    assert seed_7.info.run_id == before["7"].info.run_id
+    assert seed_7.info.end_time < rerun_started_ms  # finished before the re-run began, untouched since
+    assert after["8"].info.run_id == before["8"].info.run_id  # continued, not duplicated
+    assert after["9"].info.start_time > rerun_started_ms
+    [row] = summary_rows(sweep_dir, CSV_FILE)
+    assert row["n"] == "3"
