@@ -17,6 +17,7 @@ from servers import BasicAuth, MlflowServer, Postgres
 pytestmark = pytest.mark.server
 
 EXPERIMENT = "fashion_mnist"  # conf/config.yaml's mlflow.experiment_name
+MODEL = "fashion_mnist"  # and its mlflow.registered_model_name
 ADMIN = BasicAuth(database_uri="", admin_password="admin-test-password")
 READER = ("reader", "reader-secret-password")
 TRAINER = ("trainer", "trainer-secret-password")
@@ -126,15 +127,19 @@ def test_credentials_in_the_tracking_uri_are_refused_and_never_written(server, w
 
 def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server, workdir):
     sweep_dir = workdir / "editor"
+    # One job: it trains in its own `python -m runner`, logs its model, and the sweep registers it.
     done = run_cli("-m", "batch=32", *TINY, "strategy=one_device", "mlflow.system_metrics.interval_seconds=1",
                    f"mlflow.tracking_uri={server.url}", f"hydra.sweep.dir={sweep_dir}", cwd=workdir,
-                   env=_credentials(*TRAINER))
+                   env=_credentials(*TRAINER), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = _runs(server)
     assert sorted(run.info.status for run in runs) == ["FINISHED", "FINISHED"]  # the sweep's parent and its job
     child = next(run for run in runs if "mlflow.parentRunId" in run.data.tags)
     assert "eval_accuracy" in child.data.metrics
     assert {item.dataset.name for item in child.inputs.dataset_inputs} == {"synthetic-train", "synthetic-test"}
+    with _as(*TRAINER):
+        champion = mlflow_client(server.url).get_model_version_by_alias(MODEL, "champion")
+    assert champion.run_id == child.info.run_id  # the sweep registered it, as the editor
 
     recorded = [done.stdout, done.stderr]
     with _as(*TRAINER):
