@@ -99,8 +99,8 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
 
     again = sweep(tmp_path, sweep_dir, *overrides)
     # Each job logs on its node, into its job directory: job 0 skipped itself, job 1 continued its run.
-    assert "already FINISHED" in (sweep_dir / "0" / "__main__.log").read_text()
-    assert f"continuing MLflow run {killed.info.run_id}" in (sweep_dir / "1" / "__main__.log").read_text()
+    assert "already FINISHED" in (sweep_dir / "0" / "runner.log").read_text()
+    assert f"continuing MLflow run {killed.info.run_id}" in (sweep_dir / "1" / "runner.log").read_text()
     _, jobs = assert_finished_sweep(tmp_path, sweep_dir, again, POINTS, launcher="submitit_slurm")
     assert [run.info.run_id for run in jobs] == [first.info.run_id, killed.info.run_id]
     _slurm_tags_match_the_jobs(jobs)
