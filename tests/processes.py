@@ -68,3 +68,20 @@ def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
     left = live_members(process.pid)
     if left:
         raise RuntimeError(f"processes {left} of {process.args[0]} are still running after SIGKILL")
+
+
+def find_process(environment: dict[str, str], argument: str) -> int | None:
+    """A live process whose environment holds every `environment` item and whose command line has
+    `argument` as one of its words (a SLURM task, a submitit job), or None."""
+    wanted = {f"{key}={value}".encode() for key, value in environment.items()}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = set(handle.read().split(b"\0"))
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                command = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted <= environ and argument.encode() in command and is_running(int(name)):
+            return int(name)
+    return None

@@ -22,24 +22,12 @@ from pathlib import Path
 from typing import Iterator
 
 from processes import is_running
+from runner.clusters.local import free_ports
 
 INSTALL_HINT = ("install Debian's SLURM as .ci/run does: "
                 "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client")
 # A job that ended stays visible to `scontrol show job` this long: there is no accounting to ask.
 MIN_JOB_AGE_SECONDS = 3600
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def free_port_run(count: int) -> int:

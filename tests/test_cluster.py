@@ -61,6 +61,21 @@ def _losses(client, run_id: str) -> list[float]:
     return [value for _, value in metric_history(client, run_id, "train_loss")]
 
 
+def assert_losses_match_two_mirrored_replicas(client, run_id: str, tmp_path: Path, label: str) -> None:
+    """The run's per-epoch train_loss equals that of `strategy=mirrored strategy.cpu_replicas=2` with the same
+    seed and global batch (SMALL, batch 32 per replica), trained here as the reference."""
+    reference = run_cli(*SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
+                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
+                        "batch=32", cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
+    expected = _losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
+    losses = _losses(client, run_id)
+    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
+    print(f"{label} vs mirrored train_loss: {losses} vs {expected}, relative differences {differences}")
+    assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)
+
+
 def _task_of(pid: int) -> dict | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
@@ -348,17 +363,7 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     assert "runner-ckpt-" not in " ".join(os.listdir(os.environ.get("TMPDIR", "/tmp")))
     assert (tmp_path / "mwms" / "tasks" / "worker-1.log").exists()
 
-    reference = run_cli(*SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
-                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
-                        "batch=32", cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
-    expected = _losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
-    losses = _losses(client, run.info.run_id)
-    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
-    print(f"multi_worker_mirrored vs mirrored train_loss: {losses} vs {expected}, relative differences "
-          f"{differences}")
-    assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)
+    assert_losses_match_two_mirrored_replicas(client, run.info.run_id, tmp_path, "multi_worker_mirrored")
 
 
 @pytest.mark.slow
@@ -453,10 +458,10 @@ def test_multi_worker_mirrored_keeps_no_thread_per_all_reduce(tmp_path):
 @pytest.mark.slow
 def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     """No launcher watches a TF_CONFIG cluster: TensorFlow's heartbeats must find a peer that froze."""
-    from runner.clusters.local import _free_ports
+    from runner.clusters.local import free_ports
 
     run_dir, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    workers = [f"localhost:{port}" for port in _free_ports(2)]
+    workers = [f"localhost:{port}" for port in free_ports(2)]
     logs = [open(tmp_path / f"worker-{index}.err", "w") for index in range(2)]
     processes = [subprocess.Popen(
         [sys.executable, "-m", "runner", *SMALL, "strategy=multi_worker_mirrored", "cluster=tf_config", "epochs=50",

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import TINY, metric_history, mlflow_client, run_cli, start_cli
 from processes import children, is_running
-from test_data import write_fashion_mnist, write_idx
+from test_data import write_fashion_mnist
 
 pytestmark = pytest.mark.slow
 

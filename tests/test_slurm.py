@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, metric_history, mlflow_client, run_cli
-from processes import is_running
+from conftest import REPO, metric_history
+from processes import find_process
 from slurm import Slurm, free_port_run, running_slurm
-from test_cluster import SMALL, _losses, _only_run
+from test_cluster import SMALL, _only_run, assert_losses_match_two_mirrored_replicas
 
 pytestmark = pytest.mark.slow
 
@@ -55,19 +55,11 @@ def _output(tmp_path: Path, script: Path, job: str) -> str:
 
 def _task_pid(job: str, rank: int, timeout: float = 120) -> int:
     """The pid of task `rank` of the job's step: the `python -m runner` srun started."""
-    wanted = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_PROCID={rank}".encode(), b"SLURM_STEP_ID=0"}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for name in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{name}/environ", "rb") as handle:
-                    environ = set(handle.read().split(b"\0"))
-                with open(f"/proc/{name}/cmdline", "rb") as handle:
-                    command = handle.read().split(b"\0")
-            except OSError:
-                continue
-            if wanted <= environ and b"runner" in command and is_running(int(name)):
-                return int(name)
+        pid = find_process({"SLURM_JOB_ID": job, "SLURM_PROCID": str(rank), "SLURM_STEP_ID": "0"}, "runner")
+        if pid is not None:
+            return pid
         time.sleep(0.2)
     raise AssertionError(f"no task {rank} of job {job}")
 
@@ -95,17 +87,7 @@ def test_multi_worker_mirrored_job_matches_two_mirrored_replicas(slurm, tmp_path
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.index")) == ["ckpt-16.index"]
     assert "worker 1 of the cluster: training in step with the chief" in output
 
-    reference = run_cli(*SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
-                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
-                        "batch=32", cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
-    expected = _losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
-    losses = _losses(client, run.info.run_id)
-    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
-    print(f"SLURM multi_worker_mirrored vs mirrored train_loss: {losses} vs {expected}, relative differences "
-          f"{differences}")
-    assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)
+    assert_losses_match_two_mirrored_replicas(client, run.info.run_id, tmp_path, "SLURM multi_worker_mirrored")
 
 
 def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, tmp_path):

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import REPO
+from processes import find_process
 from slurm import free_port_run, running_slurm
 from test_sweep import (
     TINY, _command, all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep,
@@ -45,18 +46,9 @@ def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 
 def _submitit_process(array_task: str) -> int:
     """The pid of the process submitit runs the job function in, for one SLURM array task."""
     array_job, index = array_task.split("_")
-    wanted = {f"SLURM_ARRAY_JOB_ID={array_job}".encode(), f"SLURM_ARRAY_TASK_ID={index}".encode()}
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                environ = set(handle.read().split(b"\0"))
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                command = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if wanted <= environ and b"submitit.core._submit" in command:
-            return int(name)
-    raise AssertionError(f"no submitit process for {array_task}")
+    pid = find_process({"SLURM_ARRAY_JOB_ID": array_job, "SLURM_ARRAY_TASK_ID": index}, "submitit.core._submit")
+    assert pid is not None, f"no submitit process for {array_task}"
+    return pid
 
 
 def _slurm_tags_match_the_jobs(jobs) -> None:

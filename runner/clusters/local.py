@@ -127,7 +127,8 @@ def _task_overrides(overrides: list[str], run_dir: str) -> list[str]:
     return [*kept, "cluster=tf_config", f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports."""
     sockets = []
     try:
         for _ in range(count):  # all held open at once, so no port is handed out twice
@@ -146,7 +147,7 @@ def _plan(strategy: str, cluster: ClusterSettings, log_dir: str) -> list[_Task]:
         jobs = [("worker", cluster.workers)]
     else:
         jobs = [("chief", 1), ("worker", cluster.workers), ("ps", cluster.ps)]
-    ports = iter(_free_ports(sum(count for _, count in jobs)))
+    ports = iter(free_ports(sum(count for _, count in jobs)))
     spec = {job: [f"localhost:{next(ports)}" for _ in range(count)] for job, count in jobs}
     tasks = []
     for job, count in jobs:
