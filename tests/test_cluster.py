@@ -346,7 +346,10 @@ def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_p
 @pytest.mark.slow
 def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path):
     """Two processes of batch 32 all-reducing over gRPC do the maths of two in-process replicas of 32."""
-    done = _cli(tmp_path, "mwms", "strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=2", "batch=32")
+    scratch = tmp_path / "tmp"  # the job's own temporary directory: where the non-chief's scratch saves go
+    scratch.mkdir()
+    done = _cli(tmp_path, "mwms", "strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=2", "batch=32",
+                TMPDIR=str(scratch))
     assert done.returncode == 0, done.stderr[-3000:]
     client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief
     assert run.info.status == "FINISHED"
@@ -360,7 +363,7 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     assert {"checkpoints", "curves.png", "config.yaml"} <= artifacts
     # Worker 1 saved its checkpoints into temporary directories, removed again: only the chief's are kept.
     assert sorted(p.name for p in (tmp_path / "mwms" / "checkpoints").glob("*.index")) == ["ckpt-16.index"]
-    assert "runner-ckpt-" not in " ".join(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+    assert not [name for name in os.listdir(scratch) if name.startswith("runner-ckpt-")]
     assert (tmp_path / "mwms" / "tasks" / "worker-1.log").exists()
 
     assert_losses_match_two_mirrored_replicas(client, run.info.run_id, tmp_path, "multi_worker_mirrored")
