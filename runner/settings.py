@@ -131,6 +131,7 @@ class MlflowSettings:
     run_name: str | None
     registered_model_name: str = "fashion_mnist"  # where a sweep's best model (and a registering run's) goes
     register: bool = False  # a single run registers its own model
+    log_model: bool = True  # the run ends by logging its trained model as an MLflow Model
     system_metrics: SystemMetricsSettings = SystemMetricsSettings()
 
 
@@ -402,6 +403,13 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
     if any(char in registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
         raise _fail("mlflow.registered_model_name", registered_model_name, "it must not contain '/' or ':'",
                     "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist")
+    register = _bool("mlflow.register", node.get("register", False),
+                     "pass mlflow.register=true to register this run's model, or false")
+    log_model = _bool("mlflow.log_model", node.get("log_model", True),
+                      "pass mlflow.log_model=true to log the trained model, or false to skip it")
+    if register and not log_model:
+        raise RunnerError("mlflow.register=true needs the run's model, but mlflow.log_model=false skips logging it. "
+                          "Fix: drop mlflow.log_model=false, or drop mlflow.register=true.")
     metrics = _section(node, "system_metrics", "mlflow.") if "system_metrics" in node else {}
     return MlflowSettings(
         tracking_uri=tracking_uri,
@@ -410,8 +418,8 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
         run_name=_text("mlflow.run_name", node.get("run_name"), nullable=True,
                        fix="name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name"),
         registered_model_name=registered_model_name,
-        register=_bool("mlflow.register", node.get("register", False),
-                       "pass mlflow.register=true to register this run's model, or false"),
+        register=register,
+        log_model=log_model,
         system_metrics=SystemMetricsSettings(
             enabled=_bool("mlflow.system_metrics.enabled", metrics.get("enabled", True),
                           "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"),

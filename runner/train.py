@@ -151,13 +151,14 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                     histories = tracker.metric_histories()
                     tracker.log_artifact(plot_curves(histories, os.path.join(run_dir, "curves.png"),
                                                      title=f"{settings.strategy.name}, global batch {global_batch}"))
-                    # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
-                    from runner.tracking.model_export import LOG_SECONDS, log_run_model
+                    if settings.mlflow.log_model:
+                        # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
+                        from runner.tracking.model_export import LOG_SECONDS, log_run_model
 
-                    exported = log_run_model(with_raw_image_input(restored), tracker.tracking_uri, run_id,
-                                             settings.epochs, data.raw_images(arrays.test_images[:5]))
-                    if exported.logged:
-                        tracker.log_metrics({LOG_SECONDS: exported.seconds}, step=settings.epochs)
+                        exported = log_run_model(with_raw_image_input(restored), tracker.tracking_uri, run_id,
+                                                 settings.epochs, data.raw_images(arrays.test_images[:5]))
+                        if exported.logged:
+                            tracker.log_metrics({LOG_SECONDS: exported.seconds}, step=settings.epochs)
                     if settings.mlflow.register:
                         _register(settings, config, tracker.tracking_uri, run_id, tracker.metric_histories())
         except Preempted as error:

@@ -21,7 +21,10 @@ TINY = [
     "dataset.test_examples=256",
     "epochs=1",
     "progress=false",
+    # Logging the trained model takes seconds per run; the tests that check it ask for it with WITH_MODEL.
+    "mlflow.log_model=false",
 ]
+WITH_MODEL = "mlflow.log_model=true"  # after TINY: the last value of a key wins
 
 
 def compose(overrides: list[str]):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, compose, metric_history, mlflow_client, run_cli
+from conftest import TINY, WITH_MODEL, compose, metric_history, mlflow_client, run_cli
 from processes import children
 from runner.errors import RunnerError
 from runner.settings import from_config
@@ -349,7 +349,7 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     scratch = tmp_path / "tmp"  # the job's own temporary directory: where the non-chief's scratch saves go
     scratch.mkdir()
     done = _cli(tmp_path, "mwms", "strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=2", "batch=32",
-                TMPDIR=str(scratch))
+                WITH_MODEL, TMPDIR=str(scratch))
     assert done.returncode == 0, done.stderr[-3000:]
     client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief
     assert run.info.status == "FINISHED"
@@ -373,7 +373,8 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
 def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_path):
     """2 workers and 1 ps, variables split in two shards; worker 1 is killed mid-run and restarted."""
     launcher = _Launcher(tmp_path, "strategy=parameter_server", "cluster.workers=2", "cluster.ps=1", "epochs=3",
-                         "loop.steps_per_epoch=30", "batch=32", "strategy.variable_partitioner.max_shards=2",
+                         "loop.steps_per_epoch=30", "batch=32", WITH_MODEL,
+                         "strategy.variable_partitioner.max_shards=2",
                          "strategy.variable_partitioner.min_shard_bytes=65536")
     launcher.wait_for("epoch 1/3")
     tasks = launcher.task_pids()
@@ -414,7 +415,7 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
 
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
-    launcher = _Launcher(tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2", "epochs=20")
+    launcher = _Launcher(tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2", "epochs=20", WITH_MODEL)
     launcher.wait_for("epoch 1/20")
     tasks = launcher.task_pids()
     assert sorted(tasks) == ["worker 0", "worker 1"]

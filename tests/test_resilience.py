@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY, metric_history, mlflow_client, run_cli, start_cli
+from conftest import TINY, WITH_MODEL, metric_history, mlflow_client, run_cli, start_cli
 from processes import children, is_running
 from test_data import write_fashion_mnist
 
@@ -232,7 +232,7 @@ def test_runs_started_together_on_a_fresh_store_all_finish(tmp_path):
 
 
 def test_a_diverging_loss_stops_with_epoch_and_step_and_fails_the_run(tmp_path):
-    done = run_cli(*_args(tmp_path, "run", "optimizer.lr=1e6"), cwd=tmp_path)
+    done = run_cli(*_args(tmp_path, "run", "optimizer.lr=1e6", WITH_MODEL), cwd=tmp_path)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]

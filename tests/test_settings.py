@@ -167,6 +167,7 @@ def test_any_positive_batch_is_accepted(batch):
         ("runtime.deterministic=null", "runtime.deterministic=None"),
         ("mlflow.register=yes", "mlflow.register='yes'"),
         ("mlflow.register=1", "mlflow.register=1"),
+        ("mlflow.log_model=maybe", "mlflow.log_model='maybe'"),
         ("mlflow.registered_model_name=''", "mlflow.registered_model_name=''"),
         ("mlflow.registered_model_name=a/b", "mlflow.registered_model_name='a/b'"),
         ("mlflow.system_metrics.enabled=maybe", "mlflow.system_metrics.enabled='maybe'"),
@@ -193,6 +194,13 @@ def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
     assert message.startswith(named + " is not valid"), message
     assert "Fix:" in message and "\n" not in message
     assert "s3cret" not in message and "alice" not in message
+
+
+def test_a_run_logs_its_model_unless_told_not_to_and_cannot_register_without_it():
+    assert _settings().mlflow.log_model is True
+    assert _settings("mlflow.log_model=false").mlflow.log_model is False
+    with pytest.raises(RunnerError, match=r"^mlflow.register=true needs the run's model, but mlflow.log_model=false"):
+        _settings("mlflow.register=true", "mlflow.log_model=false")
 
 
 def test_system_metrics_are_on_every_ten_seconds_unless_turned_off():

@@ -157,6 +157,12 @@ def test_serial_sweep_has_one_parent_four_children_and_a_summary(serial_sweep):
     tmp_path, sweep_dir, _, _, _, _, result = serial_sweep
     assert_finished_sweep(tmp_path, sweep_dir, result, GRID)
     assert "4 jobs, 4 finished, 0 failed" in result.stdout
+    # TINY's mlflow.log_model=false: the jobs logged no model, and the sweep registered none.
+    client = client_for(tmp_path)
+    experiment_id = client.get_experiment_by_name("fashion_mnist").experiment_id
+    assert client.search_logged_models([experiment_id]) == []
+    assert client.search_registered_models() == []
+    assert "registered_model_version" not in client.get_run(parent_id_of(sweep_dir)).data.tags
 
 
 def test_an_interrupted_sweep_completes_the_rest_under_the_same_parent(serial_sweep):

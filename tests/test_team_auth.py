@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, mlflow_client, run_cli
+from conftest import TINY, WITH_MODEL, mlflow_client, run_cli
 from servers import BasicAuth, MlflowServer, Postgres
 
 pytestmark = pytest.mark.server
@@ -128,7 +128,8 @@ def test_credentials_in_the_tracking_uri_are_refused_and_never_written(server, w
 def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server, workdir):
     sweep_dir = workdir / "editor"
     # One job: it trains in its own `python -m runner`, logs its model, and the sweep registers it.
-    done = run_cli("-m", "batch=32", *TINY, "strategy=one_device", "mlflow.system_metrics.interval_seconds=1",
+    done = run_cli("-m", "batch=32", *TINY, WITH_MODEL, "strategy=one_device",
+                   "mlflow.system_metrics.interval_seconds=1",
                    f"mlflow.tracking_uri={server.url}", f"hydra.sweep.dir={sweep_dir}", cwd=workdir,
                    env=_credentials(*TRAINER), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -217,7 +217,10 @@ def finish_parent_run(config: DictConfig) -> None:
             client.set_tag(parent_id, BEST_CONFIGURATION_TAG, best.configuration)
         print(summary.markdown() + "\n" + summary.jobs_markdown(), flush=True)
         if summary.best is not None:
-            _register_best(client, config, parent_id, summary.best, objective)
+            if mlflow_settings(config).log_model:
+                _register_best(client, config, parent_id, summary.best, objective)
+            else:
+                print("mlflow.log_model=false: the jobs logged no model, so none is registered", flush=True)
         failed = summary.failed
         if not failed:
             status = RunStatus.FINISHED
