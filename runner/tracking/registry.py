@@ -101,7 +101,12 @@ def settle_champion(client: MlflowClient, name: str) -> ModelVersion | None:
         best = _best(versions, champion)
         if best is None or (champion is not None and best.version == champion.version):
             return champion
-        client.set_registered_model_alias(name, CHAMPION, best.version)
+        try:
+            client.set_registered_model_alias(name, CHAMPION, best.version)
+        except MlflowException:
+            # Two registrants setting the alias for its first time at once: on PostgreSQL the second insert
+            # fails on the alias's unique key. The next pass reads what the first wrote and settles from there.
+            continue
     raise RunnerError(
         f"the alias {CHAMPION!r} of registered model {name!r} kept moving while {_SETTLE_PASSES} reads settled it: "
         "something else is rewriting it. Fix: stop the other writer, then run this registration again.")
