@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 # No MLflow Model per job (seconds each): the registry's own tests cover what a sweep does with them.
 TINY = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=1",
-        "progress=False", "strategy=one_device", "mlflow.log_model=false"]
+        "progress=False", "strategy=one_device", "mlflow.log_model=False"]
 
 
 def _command(tmp_path, sweep_dir, overrides):
