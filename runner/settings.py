@@ -263,10 +263,9 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
             "strategy.communication", communication, f"strategy={name} does not all-reduce across processes",
             "use it with strategy=multi_worker_mirrored, or drop strategy.communication",
         )
-    partitioner = node.get("variable_partitioner")
-    return StrategySettings(name, devices, cross, cpu_replicas, tpu, communication,
-                            _partitioner(_section(node, "variable_partitioner", "strategy.") if partitioner is not None else {},
-                                         name))
+    given = node.get("variable_partitioner") is not None
+    partitioner = _section(node, "variable_partitioner", "strategy.") if given else {}
+    return StrategySettings(name, devices, cross, cpu_replicas, tpu, communication, _partitioner(partitioner, name))
 
 
 def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings | None:

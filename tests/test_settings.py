@@ -292,5 +292,6 @@ def test_deterministic_refuses_asynchronous_parameter_servers():
     with pytest.raises(RunnerError, match=r"^runtime.deterministic=True is not valid: strategy=parameter_server "
                                           r"trains asynchronously.*Fix: use strategy=multi_worker_mirrored"):
         _settings("strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=10", "runtime.deterministic=true")
-    assert _settings("strategy=multi_worker_mirrored", "cluster=local", "runtime.deterministic=true").runtime.deterministic
+    settings = _settings("strategy=multi_worker_mirrored", "cluster=local", "runtime.deterministic=true")
+    assert settings.runtime.deterministic
     assert not _settings().runtime.deterministic
