@@ -87,7 +87,10 @@ def tracked(tmp_path):
         run_dir = tmp_path / f"run{len(processes)}"
         run_dir.mkdir()
         run_id = process.start(str(run_dir), {"batch": 64})
-        time.sleep(seconds)
+        # Busy, as a training process is: on an idle machine a short window of system-wide CPU can read 0.
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            pass
         # Not in this (the training) process: the sampling thread lives in the tracker's child.
         assert "SystemMetricsMonitor" not in {thread.name for thread in threading.enumerate()}
         process.finish()
