@@ -12,7 +12,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from conftest import mlflow_client
+from conftest import WITH_MODEL, mlflow_client
 from runner.sweeps.callback import PARENT_RUN_ID_FILE
 from runner.tracking.registry import CHAMPION, champion_version, register_run_model
 from test_sweep import sweep
@@ -27,7 +27,7 @@ def two_sweeps(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("registry")
     parents, outputs = [], []
     for name, lr in (("good", "0.001"), ("worse", "1e-7")):
-        done = sweep(workdir, workdir / name, "dataset.train_examples=512", f"optimizer.lr={lr}")
+        done = sweep(workdir, workdir / name, "dataset.train_examples=512", f"optimizer.lr={lr}", WITH_MODEL)
         assert done.returncode == 0, done.stderr[-3000:]
         parents.append((workdir / name / PARENT_RUN_ID_FILE).read_text().strip())
         outputs.append(done.stdout)

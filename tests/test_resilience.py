@@ -197,7 +197,9 @@ def test_damaged_checkpoints_are_skipped_for_the_newest_readable_one(tmp_path, u
 
 
 def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupted):
-    process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
+    # Enough epochs that the signal lands mid-run however fast the machine trains one.
+    args = _args(tmp_path, "run", "epochs=8")
+    process = start_cli(*args, cwd=tmp_path)
     _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(1.0)
     before = len(_checkpoints(tmp_path / "run"))
@@ -211,11 +213,11 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     client = _client(tmp_path)
     run = client.get_run(_run_id(tmp_path, "run"))
     assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"
-    done = run_cli(*_args(tmp_path, "run"), cwd=tmp_path)
+    done = run_cli(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run = client.get_run(run.info.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["resumable"] == "false"
-    _assert_each_epoch_logged_once(client, run.info.run_id)
+    _assert_each_epoch_logged_once(client, run.info.run_id, epochs=8)
 
 
 def test_runs_started_together_on_a_fresh_store_all_finish(tmp_path):
