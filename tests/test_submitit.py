@@ -99,6 +99,43 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
     assert (sweep_dir / ".submitit").is_dir()  # each SLURM job's script and logs
 
 
+def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp_path):
+    """hydra.launcher.timeout_min=2: submitit's time-out signal (signal_delay_s before the limit) reaches a job
+    still training. The training process is stopped as preemption stops it (it saves and is resumable), the
+    job is FAILED with the time limit named, and the sweep ends instead of waiting or aborting."""
+    sweep_dir = tmp_path / "sweep"
+    started = time.monotonic()
+    result = subprocess.run(_command(tmp_path, sweep_dir, (*ON_SLURM, "hydra.launcher.timeout_min=2",
+                                                           "hydra.launcher.signal_delay_s=30", "epochs=100000")),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    assert result.returncode != 0 and time.monotonic() - started < 240, result.stderr[-3000:]
+    assert "1 of 1 sweep jobs failed: job 0" in result.stderr, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    [job] = children(client, parent_id_of(sweep_dir))
+    assert job.info.status == "FAILED"
+    slurm_job = job.data.tags["slurm_job_id"]
+    assert job.data.tags["error"].startswith(
+        f"SLURM job {slurm_job} of job 0 stopped before the job finished: it reached its time limit, "
+        "hydra.launcher.timeout_min=2"), job.data.tags["error"]
+    assert f"hydra.sweep.dir={sweep_dir}" in job.data.tags["error"]
+    # The training process saved when told to stop: the run can be continued by a re-run of the sweep.
+    assert job.data.tags["resumable"] == "true"
+    assert "stopping its training process" in (sweep_dir / "0" / "runner.log").read_text()
+    assert list((sweep_dir / "0" / "checkpoints").glob("ckpt-*.index"))
+    assert [(row["job"], row["status"]) for row in summary_rows(sweep_dir)] == [("0", "FAILED")]
+
+
+def test_a_time_limit_shorter_than_the_signal_delay_is_one_paragraph(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "runner", "-m", *ON_SLURM, "hydra.launcher.timeout_min=1", "batch=32"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith("error: hydra.launcher.signal_delay_s=120 is not less than the jobs' time limit, "
+                                  "hydra.launcher.timeout_min=1 (60 s)"), done.stderr
+    assert "Fix: lower hydra.launcher.signal_delay_s below 60" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()
+
+
 def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
     sweep_dir = tmp_path / "sweep"
     result = sweep(tmp_path, sweep_dir, "hydra/launcher=submitit_local", "batch=32,64")

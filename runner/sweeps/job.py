@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from runner.sweeps.callback import (
     CONFIGURATION_TAG, JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SLURM_JOB_ID_TAG,
     SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id, worst_value,
 )
+from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
 
@@ -47,6 +49,9 @@ log = logging.getLogger("runner")
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 _FAILED = RunStatus.to_string(RunStatus.FAILED)
 _STDERR_TAIL_BYTES = 64 * 1024
+# How long an interrupted job's training process may take to save and mark its run (submitit signals a
+# time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
+STOP_GRACE_SECONDS = 60.0
 
 
 def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
@@ -172,9 +177,7 @@ class _Job:
 _LAUNCHERS = {
     "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
     "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": "joblib",
-    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher": "submitit_slurm",
-    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher": "submitit_local",
-    "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher": "ray",
+    **{target: launcher.option for launcher in OPTIONAL_LAUNCHERS.values() for target in launcher.targets},
 }
 
 
@@ -295,8 +298,36 @@ def _quoted(path: str) -> str:
 
 def _train(command: list[str], cwd: str) -> tuple[int, str]:
     """Run the training process: its stdout goes straight through, its stderr is passed on as it
-    comes (progress bars included) and its tail is kept for the error message."""
-    process = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE)
+    comes (progress bars included) and its tail is kept for the error message.
+
+    If this job is interrupted meanwhile (submitit's handler of the time-out or preemption signal raises
+    here, or Ctrl-C), the training process is stopped as preemption stops it, with SIGTERM: it saves a
+    checkpoint and marks its run KILLED and resumable, so that a re-run of the sweep (or the requeued
+    job) continues it. Then the interruption goes on. SLURM sends submitit's signal to every process of the
+    job, so the training process starts with it blocked (a signal mask is inherited): its default action
+    would kill the training before it could save."""
+    submitit_signal = _submitit_signal()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {submitit_signal})
+    try:
+        process = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE)
+    finally:  # a signal that came meanwhile is handled here, by submitit's handler
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {submitit_signal})
+    try:
+        tail = _pass_on_stderr(process)
+        return process.wait(), tail
+    except BaseException:
+        _stop_for_resume(process)
+        raise
+
+
+def _submitit_signal() -> signal.Signals:
+    """The signal submitit asks SLURM to send before a job's time limit (and on preemption): USR2 unless
+    SUBMITIT_PREEMPT_SIGNAL names another."""
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
+    return getattr(signal, name if name.startswith("SIG") else f"SIG{name}", signal.SIGUSR2)
+
+
+def _pass_on_stderr(process: subprocess.Popen) -> str:
     out = getattr(sys.stderr, "buffer", None)
     tail = bytearray()
     for chunk in iter(lambda: process.stderr.read1(65536), b""):
@@ -307,7 +338,21 @@ def _train(command: list[str], cwd: str) -> tuple[int, str]:
             sys.stderr.write(chunk.decode("utf-8", "replace"))
         tail += chunk
         del tail[:-_STDERR_TAIL_BYTES]
-    return process.wait(), tail.decode("utf-8", "replace")
+    return tail.decode("utf-8", "replace")
+
+
+def _stop_for_resume(process: subprocess.Popen) -> None:
+    """SIGTERM the training process and give it STOP_GRACE_SECONDS to save and mark its run; then kill it."""
+    if process.poll() is not None:
+        return
+    log.warning("the sweep job was interrupted: stopping its training process (pid %d) with SIGTERM so that it "
+                "saves a checkpoint and can be resumed", process.pid)
+    process.terminate()
+    try:
+        process.communicate(timeout=STOP_GRACE_SECONDS)  # drains stderr, so the process cannot block on it
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _failure_paragraph(stderr: str, returncode: int) -> str:

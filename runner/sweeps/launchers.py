@@ -25,15 +25,24 @@ class OptionalLauncher:
     """A `hydra/launcher=<option>` that needs `pip install 'runner[<extra>]'`."""
 
     option: str
-    modules: tuple[str, ...]  # the first is the Hydra plugin, which the launcher's _target_ lies in
+    modules: tuple[str, ...]  # the first is the Hydra plugin
     extra: str
+    targets: tuple[str, ...]  # the _target_ of its config: the shipped one, then the plugin's own
+
+
+_SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "submitit")
 
 
 OPTIONAL_LAUNCHERS = {
     launcher.option: launcher for launcher in (
-        OptionalLauncher("ray", ("hydra_plugins.hydra_ray_launcher", "ray"), "ray"),
-        OptionalLauncher("submitit_slurm", ("hydra_plugins.hydra_submitit_launcher", "submitit"), "slurm"),
-        OptionalLauncher("submitit_local", ("hydra_plugins.hydra_submitit_launcher", "submitit"), "slurm"),
+        OptionalLauncher("ray", ("hydra_plugins.hydra_ray_launcher", "ray"), "ray",
+                         ("hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",)),
+        OptionalLauncher("submitit_slurm", _SUBMITIT, "slurm", (
+            "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
+            "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher")),
+        OptionalLauncher("submitit_local", _SUBMITIT, "slurm", (
+            "hydra_plugins.runner_submitit_launchers.LocalLauncher",
+            "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")),
     )
 }
 
@@ -100,11 +109,27 @@ def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> 
     sweep will join it with this machine's Ray token, if it has one)."""
     target = str(_select(config, "hydra.launcher._target_") or "")
     for launcher in OPTIONAL_LAUNCHERS.values():
-        if target.startswith(launcher.modules[0] + "."):
+        if target in launcher.targets:
             require_installed(launcher.option)
             if launcher.option == "ray":
                 check_ray_address(_select(config, "hydra.launcher.ray"), environ)
                 join_with_the_local_ray_token()
+            elif launcher.option == "submitit_slurm":
+                check_time_limit_signal(_select(config, "hydra.launcher"))
+
+
+def check_time_limit_signal(launcher_config: Any) -> None:
+    """submitit asks SLURM for its time-out signal signal_delay_s before each job's time limit: that must fall
+    inside the job's time, or SLURM signals the time-out as soon as the job starts and every job ends FAILED
+    without training."""
+    timeout_min, delay = launcher_config.timeout_min, launcher_config.signal_delay_s
+    if isinstance(timeout_min, int) and isinstance(delay, int) and delay >= timeout_min * 60:
+        raise RunnerError(
+            f"hydra.launcher.signal_delay_s={delay} is not less than the jobs' time limit, "
+            f"hydra.launcher.timeout_min={timeout_min} ({timeout_min * 60} s): SLURM would send submitit's time-out "
+            "signal as soon as each job starts, and every job would end FAILED without training. Fix: lower "
+            f"hydra.launcher.signal_delay_s below {timeout_min * 60} (it is how long a job has to save its "
+            "checkpoint before the limit, e.g. hydra.launcher.signal_delay_s=30), or raise hydra.launcher.timeout_min.")
 
 
 def _select(config: Any, key: str) -> Any:

@@ -77,9 +77,12 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
         while True:
             if _has_results(job):
                 try:
-                    return job.results()[0]
-                except Exception as error:  # the job function raised, or a task died: the sweep goes on
-                    return self._lost(job, number, overrides, f"it ended with an error: {_first_line(error)}")
+                    result = job.results()[0]
+                    # What the job raised inside Hydra's run_job (submitit's time-out) is raised again here.
+                    result.return_value
+                except Exception as error:  # the job raised, or a task died: the sweep goes on without it
+                    return self._lost(job, number, overrides, self._how_it_ended(error))
+                return result
             now = time.monotonic()
             if ended_at is None and now >= next_check:
                 next_check = now + _SLURM_POLL_SECONDS
@@ -87,7 +90,10 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
                 if state is not None:
                     ended_at, ended_state = now, state
             if ended_at is not None and now - ended_at > RESULT_GRACE_SECONDS:
-                return self._lost(job, number, overrides, f"it ended {ended_state} without a result")
+                how = (f"{self._time_limit()} without a result" if ended_state == "TIMEOUT" else
+                       f"it ended {ended_state} without a result (killed by scancel, a node failure or running out "
+                       "of memory)")
+                return self._lost(job, number, overrides, how)
             time.sleep(_POLL_SECONDS)
 
     def _ended_state(self, job) -> str | None:
@@ -96,6 +102,16 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
         return state if state is not None and state.upper() not in (
             "READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "CONFIGURING", "RESIZING",
             "SUSPENDED") else None
+
+    def _how_it_ended(self, error: BaseException) -> str:
+        text = str(error).strip()
+        first_line = (text.splitlines()[0] if text else type(error).__name__)[:300]
+        if "timed-out" in first_line:  # submitit's UncompletedJobError at the time-out signal
+            return f"{self._time_limit()} (submitit: {first_line})"
+        return f"it ended with an error: {first_line}"
+
+    def _time_limit(self) -> str:
+        return f"it reached its time limit, hydra.launcher.timeout_min={self.params.get('timeout_min')}"
 
     def _lost(self, job, number: int, overrides: list[str], how: str) -> JobReturn:
         from runner.sweeps.job import record_lost_job
@@ -108,9 +124,9 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
         job_dir = os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))
         logs = Path(str(job.paths.stderr))
         error = (f"{'SLURM' if self._EXECUTOR == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
-                 f"before the job finished: {how} (killed by its time limit, scancel, a node failure or running out "
-                 f"of memory); its log: {logs}. Fix: see that log; raise hydra.launcher.timeout_min or "
-                 f"hydra.launcher.mem_gb if it ran out of either, then re-run the same command with "
+                 f"before the job finished: {how}; its log: {logs}. Fix: see that log; raise "
+                 "hydra.launcher.timeout_min or hydra.launcher.mem_gb if it ran out of either, then re-run the same "
+                 f"command with "
                  f"hydra.sweep.dir={os.path.abspath(str(config.hydra.sweep.dir))} to run the jobs that did not finish.")
         value = record_lost_job(config, job_dir, error, str(job.job_id) if self._EXECUTOR == "slurm" else None)
         result = JobReturn(overrides=overrides, cfg=config, hydra_cfg=config, working_dir=job_dir,
@@ -124,9 +140,6 @@ def _has_results(job) -> bool:
     return all(Path(sub.paths.result_pickle).exists() for sub in jobs)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 def _slurm_state(job) -> str | None:
