@@ -128,6 +128,36 @@ def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, 
     assert list((run_dir / "checkpoints").glob("ckpt-*.index"))
 
 
+def _start_now_once_pending(slurm: Slurm, job: str, timeout: float = 120) -> None:
+    """SLURM holds a requeued batch job back (Reason=BeginTime, about two minutes here) before it may start
+    again: once it is pending, let it start now, as an administrator would."""
+    deadline = time.monotonic() + timeout
+    while slurm.job(job).get("JobState") != "PENDING":
+        assert time.monotonic() < deadline, f"job {job} not pending again within {timeout} s: {slurm.job(job)}"
+        time.sleep(0.2)
+    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
+def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
+    """The scripts ask for `#SBATCH --requeue`: a job SLURM requeues (preemption, a node failure; here
+    `scontrol requeue`) runs again under the same job id, so in the same run directory, and resumes the same
+    MLflow run from its checkpoint, with nobody submitting anything."""
+    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=12", "checkpoint.every_epochs=1")
+    _wait_for_checkpoint(tmp_path / "run", slurm, job)
+    slurm.run("scontrol", "requeue", job)
+    _start_now_once_pending(slurm, job)
+    state = slurm.wait_job(job)
+    output = _output(tmp_path, MULTI_WORKER, job)
+    assert (state["JobState"], state["ExitCode"], state["Restarts"]) == ("COMPLETED", "0:0", "1"), output[-3000:]
+    # --open-mode=append: the requeued run's output follows the first run's.
+    assert output.count(f"runner: job {job}, 2 tasks") == 2, output[-3000:]
+    assert re.search(r"^0: .*resuming after epoch \d+ from ", output, re.MULTILINE), output[-3000:]
+    client, run = _only_run(tmp_path)  # the same run, continued, not a second one
+    assert run.info.status == "FINISHED"
+    assert [step for step, _ in metric_history(client, run.info.run_id, "train_loss")] == list(range(1, 13))
+    assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
+
+
 def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(slurm, tmp_path):
     job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30")
     _wait_for_checkpoint(tmp_path / "run", slurm, job)
