@@ -5,11 +5,13 @@ tracker process every configured interval, or not at all when turned off."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import threading
 import time
 
 import pytest
 
+from concurrent_tracking import log_inputs_at_the_barrier
 from conftest import metric_history, mlflow_client
 from runner.settings import DatasetSettings, MlflowSettings, SystemMetricsSettings
 from runner.training import data
@@ -71,6 +73,33 @@ def test_a_run_records_its_data_once_even_when_resumed(train, tmp_path, tracking
     again = train("dataset.train_examples=256", "seed=3", run_dir=tmp_path / "run")  # resumes the finished run
     assert again.run_id == result.run_id
     assert _inputs(client, result.run_id) == inputs  # _inputs fails on a context logged twice
+
+
+PROCESSES, ROUNDS = 6, 8
+
+
+def test_runs_logging_the_same_data_at_once_all_record_it(tmp_path):
+    """Six processes log the same two datasets at the same moment into one store: MLflow's store would let only
+    one insert each dataset and fail the others (UNIQUE constraint failed, a sweep job FAILED for it)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow_client(uri).create_experiment("tests")  # the store and experiment exist, as in a sweep
+    # A few rounds, each with datasets new to the store: the processes collide in some round.
+    rounds = [data.load_arrays(DatasetSettings("synthetic", None, 256, 64), seed).inputs() for seed in range(ROUNDS)]
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(PROCESSES), context.Queue()
+    processes = [context.Process(target=log_inputs_at_the_barrier, daemon=True, args=(
+        uri, str(tmp_path / f"run{index}"), rounds, barrier, results)) for index in range(PROCESSES)]
+    for process in processes:
+        process.start()
+    run_ids = [results.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    assert all(len(run_id) == 32 for run_id in run_ids), run_ids
+    client = mlflow_client(uri)
+    expected = sorted((d["name"], d["digest"]) for descriptions in rounds for d in descriptions)
+    for run_id in run_ids:
+        inputs = client.get_run(run_id).inputs.dataset_inputs
+        assert sorted((item.dataset.name, item.dataset.digest) for item in inputs) == expected
 
 
 @pytest.fixture

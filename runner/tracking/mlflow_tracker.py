@@ -35,6 +35,16 @@ _MAX_PARAMS_PER_BATCH = 100
 DATASET_CONTEXT_TAG = "mlflow.data.context"
 
 
+_DATASET_INSERT_ATTEMPTS = 5
+
+
+def _lost_an_insert_race(error: MlflowException) -> bool:
+    """Whether an MLflow store refused an insert for a unique key another process had just taken (sqlite's
+    and PostgreSQL's wording, also when a tracking server passes it on)."""
+    text = str(error)
+    return "UNIQUE constraint failed" in text or "duplicate key value violates unique constraint" in text
+
+
 def _millis() -> int:
     return int(time.time() * 1000)
 
@@ -138,7 +148,20 @@ class MlflowTracker:
 
     def log_inputs(self, descriptions: Sequence[Mapping[str, Any]]) -> None:
         """The run's data as MLflow dataset inputs (see runner.training.data.describe), each once: a resumed
-        run, or a sweep job run again, finds them already there."""
+        run, or a sweep job run again, finds them already there.
+
+        Runs that start together (a sweep's jobs) log the same dataset at once: MLflow's store looks the
+        dataset up, then inserts it, and all but one such insert break its unique key, which rolls back that
+        call whole. The losers try again, and then find the dataset there."""
+        for attempt in range(1, _DATASET_INSERT_ATTEMPTS + 1):
+            try:
+                return self._log_fresh_inputs(descriptions)
+            except MlflowException as error:
+                if attempt == _DATASET_INSERT_ATTEMPTS or not _lost_an_insert_race(error):
+                    raise
+                time.sleep(0.1 * attempt)
+
+    def _log_fresh_inputs(self, descriptions: Sequence[Mapping[str, Any]]) -> None:
         run = self.client.get_run(self.run_id)
         logged = {(item.dataset.name, item.dataset.digest,
                    next((tag.value for tag in item.tags if tag.key == DATASET_CONTEXT_TAG), None))
