@@ -118,3 +118,28 @@ def test_processes_opening_a_fresh_sqlite_store_together_all_succeed(tmp_path):
     client = mlflow_client(uri)
     runs = client.search_runs([client.get_experiment_by_name("together").experiment_id])
     assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}
+
+
+def test_runs_with_one_seed_get_different_names_and_the_seeded_sequence_goes_on(tmp_path):
+    """A chief tracks in its own, seeded process: the name MLflow draws for a run must not follow from the seed,
+    and drawing it must not move the seeded sequence the training goes on with."""
+    import random
+
+    from runner.settings import SystemMetricsSettings
+    from runner.tracking.mlflow_tracker import MlflowTracker
+
+    settings = MlflowSettings(f"sqlite:///{tmp_path / 'mlflow.db'}", "tests", None,
+                              system_metrics=SystemMetricsSettings(enabled=False))
+    names, draws = [], []
+    for index in range(3):
+        random.seed(42)
+        tracker = MlflowTracker(settings)
+        run_dir = tmp_path / f"run{index}"
+        run_dir.mkdir()
+        run_id = tracker.start(str(run_dir), {"batch": 64})
+        draws.append(random.random())
+        tracker.finish()
+        names.append(mlflow_client(settings.tracking_uri).get_run(run_id).info.run_name)
+    assert len(set(names)) == 3, names
+    random.seed(42)
+    assert draws == [random.random()] * 3

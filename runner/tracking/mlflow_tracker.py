@@ -7,11 +7,13 @@ process drives it in a process of its own (runner.tracking.tracker_process).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import random
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import psutil
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModel, Metric, Param, RunStatus, RunTag
@@ -43,6 +45,19 @@ def _lost_an_insert_race(error: MlflowException) -> bool:
     and PostgreSQL's wording, also when a tracking server passes it on)."""
     text = str(error)
     return "UNIQUE constraint failed" in text or "duplicate key value violates unique constraint" in text
+
+
+@contextlib.contextmanager
+def _names_apart_from_the_seed() -> Iterator[None]:
+    """MLflow names an unnamed run from Python's global `random`, which a training process has seeded with
+    its `seed` by then: every run with the same seed would get the same name. Draw it from fresh entropy, and
+    leave the seeded sequence as it was."""
+    state = random.getstate()
+    random.seed()
+    try:
+        yield
+    finally:
+        random.setstate(state)
 
 
 def _millis() -> int:
@@ -109,8 +124,9 @@ class MlflowTracker:
         else:
             experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
             run_tags = {MLFLOW_RUN_NAME: self.settings.run_name} if self.settings.run_name else {}
-            self.run_id = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name
-                                                 ).info.run_id
+            with _names_apart_from_the_seed():
+                self.run_id = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name
+                                                     ).info.run_id
             write_run_id(run_dir, self.run_id)
         # Where the code came from and what it ran on, set again on every resume: a run resumed with other
         # versions or on another machine shows the ones its last epochs were trained with.
