@@ -142,7 +142,7 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     """The scripts ask for `#SBATCH --requeue`: a job SLURM requeues (preemption, a node failure; here
     `scontrol requeue`) runs again under the same job id, so in the same run directory, and resumes the same
     MLflow run from its checkpoint, with nobody submitting anything."""
-    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=12", "checkpoint.every_epochs=1")
+    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=8", "checkpoint.every_epochs=1")
     _wait_for_checkpoint(tmp_path / "run", slurm, job)
     slurm.run("scontrol", "requeue", job)
     _start_now_once_pending(slurm, job)
@@ -154,7 +154,7 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     assert re.search(r"^0: .*resuming after epoch \d+ from ", output, re.MULTILINE), output[-3000:]
     client, run = _only_run(tmp_path)  # the same run, continued, not a second one
     assert run.info.status == "FINISHED"
-    assert [step for step, _ in metric_history(client, run.info.run_id, "train_loss")] == list(range(1, 13))
+    assert [step for step, _ in metric_history(client, run.info.run_id, "train_loss")] == list(range(1, 9))
     assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
 
 
