@@ -1,9 +1,11 @@
 """SIGTERM, what Kubernetes and SLURM send before they preempt a job, as an exception at a safe point.
 
-The handler raises Preempted in the main thread at the next Python bytecode, which in the training
-loop is a step boundary (a step runs inside one TensorFlow call). Inside `deferred()` blocks (checkpoint
-writes, MLflow logging) it only records the request, and the exception is raised when the block ends,
-so nothing is ever half-written.
+The handler only records the request. The training loop asks for it at every step boundary
+(`check()`), and `deferred()` blocks (checkpoint writes, MLflow logging) raise it when they end, so
+nothing is ever half-written. The handler itself never raises: an exception thrown at an arbitrary
+bytecode could land inside library code that holds a lock or is half-way through an update (measured:
+inside ClusterCoordinator's wait for a step's result it surfaced as "RuntimeError: release unlocked
+lock" instead of a preemption).
 """
 
 from __future__ import annotations
@@ -27,12 +29,10 @@ class PreemptionGuard:
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
-        if not self._critical:
-            raise Preempted("received SIGTERM")
 
     @contextmanager
     def installed(self):
-        """Handle SIGTERM while the block runs (only the main thread may install handlers)."""
+        """Record SIGTERM while the block runs (only the main thread may install handlers)."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
@@ -42,6 +42,11 @@ class PreemptionGuard:
         finally:
             signal.signal(signal.SIGTERM, self._previous)
 
+    def check(self) -> None:
+        """A safe point: raise Preempted if SIGTERM has arrived, unless inside a deferred() block."""
+        if self.requested and not self._critical:
+            raise Preempted("received SIGTERM")
+
     @contextmanager
     def deferred(self):
         """Hold a SIGTERM until the block is done."""
@@ -50,5 +55,4 @@ class PreemptionGuard:
             yield
         finally:
             self._critical -= 1
-        if self.requested and not self._critical:
-            raise Preempted("received SIGTERM")
+        self.check()

@@ -47,6 +47,19 @@ class Diverged(RunnerError):
     """The loss became NaN or infinite; training stopped before the bad step touched the weights."""
 
 
+class _StepBoundaries:
+    """What a loop reports after each step (or call of steps): the progress, then the safe point where a
+    SIGTERM stops training."""
+
+    def __init__(self, progress, guard: PreemptionGuard):
+        self.progress = progress
+        self.guard = guard
+
+    def advance(self, steps: int, loss) -> None:
+        self.progress.advance(steps, loss)
+        self.guard.check()
+
+
 class Controller:
     def __init__(self, state: TrainingState, loop, evaluate, checkpointer, progress, listeners, epochs: int,
                  guard: PreemptionGuard | None = None):
@@ -67,7 +80,7 @@ class Controller:
         self.progress.start_epoch(epoch, self.loop.steps_per_epoch)
         started = time.perf_counter()
         try:
-            total_loss, steps = self.loop.train_epoch(epoch, self.progress)
+            total_loss, steps = self.loop.train_epoch(epoch, _StepBoundaries(self.progress, self.guard))
             train_loss = float(total_loss) / steps  # float() waits for the last step to finish
         except tf.errors.InvalidArgumentError as error:
             if NON_FINITE_LOSS not in str(error):
@@ -108,6 +121,7 @@ class Controller:
         history = []
         try:
             for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
+                self.guard.check()
                 self.epoch = epoch
                 result = self.train_one_epoch(epoch)
                 # Metrics first, then the checkpoint: a run killed in between re-trains this epoch on

@@ -1,0 +1,53 @@
+"""SIGTERM is recorded by the handler and raised only at safe points: never inside library code."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from runner.clusters.preemption import Preempted, PreemptionGuard
+
+
+def _sigterm_self_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, args=(os.getpid(), signal.SIGTERM))
+    timer.start()
+    return timer
+
+
+def _wait_until(condition, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the SIGTERM handler never ran"
+        time.sleep(0.01)
+
+
+def test_a_sigterm_during_a_wait_lets_the_wait_finish_and_stops_at_the_next_check():
+    """What ClusterCoordinator does while the chief reads a step's loss: wait on a threading.Event. A
+    handler that raised there left the Condition's lock released twice ("release unlocked lock")."""
+    guard = PreemptionGuard()
+    result_ready = threading.Event()
+    before = signal.getsignal(signal.SIGTERM)
+    with guard.installed():
+        _sigterm_self_after(0.1)
+        threading.Timer(0.6, result_ready.set).start()
+        assert result_ready.wait(timeout=10)  # the wait ends with its result, not with an exception
+        assert guard.requested
+        with pytest.raises(Preempted):
+            guard.check()
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is the guard's only while it is installed
+
+
+def test_a_sigterm_inside_a_deferred_block_is_raised_when_the_block_ends():
+    guard = PreemptionGuard()
+    written = []
+    with guard.installed():
+        guard.check()  # nothing requested: a safe point passes
+        with pytest.raises(Preempted):
+            with guard.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                _wait_until(lambda: guard.requested)
+                guard.check()  # inside the block the request waits
+                written.append("checkpoint")
+    assert written == ["checkpoint"]
