@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 
 import pytest
 
@@ -72,8 +73,9 @@ def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path, verbose)
     assert not (tmp_path / "mlflow.db").exists()  # nothing was tracked for a run that never started
     if verbose == "verbose=false":
         assert done.stderr.strip().splitlines() == [line], done.stderr[-3000:]
-    else:  # the oneDNN notice is one of TensorFlow's C++ INFO lines, printed on every machine
-        assert "oneDNN custom operations" in done.stderr, done.stderr[-3000:]
+    else:  # TensorFlow's C++ INFO lines are back (which ones depends on the machine: CUDA probe, CPU features,
+        # the oneDNN notice on CPUs with AVX-512)
+        assert re.search(r"^I\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] ", done.stderr, re.MULTILINE), done.stderr[-3000:]
 
 
 def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
