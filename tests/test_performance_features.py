@@ -30,6 +30,27 @@ def test_the_first_completed_step_is_logged_once_with_or_without_the_bar(caplog,
     assert "s after the process started" in lines[0]
 
 
+def test_the_first_step_line_is_a_line_of_its_own_below_the_bar(capsys):
+    """Logged while the epoch's bar is on the terminal, the line once ran on from the bar ("...?step/s][date]
+    [runner][INFO] - first training step done")."""
+    console = logging.StreamHandler(sys.stderr)  # Hydra's console handler, on the terminal the bar draws on
+    console.setFormatter(logging.Formatter("[runner] %(message)s"))
+    root, runner_log = logging.getLogger(), logging.getLogger("runner")
+    level = runner_log.level
+    root.addHandler(console)
+    runner_log.setLevel(logging.INFO)
+    try:
+        progress = EpochProgress(epochs=1, enabled=True)
+        progress.start_epoch(1, 3)
+        progress.advance(1, 0.5)
+    finally:
+        root.removeHandler(console)
+        runner_log.setLevel(level)
+    # The bar redraws with carriage returns: each redraw is a line here, as on a terminal.
+    [line] = [line for line in capsys.readouterr().err.splitlines() if FIRST_STEP_MESSAGE in line]
+    assert line.startswith(f"[runner] {FIRST_STEP_MESSAGE}"), line
+
+
 def test_a_first_call_of_several_steps_says_how_many(caplog):
     with caplog.at_level(logging.INFO, logger="runner"):
         EpochProgress(epochs=1, enabled=False).advance(20, 0.5)

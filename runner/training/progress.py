@@ -7,7 +7,10 @@ import logging
 import os
 import time
 
+from contextlib import nullcontext
+
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 log = logging.getLogger("runner")
 
@@ -58,8 +61,10 @@ class EpochProgress:
         float(loss)
         self._first_step_done = True
         since_start = seconds_since_process_start()
-        log.info("%s%s%s", FIRST_STEP_MESSAGE, f" ({steps} steps in the first call)" if steps > 1 else "",
-                 "" if since_start is None else f", {since_start:.1f} s after the process started")
+        # Written through tqdm while the bar is on screen, so that the line does not run on from the bar.
+        with logging_redirect_tqdm() if self._bar is not None else nullcontext():
+            log.info("%s%s%s", FIRST_STEP_MESSAGE, f" ({steps} steps in the first call)" if steps > 1 else "",
+                     "" if since_start is None else f", {since_start:.1f} s after the process started")
 
     def end_epoch(self, result) -> None:
         if self._bar is not None:
