@@ -13,7 +13,8 @@ on separate channels, each quieted in its own way:
   will not be optimized".
 - TensorFlow's Python logger `tensorflow` ("Reduce to /job:localhost/... then broadcast", "Using
   MirroredStrategy with devices ...") and absl's Python logger `absl` ("Sharding callback duration") log
-  INFO lines through Hydra's handlers: their level is WARNING unless verbose.
+  INFO lines through Hydra's handlers: their level is WARNING unless verbose. So is matplotlib's, which says
+  "generated new fontManager" the first time it draws a run's curves on a machine.
 - MLflow reads MLFLOW_LOGGING_LEVEL when it is imported, here and in the tracker process and sweep jobs,
   which inherit the environment ("Creating initial MLflow database tables...").
 """
@@ -37,7 +38,7 @@ _LOADING_NOISE = re.compile(
     r"|[EW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] .*(cuInit|CUDA|cuda|cuDNN|cuFFT|cuBLAS|TensorRT)"
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."
 )
-_PYTHON_LOGGERS = ("tensorflow", "absl")
+_PYTHON_LOGGERS = ("tensorflow", "absl", "matplotlib")
 
 
 def is_verbose(verbose_key: bool, hydra_verbose) -> bool:

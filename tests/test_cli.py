@@ -12,16 +12,18 @@ SMALL = [*TINY, "dataset.train_examples=1024", "epochs=2", "seed=7"]
 
 
 # What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
-# note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers.
+# note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers, and
+# matplotlib's on its first drawing on a machine (an empty font cache).
 NOISE = ("Could not find cuda drivers", "failed call to cuInit", "oneDNN custom operations", "absl::InitializeLog",
          "Reduce to /job:localhost", "Using MirroredStrategy with devices", "Sharding callback", "[absl][INFO]",
-         "[tensorflow][INFO]", "INFO mlflow", "Creating initial MLflow database tables")
+         "[tensorflow][INFO]", "INFO mlflow", "Creating initial MLflow database tables", "generated new fontManager",
+         "[matplotlib")
 
 
-def _train_cli(tmp_path, name: str, *overrides: str):
+def _train_cli(tmp_path, name: str, *overrides: str, env: dict[str, str] | None = None):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = run_cli(*SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / name}", *overrides,
-                   cwd=tmp_path)
+                   cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
     return mlflow_client(uri), run_id, done.stdout + done.stderr
@@ -41,7 +43,9 @@ def _assert_quiet(output: str, epochs: int) -> None:
 def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
     """The loss is summed per example and divided by the *global* batch, so splitting a batch of 64
     over two replicas of 32 must not change the maths."""
-    client, single, output = _train_cli(tmp_path, "one", "strategy=one_device", "batch=64")
+    # An empty matplotlib cache, as on a machine where nothing has drawn yet: building it is an INFO line.
+    client, single, output = _train_cli(tmp_path, "one", "strategy=one_device", "batch=64",
+                                        env={"MPLCONFIGDIR": str(tmp_path / "matplotlib")})
     _assert_quiet(output, epochs=2)
     reference = [value for _, value in metric_history(client, single, "train_loss")]
     for strategy in ("mirrored", "central_storage"):
