@@ -39,6 +39,10 @@ def main(cfg: DictConfig) -> float:
         objective = objective_name(config)
         verbose = is_verbose(settings.verbose, hydra_config.verbose)
         configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
+        # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow).
+        from runner.components import check_components
+
+        check_components(settings)
         # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
         # user's credentials (401) or run (403), stops the job in a fraction of a second.
         check_server(settings.mlflow)

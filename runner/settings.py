@@ -12,6 +12,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from runner.components import Component
 from runner.errors import RunnerError
 
 STRATEGIES = (
@@ -25,9 +26,8 @@ STRATEGIES = (
 )
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
 CROSS_DEVICE_OPS = ("nccl", "hierarchical_copy", "reduce_to_one")
-DATASETS = ("fashion_mnist", "synthetic")
-MODELS = ("cnn",)
-OPTIMIZERS = ("adam",)
+# The keys of the dataset group that the runner applies to any dataset; the others are its callable's arguments.
+DATASET_KEYS = ("_target_", "name", "train_examples", "test_examples", "scale")
 LR_RULES = ("none", "linear", "sqrt")
 LOOP_STYLES = ("for_in", "iterator", "in_function", "multi_step")
 RESUME_MODES = ("auto", "never")
@@ -72,21 +72,16 @@ class ClusterSettings:
 @dataclass(frozen=True)
 class DatasetSettings:
     name: str
-    dir: str | None
-    train_examples: int | None
-    test_examples: int | None
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    name: str
-    weight_decay: float
+    component: Component  # the callable returning the data (runner.data.source), with its arguments
+    train_examples: int | None = None
+    test_examples: int | None = None
+    scale: float = 255.0
 
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    name: str
-    lr: float
+    component: Component  # called with learning_rate=
+    lr: float  # the base learning rate, before lr_scaling and the schedule
 
 
 @dataclass(frozen=True)
@@ -144,7 +139,7 @@ class Settings:
     resume: str
     strategy: StrategySettings
     dataset: DatasetSettings
-    model: ModelSettings
+    model: Component  # called with input_shape= and num_classes=
     optimizer: OptimizerSettings
     lr_scaling: LrScalingSettings
     loop: LoopSettings
@@ -154,6 +149,8 @@ class Settings:
     cluster: ClusterSettings = ClusterSettings()
     verbose: bool = False  # every library's INFO lines on the terminal (runner.verbosity)
     sweep_seeds: int = 1  # a sweep trains every point with this many seeds: seed, seed+1, ...
+    schedule: Component = Component("schedule", "runner.builtins.schedules.constant")
+    loss: Component = Component("loss", "runner.builtins.losses.sparse_categorical_crossentropy")
 
 
 def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
@@ -327,8 +324,19 @@ def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) ->
     return settings
 
 
+def _component(group: str, node: Mapping[str, Any], own_keys: tuple[str, ...] = ("_target_",)) -> Component:
+    """A `_target_` node: the callable's dotted path and the arguments the config gives it."""
+    target = node.get("_target_")
+    if not isinstance(target, str) or not target.strip() or "." not in target:
+        raise _fail(f"{group}._target_", target, "it must be the dotted path of a callable (module.function)",
+                    f"pick one of the {group} group's options ({group}=<option>) or give your own, e.g. "
+                    f"{group}._target_=mylab.{group}s.build")
+    return Component(group, target, {key: value for key, value in node.items() if key not in own_keys})
+
+
 def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
-    name = _choice("dataset", node.get("name"), DATASETS, "pick one of the dataset group's options")
+    name = _text("dataset.name", node.get("name"),
+                 fix="name the data, e.g. dataset.name=fashion_mnist (it names the MLflow dataset inputs)")
     directory = node.get("dir")
     if directory is not None:
         if not isinstance(directory, str) or not directory:
@@ -349,7 +357,24 @@ def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
         )
         for key in ("train_examples", "test_examples")
     }
-    return DatasetSettings(name=name, dir=directory, **counts)
+    scale = _number("dataset.scale", node.get("scale", 255), minimum=0.0, positive=True,
+                    fix="pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1")
+    component = _component("dataset", {**node, **({"dir": directory} if directory is not None else {})},
+                           DATASET_KEYS)
+    return DatasetSettings(name=name, component=component, scale=scale, **counts)
+
+
+def _model(node: Mapping[str, Any]) -> Component:
+    if "weight_decay" in node:
+        _number("model.weight_decay", node.get("weight_decay"), minimum=0.0,
+                fix="pass a non-negative L2 factor, e.g. model.weight_decay=1e-5")
+    return _component("model", node)
+
+
+def _optimizer(node: Mapping[str, Any]) -> OptimizerSettings:
+    lr = _number("optimizer.lr", node.get("lr"), minimum=0.0, positive=True,
+                 fix="pass a positive learning rate, e.g. optimizer.lr=0.001")
+    return OptimizerSettings(_component("optimizer", node, ("_target_", "lr")), lr)
 
 
 def _loop(node: Mapping[str, Any]) -> LoopSettings:
@@ -473,16 +498,10 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
                        "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse"),
         strategy=strategy,
         dataset=_dataset(_section(cfg, "dataset")),
-        model=ModelSettings(
-            name=_choice("model", model.get("name"), MODELS, "pick one of the model group's options"),
-            weight_decay=_number("model.weight_decay", model.get("weight_decay"), minimum=0.0,
-                                 fix="pass a non-negative L2 factor, e.g. model.weight_decay=1e-5"),
-        ),
-        optimizer=OptimizerSettings(
-            name=_choice("optimizer", optimizer.get("name"), OPTIMIZERS, "pick one of the optimizer group's options"),
-            lr=_number("optimizer.lr", optimizer.get("lr"), minimum=0.0, positive=True,
-                       fix="pass a positive learning rate, e.g. optimizer.lr=0.001"),
-        ),
+        model=_model(model),
+        optimizer=_optimizer(optimizer),
+        schedule=_component("schedule", _section(cfg, "schedule")),
+        loss=_component("loss", _section(cfg, "loss")),
         lr_scaling=LrScalingSettings(
             rule=_choice("lr_scaling.rule", lr_scaling.get("rule"), LR_RULES, "use lr_scaling=none, linear or sqrt"),
             base_batch=_int("lr_scaling.base_batch", lr_scaling.get("base_batch"), minimum=1,

@@ -14,22 +14,24 @@ from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
-from runner.training import data
+from runner.data.in_memory import batches_per_epoch
+from runner.data.loading import load_data
+from runner.data.source import TrainingData
 from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
 from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.training.determinism import make_deterministic
 from runner.training.controller import Controller, EpochResult, make_evaluate
 from runner.errors import RunnerError
 from runner.training.loop import CoordinatorLoop, make_loop
-from runner.training.lr_scaling import effective_learning_rate, learning_rate
-from runner.training.model import build_model, with_raw_image_input
-from runner.training.optimizer import build_optimizer
+from runner.training.lr_scaling import effective_learning_rate, warmup_steps
+from runner.training.optimizer import prepare_optimizer
 from runner.plots import plot_curves
 from runner.clusters.preemption import Preempted, PreemptionGuard
 from runner.training.progress import EpochProgress
 from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, gpu_models
+from runner.training.task import ClassificationTask
 from runner.tracking.common import NullTracker, flatten
 from runner.tracking.provenance import GPU_TAG
 
@@ -65,35 +67,38 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
     if settings.runtime.deterministic:
         make_deterministic(settings.runtime, settings.seed)
-    arrays = data.load_arrays(settings.dataset, settings.seed)
+    training_data = load_data(settings.dataset, settings.seed)
+    experiment = ClassificationTask.from_settings(settings, training_data.spec)
     replicas = strategy.num_replicas_in_sync
     global_batch = settings.batch * replicas
-    steps_per_epoch = settings.loop.steps_per_epoch or data.batches_per_epoch(len(arrays.train_labels), global_batch)
+    steps_per_epoch = settings.loop.steps_per_epoch or _steps_per_epoch(training_data, global_batch)
     target_lr = effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling)
 
     policy = settings.runtime.mixed_precision
     tf.keras.mixed_precision.set_global_policy(policy or "float32")
     with strategy.scope():
         tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
+        rate = experiment.learning_rate(target_lr, steps_per_epoch * settings.epochs,
+                                   warmup_steps(steps_per_epoch, settings.lr_scaling))
         state = TrainingState.create(
-            lambda: build_model(settings.model),
-            lambda variables: build_optimizer(
-                settings.optimizer, learning_rate(target_lr, steps_per_epoch, settings.lr_scaling), variables,
-                loss_scaling=policy == "mixed_float16"),
+            experiment.build_model,
+            lambda variables: prepare_optimizer(experiment.build_optimizer(rate), variables,
+                                                loss_scaling=policy == "mixed_float16"),
         )
-    steps = ReplicaSteps(strategy, state, global_batch, jit_compile=settings.runtime.jit_compile)
+    steps = ReplicaSteps(strategy, state, global_batch, experiment.per_example_loss,
+                         jit_compile=settings.runtime.jit_compile)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
                                 scratch=not task.chief)
     done_epochs = _resume(settings, checkpointer, run_dir)
 
     def distributed_train_dataset(**epochs):
         return strategy.experimental_distribute_dataset(
-            data.train_dataset(arrays, global_batch, settings.seed, **epochs))
+            training_data.train_dataset(global_batch, settings.seed, **epochs))
 
-    test_batches = data.test_dataset(arrays, global_batch)
+    test_batches = training_data.test_dataset(global_batch)
     if settings.strategy.name == "parameter_server":
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        loop = CoordinatorLoop(steps, coordinator, _worker_dataset_fn(arrays, global_batch, settings.seed),
+        loop = CoordinatorLoop(steps, coordinator, _worker_dataset_fn(training_data, global_batch, settings.seed),
                                steps_per_epoch)
         evaluate = make_evaluate(steps, test_batches, inline=True)
     else:
@@ -138,13 +143,13 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         try:
             with guard.deferred():
                 tracker.log_text(_to_yaml(config), "config.yaml")
-                tracker.log_inputs(arrays.inputs())
+                tracker.log_inputs(training_data.inputs())
                 tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
             history = controller.run()
             eval_accuracy, histories = float("nan"), {}
             with guard.deferred():
                 if task.chief:  # the kept checkpoint is the chief's
-                    restored = restore_without_strategy(checkpointer.latest, lambda: build_model(settings.model))
+                    restored = restore_without_strategy(checkpointer.latest, experiment.build_model)
                     eval_accuracy = evaluate_accuracy(restored, test_batches)
                     tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
                     log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
@@ -155,8 +160,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
                         # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
                         from runner.tracking.model_export import LOG_SECONDS, log_run_model
 
-                        exported = log_run_model(with_raw_image_input(restored), tracker.tracking_uri, run_id,
-                                                 settings.epochs, data.raw_images(arrays.test_images[:5]))
+                        exported = log_run_model(experiment.export_model(restored), tracker.tracking_uri, run_id,
+                                                 settings.epochs, training_data.raw_examples(5))
                         if exported.logged:
                             tracker.log_metrics({LOG_SECONDS: exported.seconds}, step=settings.epochs)
                     if settings.mlflow.register:
@@ -235,7 +240,15 @@ def _without_stack(message: str) -> str:
     return "\n".join(kept)
 
 
-def _worker_dataset_fn(arrays: data.Arrays, global_batch: int, seed: int):
+def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:
+    if training_data.train_examples is None:
+        raise RunnerError(
+            f"dataset.name={training_data.spec.name!r} streams examples without saying how many there are, so an "
+            "epoch has no natural end. Fix: pass loop.steps_per_epoch=N, or dataset.train_examples=N.")
+    return batches_per_epoch(training_data.train_examples, global_batch)
+
+
+def _worker_dataset_fn(training_data: TrainingData, global_batch: int, seed: int):
     """ParameterServerStrategy: the dataset function each worker builds its own endless dataset with."""
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -243,8 +256,8 @@ def _worker_dataset_fn(arrays: data.Arrays, global_batch: int, seed: int):
         # worker's clock when it builds the dataset makes each worker shuffle differently, instead of all
         # training on the same batches (asynchronous training is not reproducible anyway).
         worker_seed = seed + tf.cast(tf.timestamp() * 1e6, tf.int64) % 2**31
-        return data.train_dataset(arrays, context.get_per_replica_batch_size(global_batch), worker_seed,
-                                  epochs=None, input_context=context)
+        return training_data.train_dataset(context.get_per_replica_batch_size(global_batch), worker_seed,
+                                           epochs=None, input_context=context)
 
     return dataset_fn
 

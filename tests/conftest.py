@@ -36,6 +36,17 @@ def compose(overrides: list[str]):
         return hydra_compose(config_name="config", overrides=overrides)
 
 
+def dataset_settings(kind: str = "synthetic", **keys):
+    """The dataset settings of `python -m runner dataset=<kind> dataset.<key>=<value> ...` (None: null)."""
+    from omegaconf import OmegaConf
+
+    from runner.settings import from_config
+
+    overrides = [f"dataset={kind}", *(f"dataset.{key}={'null' if value is None else value}"
+                                      for key, value in keys.items())]
+    return from_config(OmegaConf.to_container(compose(overrides), resolve=True)).dataset
+
+
 @pytest.fixture
 def tracking_uri(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from runner.settings import CheckpointSettings, ModelSettings, OptimizerSettings
+from runner.builtins.models import cnn
+from runner.builtins.optimizers import adam
+from runner.settings import CheckpointSettings
 from runner.training.checkpoints import Checkpointer
-from runner.training.model import build_model
-from runner.training.optimizer import build_optimizer
+from runner.training.optimizer import prepare_optimizer
 from runner.training.steps import TrainingState
 
 # Step numbers whose names sort differently as strings: "ckpt-128" < "ckpt-32" < "ckpt-64".
@@ -25,8 +26,8 @@ STEPS = {1: 32, 2: 64, 3: 128}
 
 def _state() -> TrainingState:
     tf.keras.utils.set_random_seed(5)
-    return TrainingState.create(lambda: build_model(ModelSettings("cnn", 0.0)),
-                                lambda variables: build_optimizer(OptimizerSettings("adam", 1e-3), 1e-3, variables))
+    return TrainingState.create(lambda: cnn((28, 28, 1), 10, weight_decay=0.0),
+                                lambda variables: prepare_optimizer(adam(1e-3), variables))
 
 
 def _checkpointer(directory: Path, state: TrainingState) -> Checkpointer:

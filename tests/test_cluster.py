@@ -399,16 +399,17 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
     # The coordinator's checkpoint, sharded variables and all, restores into a model without a strategy.
     import tensorflow as tf
 
-    from runner.training import data
+    from runner.data.loading import load_data
     from runner.training.checkpoints import evaluate_without_strategy
-    from runner.training.model import build_model
+    from runner.training.task import ClassificationTask
 
     settings = _settings(*SMALL, "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=30")
     latest = tf.train.latest_checkpoint(str(launcher.run_dir / "checkpoints"))
-    model = build_model(settings.model)
+    training_data = load_data(settings.dataset, settings.seed)
+    task = ClassificationTask.from_settings(settings, training_data.spec)
+    model = task.build_model()
     tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
-    arrays = data.load_arrays(settings.dataset, settings.seed)
-    accuracy = evaluate_without_strategy(latest, lambda: build_model(settings.model), data.test_dataset(arrays, 32))
+    accuracy = evaluate_without_strategy(latest, task.build_model, training_data.test_dataset(32))
     assert accuracy == pytest.approx(run.data.metrics["eval_accuracy"], abs=1e-6)
     assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from concurrent_tracking import log_inputs_at_the_barrier
-from conftest import metric_history, mlflow_client
-from runner.settings import DatasetSettings, MlflowSettings, SystemMetricsSettings
-from runner.training import data
+from conftest import dataset_settings, metric_history, mlflow_client
+from runner.settings import MlflowSettings, SystemMetricsSettings
+from runner.data.loading import load_data
 from test_data import write_fashion_mnist
 
 SAMPLED = ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes")
@@ -31,27 +31,27 @@ def _inputs(client, run_id: str) -> dict[str, tuple[str, str, dict, str]]:
     return found
 
 
-def _digests(settings: DatasetSettings, seed: int = 42) -> dict[str, str]:
-    return {d["context"]: d["digest"] for d in data.load_arrays(settings, seed).inputs()}
+def _digests(settings, seed: int = 42) -> dict[str, str]:
+    return {d["context"]: d["digest"] for d in load_data(settings, seed).inputs()}
 
 
 def test_digests_tell_apart_prefixes_seeds_and_sources_and_name_where_the_data_came_from(tmp_path):
-    synthetic = DatasetSettings("synthetic", None, 256, 64)
+    synthetic = dataset_settings("synthetic", train_examples=256, test_examples=64)
     base = _digests(synthetic)
     assert base == _digests(synthetic)  # same data, same digest
-    shorter = _digests(DatasetSettings("synthetic", None, 128, 64))
+    shorter = _digests(dataset_settings("synthetic", train_examples=128, test_examples=64))
     assert shorter["training"] != base["training"]
     reseeded = _digests(synthetic, seed=7)
     assert reseeded["training"] != base["training"] and reseeded["evaluation"] != base["evaluation"]
 
     write_fashion_mnist(tmp_path, train=30, test=10)
-    idx = data.load_arrays(DatasetSettings("fashion_mnist", str(tmp_path), None, None), seed=42).inputs()
+    idx = load_data(dataset_settings("fashion_mnist", dir=tmp_path), seed=42).inputs()
     assert [(d["name"], d["context"], d["source_type"], d["source"]) for d in idx] == [
         ("fashion_mnist-train", "training", "local", {"uri": str(tmp_path)}),
         ("fashion_mnist-test", "evaluation", "local", {"uri": str(tmp_path)}),
     ]
     assert idx[0]["features"] == {"dtype": "uint8", "shape": [30, 28, 28], "nbytes": 30 * 28 * 28}
-    prefix = _digests(DatasetSettings("fashion_mnist", str(tmp_path), 20, None))
+    prefix = _digests(dataset_settings("fashion_mnist", dir=tmp_path, train_examples=20, test_examples=None))
     assert prefix["training"] != idx[0]["digest"] and prefix["evaluation"] == idx[1]["digest"]
 
 
@@ -63,7 +63,7 @@ def test_a_run_records_its_data_once_even_when_resumed(train, tmp_path, tracking
     name, digest, source, source_type = inputs["training"]
     assert (name, source, source_type) == ("synthetic-train", {"tags": {"mlflow.source.name": "synthetic",
                                                                         "seed": "3"}}, "code")
-    assert digest == _digests(DatasetSettings("synthetic", None, 256, 256), seed=3)["training"]
+    assert digest == _digests(dataset_settings("synthetic", train_examples=256, test_examples=256), seed=3)["training"]
     shapes = {json.loads(item.dataset.profile)["features_shape"][0]
               for item in client.get_run(result.run_id).inputs.dataset_inputs}
     assert shapes == {256}  # the training prefix and TINY's 256 test examples
@@ -84,7 +84,7 @@ def test_runs_logging_the_same_data_at_once_all_record_it(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow_client(uri).create_experiment("tests")  # the store and experiment exist, as in a sweep
     # A few rounds, each with datasets new to the store: the processes collide in some round.
-    rounds = [data.load_arrays(DatasetSettings("synthetic", None, 256, 64), seed).inputs() for seed in range(ROUNDS)]
+    rounds = [load_data(dataset_settings("synthetic", train_examples=256, test_examples=64), seed).inputs() for seed in range(ROUNDS)]
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(PROCESSES), context.Queue()
     processes = [context.Process(target=log_inputs_at_the_barrier, daemon=True, args=(

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from runner.training.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, learning_rate
+from runner.training.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, warmup_steps
 from runner.settings import LrScalingSettings
 
 
@@ -21,8 +21,8 @@ def test_effective_learning_rate(rule, global_batch, expected):
 
 
 def test_warmup_ramps_linearly_then_holds():
-    schedule = learning_rate(0.004, steps_per_epoch=10, settings=LrScalingSettings("linear", 64, 2))
-    assert isinstance(schedule, LinearWarmup) and schedule.warmup_steps == 20
+    assert warmup_steps(steps_per_epoch=10, settings=LrScalingSettings("linear", 64, 2)) == 20
+    schedule = LinearWarmup(0.004, 20)
     start = 0.004 * WARMUP_START_FRACTION
     assert float(schedule(0)) == pytest.approx(start)
     assert float(schedule(10)) == pytest.approx(start + (0.004 - start) / 2)
@@ -30,5 +30,5 @@ def test_warmup_ramps_linearly_then_holds():
     assert float(schedule(500)) == pytest.approx(0.004)
 
 
-def test_no_warmup_gives_a_constant():
-    assert learning_rate(0.002, 10, LrScalingSettings("sqrt", 64, 0)) == 0.002
+def test_no_warmup_has_no_steps():
+    assert warmup_steps(10, LrScalingSettings("sqrt", 64, 0)) == 0

@@ -1,5 +1,5 @@
 """The Model Registry: two real sweeps where the second is worse (versions 1 and 2, `champion` stays on 1,
-and loads from models:/fashion_mnist@champion), the alias rules, and registrations racing in parallel
+and loads from models:/<name>@champion), the alias rules, and registrations racing in parallel
 processes against one real store."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from runner.sweeps.callback import PARENT_RUN_ID_FILE
 from runner.tracking.registry import CHAMPION, champion_version, register_run_model
 from test_sweep import sweep
 
-NAME = "fashion_mnist"  # conf/config.yaml's mlflow.registered_model_name
+NAME = "synthetic"  # conf/config.yaml's mlflow.registered_model_name: the dataset's name
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import CONF, compose
+from runner.components import check_components
 from runner.errors import RunnerError
 from runner.settings import from_config
 from runner.sweeps.callback import objective_name
@@ -51,7 +52,7 @@ _NEEDS = {
 
 @pytest.mark.parametrize(
     "group,option",
-    [(group, option) for group in ("strategy", "dataset", "model", "optimizer", "lr_scaling", "loop")
+    [(group, option) for group in ("strategy", "dataset", "model", "optimizer", "schedule", "loss", "lr_scaling", "loop")
      for option in _options(group)],
 )
 def test_every_group_option_composes_and_validates(group, option):
@@ -63,8 +64,14 @@ def test_every_group_option_composes_and_validates(group, option):
         assert (node.warmup_epochs > 0) == (option == "warmup")
     elif group == "loop":
         assert value == option
-    else:
+    elif group == "strategy":
         assert node.name == option
+    elif group == "dataset":
+        assert node.name == option and node.component.target.startswith("runner.data.")
+    else:  # a `_target_` group: the option's callable, with the arguments it takes
+        component = getattr(node, "component", node)
+        assert component.target.rsplit(".", 1)[1] == option
+        check_components(settings)
 
 
 def test_defaults_follow_the_tutorial():

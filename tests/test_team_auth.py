@@ -17,7 +17,7 @@ from servers import BasicAuth, MlflowServer, Postgres
 pytestmark = pytest.mark.server
 
 EXPERIMENT = "fashion_mnist"  # conf/config.yaml's mlflow.experiment_name
-MODEL = "fashion_mnist"  # and its mlflow.registered_model_name
+MODEL = "synthetic"  # its mlflow.registered_model_name: the dataset's name
 ADMIN = BasicAuth(database_uri="", admin_password="admin-test-password")
 READER = ("reader", "reader-secret-password")
 TRAINER = ("trainer", "trainer-secret-password")

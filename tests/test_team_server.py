@@ -148,12 +148,12 @@ def test_the_sweep_registers_its_best_job_and_parallel_registrations_settle_on_t
     from test_registry import assert_parallel_registrations_settled, register_in_parallel
 
     parent, children = sweep
-    [version] = client.search_model_versions(f"name = '{EXPERIMENT}'")  # conf's registered_model_name
+    [version] = client.search_model_versions("name = 'synthetic'")  # conf's registered_model_name: the dataset's
     best = max(child.data.metrics["test_accuracy"] for child in children)
     assert float(version.tags["objective_value"]) == best
     assert version.run_id in {child.info.run_id for child in children if child.data.metrics["test_accuracy"] == best}
     assert version.tags["sweep_parent_run_id"] == parent.info.run_id
-    assert client.get_model_version_by_alias(EXPERIMENT, "champion").version == version.version
+    assert client.get_model_version_by_alias("synthetic", "champion").version == version.version
 
     values = [0.61, 0.93, 0.75]
     run_ids = register_in_parallel(mlflow_server.url, "parallel", values)

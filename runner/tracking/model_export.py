@@ -34,8 +34,9 @@ class ExportedModel:
 
 def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: int,
                   example_images: np.ndarray) -> ExportedModel:
-    """Log `model` (raw images in, probabilities out: runner.training.model.with_raw_image_input) as the run's
-    model, linked to the run's metrics at `step` (its last epoch), unless the run has one already."""
+    """Log `model` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model) as the
+    run's model, linked to the run's metrics at `step` (its last epoch), unless the run has one already;
+    `example_images` are a few raw inputs, as the data holds them."""
     started = time.perf_counter()
     import mlflow
     import mlflow.tensorflow
@@ -50,7 +51,7 @@ def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: i
         log.info("MLflow run %s already has its model %s: not logged again", run_id, existing.model_id)
         return ExportedModel(existing.model_id, run_id, 0.0, logged=False)
     signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, *model.input_shape[1:]))]),
+        inputs=Schema([TensorSpec(np.dtype(example_images.dtype), (-1, *model.input_shape[1:]))]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, *model.output_shape[1:]))]),
     )
     # Model.log takes the tracking store and the LoggedModel's experiment from MLflow's globals even when
@@ -60,7 +61,7 @@ def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: i
     with _quiet_keras():  # MLflow checks the input example by predicting it: no progress bar in the run's log
         info = mlflow.tensorflow.log_model(
             model, name=MODEL_NAME, run_id=run_id, step=step, signature=signature,
-            input_example=example_images.astype(np.uint8),
+            input_example=example_images,
             # Given, so that MLflow does not start a process to infer them (which would pin only tensorflow).
             pip_requirements=[f"tensorflow=={version('tensorflow')}", f"tf-keras=={version('tf-keras')}"],
         )

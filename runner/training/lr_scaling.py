@@ -18,22 +18,26 @@ def effective_learning_rate(base_lr: float, global_batch: int, settings: LrScali
 
 
 class LinearWarmup(tf.keras.optimizers.schedules.LearningRateSchedule):
-    """Ramp linearly from WARMUP_START_FRACTION x target to target over `warmup_steps`, then hold."""
+    """Ramp linearly from WARMUP_START_FRACTION x target to target over `warmup_steps`, then hold; `target` is
+    a rate or a schedule (runner.builtins.schedules), whose rate at each step is the one ramped up."""
 
-    def __init__(self, target: float, warmup_steps: int):
-        self.target = float(target)
+    def __init__(self, target, warmup_steps: int):
+        self.target = target if callable(target) else float(target)
         self.warmup_steps = int(warmup_steps)
 
     def __call__(self, step):
         progress = tf.minimum(tf.cast(step, tf.float32) / float(self.warmup_steps), 1.0)
-        start = self.target * WARMUP_START_FRACTION
-        return start + (self.target - start) * progress
+        target = self.target(step) if callable(self.target) else self.target
+        start = target * WARMUP_START_FRACTION
+        return start + (target - start) * progress
 
     def get_config(self):
-        return {"target": self.target, "warmup_steps": self.warmup_steps}
+        target = self.target
+        if isinstance(target, tf.keras.optimizers.schedules.LearningRateSchedule):
+            target = tf.keras.optimizers.schedules.serialize(target)
+        return {"target": target, "warmup_steps": self.warmup_steps}
 
 
-def learning_rate(target: float, steps_per_epoch: int, settings: LrScalingSettings):
-    """A float, or a warm-up schedule when settings.warmup_epochs > 0."""
-    warmup_steps = round(settings.warmup_epochs * steps_per_epoch)
-    return LinearWarmup(target, warmup_steps) if warmup_steps > 0 else target
+def warmup_steps(steps_per_epoch: int, settings: LrScalingSettings) -> int:
+    """The steps of lr_scaling's linear warm-up (0: none)."""
+    return round(settings.warmup_epochs * steps_per_epoch)

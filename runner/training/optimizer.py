@@ -1,16 +1,14 @@
-"""The optimizer, built with its variables before the first step (as the strategies need)."""
+"""The optimizer, built with its variables before the first step (as the strategies need), and its current rate."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from runner.settings import OptimizerSettings
 
-
-def build_optimizer(settings: OptimizerSettings, learning_rate, variables,
-                    loss_scaling: bool = False) -> tf.keras.optimizers.Optimizer:
-    """Adam, wrapped in a dynamic LossScaleOptimizer when float16 gradients need loss scaling."""
-    optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+def prepare_optimizer(optimizer: tf.keras.optimizers.Optimizer, variables,
+                      loss_scaling: bool = False) -> tf.keras.optimizers.Optimizer:
+    """The task's optimizer, wrapped in a dynamic LossScaleOptimizer when float16 gradients need loss scaling,
+    with its slot variables built before the first step (as the strategies need)."""
     if loss_scaling:
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer.build(variables)

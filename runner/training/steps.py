@@ -47,13 +47,12 @@ class ReplicaSteps:
     """The train and test step on one replica, and their distributed forms for a strategy."""
 
     def __init__(self, strategy: tf.distribute.Strategy, state: TrainingState, global_batch: int,
-                 jit_compile: bool = False):
+                 per_example_loss, jit_compile: bool = False):
+        """`per_example_loss(labels, logits)`: one loss per example (the task's loss)."""
         self.strategy = strategy
         self.state = state
         self.global_batch = global_batch
-        self.loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=tf.keras.losses.Reduction.NONE
-        )
+        self.per_example_loss = per_example_loss
         # XLA compiles the per-replica maths only: apply_gradients all-reduces across replicas,
         # which must stay outside a jit-compiled function under every strategy.
         self._forward_backward = tf.function(self.forward_backward, jit_compile=True) if jit_compile \
@@ -61,7 +60,7 @@ class ReplicaSteps:
         self._predict = tf.function(self.predict, jit_compile=True) if jit_compile else self.predict
 
     def compute_loss(self, labels, logits, model_losses):
-        per_example_loss = self.loss_object(labels, logits)
+        per_example_loss = self.per_example_loss(labels, logits)
         loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=self.global_batch)
         if model_losses:
             loss += tf.nn.scale_regularization_loss(tf.add_n(model_losses))
@@ -95,7 +94,7 @@ class ReplicaSteps:
     def test_replica_step(self, inputs):
         images, labels = inputs
         logits = self._predict(images)
-        self.state.test_loss.update_state(self.loss_object(labels, logits))
+        self.state.test_loss.update_state(self.per_example_loss(labels, logits))
         self.state.test_accuracy.update_state(labels, logits)
 
     def distributed_train_step(self, inputs):

@@ -1,0 +1,153 @@
+"""`_target_` callables from the config: imported, their arguments checked against their signatures, and
+called, each failure one paragraph that names the config key and the fix.
+
+Hydra's `instantiate` does the call; this module adds what a user needs to hear before it: a dotted path
+that does not import, an argument the callable does not take (with the closest one it does), an argument it
+needs that nobody gives. It imports no TensorFlow itself (a built-in's module imports TensorFlow only when
+its callable runs), so the runner's own options are checked before TensorFlow loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from runner.errors import RunnerError
+
+if TYPE_CHECKING:
+    from runner.settings import Settings
+
+# What the runner passes to each kind of callable itself (the config gives the rest).
+MODEL_ARGUMENTS = ("input_shape", "num_classes")
+OPTIMIZER_ARGUMENTS = ("learning_rate",)
+SCHEDULE_ARGUMENTS = ("learning_rate", "total_steps")
+LOSS_POSITIONAL = 2  # labels, logits
+DATASET_ARGUMENTS = ("seed", "train_examples", "test_examples")  # passed when the callable takes them
+
+
+@dataclass(frozen=True)
+class Component:
+    """One `_target_` node of the config: the callable's dotted path and its own arguments."""
+
+    group: str  # the config key: model, optimizer, schedule, loss, dataset
+    target: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolve(self) -> Callable[..., Any]:
+        return import_target(f"{self.group}._target_", self.target)
+
+    def instantiate(self, **supplied: Any) -> Any:
+        """Call the target with its arguments and the runner's (`supplied`), through Hydra's instantiate."""
+        from hydra.utils import instantiate
+
+        return instantiate({"_target_": self.target, **self.arguments}, **supplied)
+
+
+def import_target(key: str, path: Any) -> Callable[..., Any]:
+    """The callable a dotted path names (module.attribute, attributes nested as a.b.C.method allowed)."""
+    fix = (f"give {key} as the dotted path of a function or class that Python can import, e.g. "
+           f"{key}=mylab.models.mlp, with its package installed or its directory on PYTHONPATH")
+    if not isinstance(path, str) or not path.strip() or "." not in path:
+        raise RunnerError(f"{key}={path!r} is not valid: it must be a dotted path module.callable. Fix: {fix}.")
+    parts = path.split(".")
+    error: BaseException | None = None
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            found: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError as missing:
+            # Only "this module does not exist" moves on to a shorter prefix; a module that exists but fails
+            # on an import of its own is the user's bug, reported as such.
+            if missing.name is not None and module_name.startswith(missing.name):
+                error = missing
+                continue
+            raise RunnerError(f"{key}={path!r} could not be imported: importing {module_name} raised "
+                              f"ModuleNotFoundError: {missing}. Fix: install the missing package in this "
+                              "environment (and wherever the jobs run).") from None
+        except Exception as failure:  # the user's module raised while it was imported
+            raise RunnerError(f"{key}={path!r} could not be imported: importing {module_name} raised "
+                              f"{type(failure).__name__}: {failure}. Fix: correct that module.") from None
+        try:
+            for attribute in parts[split:]:
+                found = getattr(found, attribute)
+        except AttributeError:
+            names = [name for name in dir(found) if not name.startswith("_")]
+            close = difflib.get_close_matches(parts[split], names, n=1)
+            hint = f" (did you mean {module_name}.{close[0]}?)" if close else ""
+            raise RunnerError(f"{key}={path!r} is not valid: module {module_name} has no {parts[split]!r}{hint}. "
+                              f"Fix: {fix}.") from None
+        if not callable(found):
+            raise RunnerError(f"{key}={path!r} is not valid: it names a {type(found).__name__}, not a function or "
+                              f"class. Fix: {fix}.")
+        return found
+    raise RunnerError(f"{key}={path!r} could not be imported: no module {parts[0]!r} ({error}). Fix: {fix}.")
+
+
+def check_arguments(key: str, target: str, function: Callable[..., Any], given: Iterable[str],
+                    supplied: Iterable[str] = (), positional: int = 0) -> None:
+    """Every argument the config gives is one `function` takes, and every one it needs is given.
+
+    `supplied`: the arguments the runner passes itself (input_shape, learning_rate, ...); `positional`: how
+    many leading positional parameters the runner fills at call time (a loss's labels and logits)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check against
+        return
+    parameters = list(signature.parameters.values())[positional:]
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    named = {p.name: p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                            inspect.Parameter.KEYWORD_ONLY)}
+    supplied = set(supplied)
+    given = list(given)
+    for name in given:
+        if name in supplied:
+            raise RunnerError(
+                f"{key.rsplit('.', 1)[0]}.{name} is not valid: the runner passes {name} to {target} itself. "
+                f"Fix: remove {key.rsplit('.', 1)[0]}.{name} from the config.")
+        if name not in named and not accepts_any:
+            close = difflib.get_close_matches(name, list(named), n=1)
+            group = key.rsplit(".", 1)[0]
+            options = ", ".join(sorted(n for n in named if n not in supplied)) or "none"
+            raise RunnerError(
+                f"{group}.{name} is not valid: {target} takes no argument {name!r}"
+                + (f" (did you mean {group}.{close[0]}?)" if close else "")
+                + f"; its arguments are: {options}. Fix: "
+                + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}") + ".")
+    for name, parameter in named.items():
+        if parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
+            group = key.rsplit(".", 1)[0]
+            raise RunnerError(
+                f"{group}.{name} is missing: {target} needs the argument {name!r}. Fix: add +{group}.{name}=<value> "
+                "to the command, or to the config file of that option.")
+
+
+def call(key: str, target: str, build: Callable[[], Any]) -> Any:
+    """Run `build` (a call of the user's callable), turning what it raises into one paragraph."""
+    try:
+        return build()
+    except RunnerError:
+        raise
+    except Exception as error:
+        cause = error.__cause__ if type(error).__name__ == "InstantiationException" and error.__cause__ else error
+        message = " ".join(str(cause).split())
+        if len(message) > 400:
+            message = message[:400] + "..."
+        raise RunnerError(f"{key}={target!r} raised {type(cause).__name__} when the runner called it: {message}. "
+                          "Fix: correct the callable or the arguments its config gives it.") from None
+
+
+def check_components(settings: "Settings") -> None:
+    """Each `_target_` of a run imports and takes the arguments its config gives: one paragraph and exit 2
+    otherwise, before any run exists (the built-ins are checked without importing TensorFlow)."""
+    for component, supplied, positional in (
+        (settings.model, MODEL_ARGUMENTS, 0),
+        (settings.optimizer.component, OPTIMIZER_ARGUMENTS, 0),
+        (settings.schedule, SCHEDULE_ARGUMENTS, 0),
+        (settings.loss, (), LOSS_POSITIONAL),
+        (settings.dataset.component, (), 0),
+    ):
+        check_arguments(f"{component.group}._target_", component.target, component.resolve(), component.arguments,
+                        supplied, positional)

@@ -1,0 +1,90 @@
+"""What is trained, as one replica sees it (Model Garden's Task): the model, the optimizer and its learning
+rate, the per-example loss, and the model as it is exported. The components come from the config's
+`_target_`s (runner.components) and the data's description (runner.data.source.DataSpec); no strategy code
+lives here: the trainer builds the model and optimizer inside strategy.scope()."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from runner.components import Component, call
+from runner.data.source import DataSpec
+from runner.errors import RunnerError
+from runner.settings import OptimizerSettings, Settings
+from runner.training.lr_scaling import LinearWarmup
+
+class ClassificationTask:
+    """A classifier of `spec.num_classes` classes trained on per-example losses of its logits."""
+
+    def __init__(self, model: Component, optimizer: OptimizerSettings, schedule: Component, loss: Component,
+                 spec: DataSpec):
+        self.model = model
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.loss = loss
+        self.spec = spec
+        self._loss_function = loss.resolve()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, spec: DataSpec) -> "ClassificationTask":
+        return cls(settings.model, settings.optimizer, settings.schedule, settings.loss, spec)
+
+    def build_model(self) -> tf.keras.Model:
+        """The model callable's tf_keras model (call inside strategy.scope()), its variables created."""
+        key, target = "model._target_", self.model.target
+        model = call(key, target, lambda: self.model.instantiate(input_shape=tuple(self.spec.input_shape),
+                                                                 num_classes=self.spec.num_classes))
+        if not isinstance(model, tf.keras.Model):
+            kind = f"{type(model).__module__}.{type(model).__qualname__}"
+            if kind.startswith("keras.") or kind.startswith("keras_"):
+                raise RunnerError(
+                    f"{key}={target!r} built a Keras 3 model ({kind}). The runner trains tf_keras (Keras 2) models: "
+                    "Keras 3 loses updates under ParameterServerStrategy and does not support MultiWorkerMirrored "
+                    "custom loops. Fix: build the model with `from tensorflow import keras` (which the runner makes "
+                    "tf_keras) or `import tf_keras as keras`, not `import keras`.")
+            raise RunnerError(f"{key}={target!r} returned {kind}, not a tf_keras model. Fix: return a "
+                              "tf.keras.Model (Sequential, functional or subclassed) that outputs logits.")
+        if not model.built:  # a subclassed model makes its variables when first called
+            call(key, target, lambda: model(tf.zeros((1, *self.spec.input_shape)), training=False))
+        outputs = call(key, target, lambda: model.compute_output_shape((None, *self.spec.input_shape)))
+        if tuple(outputs)[-1:] != (self.spec.num_classes,):
+            raise RunnerError(
+                f"{key}={target!r} outputs shape {tuple(outputs)} for inputs {tuple(self.spec.input_shape)}, but the "
+                f"data has {self.spec.num_classes} classes. Fix: end the model with a layer of num_classes units "
+                "(the callable receives num_classes), giving logits.")
+        return model
+
+    def learning_rate(self, effective: float, total_steps: int, warmup_steps: int):
+        """The schedule's rate (or schedule) from the effective rate, ramped up by lr_scaling's warm-up."""
+        key, target = "schedule._target_", self.schedule.target
+        rate = call(key, target, lambda: self.schedule.instantiate(learning_rate=effective, total_steps=total_steps))
+        return LinearWarmup(rate, warmup_steps) if warmup_steps > 0 else rate
+
+    def build_optimizer(self, learning_rate) -> tf.keras.optimizers.Optimizer:
+        key, target = "optimizer._target_", self.optimizer.component.target
+        optimizer = call(key, target, lambda: self.optimizer.component.instantiate(learning_rate=learning_rate))
+        if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
+            raise RunnerError(f"{key}={target!r} returned {type(optimizer).__module__}.{type(optimizer).__qualname__}, "
+                              "not a tf_keras optimizer. Fix: return a tf.keras.optimizers.Optimizer built with "
+                              "`from tensorflow import keras` or `import tf_keras as keras`.")
+        return optimizer
+
+    def per_example_loss(self, labels, logits):
+        """One loss per example; the replica step averages them over the global batch."""
+        return self._loss_function(labels, logits, **self.loss.arguments)
+
+    def export_model(self, model: tf.keras.Model) -> tf.keras.Model:
+        """`model` (its weights shared, not copied) behind what the runner does to raw inputs, with a softmax on
+        its logits: inputs as the data holds them in (e.g. uint8 pixels, (n, 28, 28)), class probabilities out.
+
+        Normalization with mean 0 and variance scale**2 computes x / sqrt(scale**2) = x / scale, the very float32
+        division of runner.data.in_memory.to_model_input (Rescaling's x * (1 / 255) differs from it in the last bit
+        for 126 of the 256 pixel values). The added layers compute in float32 whatever the mixed-precision policy,
+        as the input pipeline does."""
+        spec = self.spec
+        raw = tf.keras.Input(shape=spec.raw_shape, dtype=spec.raw_dtype, name="images")
+        scaled = tf.keras.layers.Normalization(mean=0.0, variance=spec.scale ** 2, dtype="float32", name="scale")(raw)
+        if tuple(spec.raw_shape) != tuple(spec.input_shape):
+            scaled = tf.keras.layers.Reshape(spec.input_shape, dtype="float32", name="channel")(scaled)
+        probabilities = tf.keras.layers.Softmax(dtype="float32", name="probabilities")(model(scaled))
+        return tf.keras.Model(raw, probabilities, name=f"{spec.name}_classifier")
