@@ -10,14 +10,15 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.data.source import TrainingData
-from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
+from runner.training.actions import LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
+from runner.training.checkpoints import Checkpointer
 from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.training.determinism import make_deterministic
 from runner.training.controller import Controller, EpochResult, make_evaluate
@@ -25,7 +26,6 @@ from runner.errors import RunnerError
 from runner.training.loop import CoordinatorLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
-from runner.plots import plot_curves
 from runner.clusters.preemption import Preempted, PreemptionGuard
 from runner.training.progress import EpochProgress
 from runner.settings import Settings
@@ -33,6 +33,7 @@ from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, gpu_models
 from runner.training.task import ClassificationTask
 from runner.tracking.common import NullTracker, flatten
+from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.provenance import GPU_TAG
 
 log = logging.getLogger("runner")
@@ -64,48 +65,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     caller closes); None: an MlflowTracker in this process.
     """
     os.makedirs(run_dir, exist_ok=True)
-    strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
-    if settings.runtime.deterministic:
-        make_deterministic(settings.runtime, settings.seed)
-    training_data = load_data(settings.dataset, settings.seed)
-    experiment = ClassificationTask.from_settings(settings, training_data.spec)
-    replicas = strategy.num_replicas_in_sync
-    global_batch = settings.batch * replicas
-    steps_per_epoch = settings.loop.steps_per_epoch or _steps_per_epoch(training_data, global_batch)
-    target_lr = effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling)
-
-    policy = settings.runtime.mixed_precision
-    tf.keras.mixed_precision.set_global_policy(policy or "float32")
-    with strategy.scope():
-        tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
-        rate = experiment.learning_rate(target_lr, steps_per_epoch * settings.epochs,
-                                   warmup_steps(steps_per_epoch, settings.lr_scaling))
-        state = TrainingState.create(
-            experiment.build_model,
-            lambda variables: prepare_optimizer(experiment.build_optimizer(rate), variables,
-                                                loss_scaling=policy == "mixed_float16"),
-        )
-    steps = ReplicaSteps(strategy, state, global_batch, experiment.per_example_loss,
-                         jit_compile=settings.runtime.jit_compile)
-    checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
-                                scratch=not task.chief)
-    done_epochs = _resume(settings, checkpointer, run_dir)
-
-    def distributed_train_dataset(**epochs):
-        return strategy.experimental_distribute_dataset(
-            training_data.train_dataset(global_batch, settings.seed, **epochs))
-
-    test_batches = training_data.test_dataset(global_batch)
-    if settings.strategy.name == "parameter_server":
-        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        loop = CoordinatorLoop(steps, coordinator, _worker_dataset_fn(training_data, global_batch, settings.seed),
-                               steps_per_epoch)
-        evaluate = make_evaluate(steps, test_batches, inline=True)
-    else:
-        loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
-                         settings.loop.steps_per_call, done_epochs)
-        evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
-
+    trainer = Trainer.build(settings, run_dir, task)
     if not task.chief:
         tracker = NullTracker()
     elif tracker is None:
@@ -113,95 +73,149 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         from runner.tracking.mlflow_tracker import MlflowTracker
 
         tracker = MlflowTracker(settings.mlflow)
-    guard = PreemptionGuard()
-    controller = Controller(state, loop, evaluate, checkpointer,
-                            EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
-                            settings.epochs, guard)
-    with guard.installed():
-        with guard.deferred():
-            run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
-                                             "global_batch_size": global_batch, "learning_rate": target_lr},
-                                   tags={GPU_TAG: ", ".join(gpu_models()) or "none"})
-        if task.chief:
-            log.info("MLflow run %s in experiment %r at %s; outputs in %s",
-                     run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
+    return trainer.train(settings, config, overrides, tracker)
+
+
+@dataclass
+class Trainer:
+    """Everything a job trains with, built before its MLflow run exists: a setup error leaves no run behind."""
+
+    run_dir: str
+    task: Task
+    strategy: tf.distribute.Strategy
+    data: TrainingData
+    experiment: ClassificationTask
+    state: TrainingState
+    loop: Any
+    evaluate: Callable[[], None]
+    test_batches: tf.data.Dataset
+    checkpointer: Checkpointer
+    done_epochs: int  # epochs restored from the run directory's checkpoints (0: a fresh run)
+    global_batch: int
+    steps_per_epoch: int
+    learning_rate: float  # the effective rate: optimizer.lr scaled by lr_scaling
+
+    @classmethod
+    def build(cls, settings: Settings, run_dir: str, task: Task) -> "Trainer":
+        """settings -> strategy -> data -> task -> state in scope -> steps -> loop, restored from run_dir."""
+        strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
+        if settings.runtime.deterministic:
+            make_deterministic(settings.runtime, settings.seed)
+        training_data = load_data(settings.dataset, settings.seed)
+        experiment = ClassificationTask.from_settings(settings, training_data.spec)
+        global_batch = settings.batch * strategy.num_replicas_in_sync
+        steps_per_epoch = settings.loop.steps_per_epoch or _steps_per_epoch(training_data, global_batch)
+        target_lr = effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling)
+
+        policy = settings.runtime.mixed_precision
+        tf.keras.mixed_precision.set_global_policy(policy or "float32")
+        with strategy.scope():
+            tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
+            rate = experiment.learning_rate(target_lr, steps_per_epoch * settings.epochs,
+                                            warmup_steps(steps_per_epoch, settings.lr_scaling))
+            state = TrainingState.create(
+                experiment.build_model,
+                lambda variables: prepare_optimizer(experiment.build_optimizer(rate), variables,
+                                                    loss_scaling=policy == "mixed_float16"),
+            )
+        steps = ReplicaSteps(strategy, state, global_batch, experiment.per_example_loss,
+                             jit_compile=settings.runtime.jit_compile)
+        checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
+                                    scratch=not task.chief)
+        done_epochs = _resume(settings, checkpointer, run_dir)
+
+        def distributed_train_dataset(**epochs):
+            return strategy.experimental_distribute_dataset(
+                training_data.train_dataset(global_batch, settings.seed, **epochs))
+
+        test_batches = training_data.test_dataset(global_batch)
+        if settings.strategy.name == "parameter_server":
+            coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+            loop = CoordinatorLoop(steps, coordinator, _worker_dataset_fn(training_data, global_batch, settings.seed),
+                                   steps_per_epoch)
+            evaluate = make_evaluate(steps, test_batches, inline=True)
         else:
-            log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
-        log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
-                 settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch,
-                 f"; resuming after epoch {done_epochs} from {checkpointer.latest}" if done_epochs else "")
-        exported = None  # the model this invocation logs
+            loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
+                             settings.loop.steps_per_call, done_epochs)
+            evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+        return cls(run_dir, task, strategy, training_data, experiment, state, loop, evaluate, test_batches,
+                   checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr)
 
-        def forget_model() -> None:
-            """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
-            logged by this invocation, or by an earlier one that had trained every epoch."""
-            if task.chief and (exported is not None or done_epochs >= settings.epochs):
-                from runner.tracking.model_export import discard_run_model
+    def end_actions(self, settings: Settings, config: Mapping[str, Any], tracker, run_id: str) -> list:
+        """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration."""
+        if not self.task.chief:  # the kept checkpoint is the chief's
+            return []
+        restored = RestoreAndEvaluate(self.checkpointer, self.experiment.build_model, self.test_batches, tracker,
+                                      settings.epochs)
+        actions: list = [restored, PlotCurves(tracker, curves_path(self.run_dir),
+                                              f"{settings.strategy.name}, global batch {self.global_batch}")]
+        if settings.mlflow.log_model:
+            actions.append(LogModel(restored, self.experiment.export_model, self.data.raw_examples(5), tracker, run_id,
+                                    settings.epochs))
+        if settings.mlflow.register:
+            from runner.sweeps.callback import lower_is_better, objective_name
 
-                discard_run_model(tracker.tracking_uri, run_id)
+            objective = objective_name(config)
+            actions.append(RegisterModel(settings.mlflow.registered_model_name, objective, lower_is_better(objective),
+                                         tracker, run_id))
+        return actions
 
-        try:
+    def train(self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker) -> RunResult:
+        """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
+        task, checkpointer, replicas = self.task, self.checkpointer, self.strategy.num_replicas_in_sync
+        guard = PreemptionGuard()
+        with guard.installed():
             with guard.deferred():
-                tracker.log_text(_to_yaml(config), "config.yaml")
-                tracker.log_inputs(training_data.inputs())
-                tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
-            history = controller.run()
-            eval_accuracy, histories = float("nan"), {}
-            with guard.deferred():
-                if task.chief:  # the kept checkpoint is the chief's
-                    restored = restore_without_strategy(checkpointer.latest, experiment.build_model)
-                    eval_accuracy = evaluate_accuracy(restored, test_batches)
-                    tracker.log_metrics({"eval_accuracy": eval_accuracy}, step=settings.epochs)
-                    log.info("restored %s without a strategy: eval_accuracy %.4f", checkpointer.latest, eval_accuracy)
-                    histories = tracker.metric_histories()
-                    tracker.log_artifact(plot_curves(histories, os.path.join(run_dir, "curves.png"),
-                                                     title=f"{settings.strategy.name}, global batch {global_batch}"))
-                    if settings.mlflow.log_model:
-                        # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
-                        from runner.tracking.model_export import LOG_SECONDS, log_run_model
+                run_id = tracker.start(self.run_dir, {**flatten(config), "num_replicas": replicas,
+                                                      "global_batch_size": self.global_batch,
+                                                      "learning_rate": self.learning_rate},
+                                       tags={GPU_TAG: ", ".join(gpu_models()) or "none"})
+            if task.chief:
+                log.info("MLflow run %s in experiment %r at %s; outputs in %s",
+                         run_id, settings.mlflow.experiment_name, tracker.tracking_uri, self.run_dir)
+            else:
+                log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
+            log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
+                     settings.strategy.name, replicas, self.global_batch, self.learning_rate, self.steps_per_epoch,
+                     f"; resuming after epoch {self.done_epochs} from {checkpointer.latest}" if self.done_epochs
+                     else "")
+            actions = self.end_actions(settings, config, tracker, run_id)
+            controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
+                                    EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
+                                    settings.epochs, guard, end_actions=actions)
 
-                        exported = log_run_model(experiment.export_model(restored), tracker.tracking_uri, run_id,
-                                                 settings.epochs, training_data.raw_examples(5))
-                        if exported.logged:
-                            tracker.log_metrics({LOG_SECONDS: exported.seconds}, step=settings.epochs)
-                    if settings.mlflow.register:
-                        _register(settings, config, tracker.tracking_uri, run_id, tracker.metric_histories())
-        except Preempted as error:
-            forget_model()
-            tracker.finish(error, resumable=True)
-            raise Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
-                            f"and resumable: re-run the same command with hydra.run.dir={run_dir}") from None
-        except _PEER_FAILURES as error:
-            forget_model()
-            if task.type is None:  # one process: no peer to blame
-                tracker.finish(error)
-                raise
-            failure = _peer_failure(error, task, controller.epoch, checkpointer.latest, run_dir)
-            tracker.finish(failure)
-            # Free TensorFlow's frames now: they hold the thread pool of the aborted all-reduce, which would
-            # otherwise be collected at interpreter exit and print its own traceback after our paragraph.
-            error.__traceback__ = None
-            raise failure from None
-        except BaseException as error:
-            forget_model()
-            tracker.finish(error)
-            raise
-        tracker.finish()
-    final_metrics = {key: points[-1][1] for key, points in histories.items()}
-    return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, global_batch, target_lr)
+            def discard_model() -> None:
+                """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
+                logged by this invocation, or by an earlier one that had trained every epoch."""
+                logged = any(isinstance(action, LogModel) and action.logged is not None for action in actions)
+                if task.chief and (logged or self.done_epochs >= settings.epochs):
+                    from runner.tracking.model_export import discard_run_model
 
+                    discard_run_model(tracker.tracking_uri, run_id)
 
-def _register(settings: Settings, config: Mapping[str, Any], tracking_uri: str, run_id: str,
-              histories: Mapping[str, list[tuple[int, float]]]) -> None:
-    """mlflow.register=true: the run's model as a new version, compared on sweep.objective."""
-    from mlflow.tracking import MlflowClient
+            def explain(error: BaseException) -> BaseException:
+                if isinstance(error, Preempted):
+                    return Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is "
+                                     f"KILLED and resumable: re-run the same command with hydra.run.dir={self.run_dir}")
+                if isinstance(error, _PEER_FAILURES) and task.type is not None:  # one process: no peer to blame
+                    failure = _peer_failure(error, task, controller.epoch, checkpointer.latest, self.run_dir)
+                    # Free TensorFlow's frames now: they hold the thread pool of the aborted all-reduce, which would
+                    # otherwise be collected at interpreter exit and print its own traceback after our paragraph.
+                    error.__traceback__ = None
+                    return failure
+                return error
 
-    from runner.sweeps.callback import lower_is_better, objective_name
-    from runner.tracking.registry import register_run_model
-
-    objective = objective_name(config)
-    register_run_model(MlflowClient(tracking_uri), settings.mlflow.registered_model_name, run_id, objective,
-                       histories[objective][-1][1], lower_is_better(objective))
+            with RunLifecycle(tracker, discard_model, explain):
+                with guard.deferred():
+                    tracker.log_text(_to_yaml(config), "config.yaml")
+                    tracker.log_inputs(self.data.inputs())
+                    tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
+                history = controller.run()
+                histories = tracker.metric_histories() if task.chief else {}
+        final_metrics = {key: points[-1][1] for key, points in histories.items()}
+        eval_accuracy = actions[0].accuracy if actions else float("nan")
+        return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, self.global_batch,
+                         self.learning_rate)
 
 
 # What a collective or a remote op raises when another task of the cluster died or stopped answering.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Callable, Protocol, Sequence
 
 import tensorflow as tf
 
@@ -62,7 +62,9 @@ class _StepBoundaries:
 
 class Controller:
     def __init__(self, state: TrainingState, loop, evaluate, checkpointer, progress, listeners, epochs: int,
-                 guard: PreemptionGuard | None = None):
+                 guard: PreemptionGuard | None = None, end_actions: Sequence[Callable[[list[EpochResult]], None]] = ()):
+        """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
+        a SIGTERM waits for them."""
         self.state = state
         self.loop = loop
         self.evaluate = evaluate
@@ -71,6 +73,7 @@ class Controller:
         self.listeners = list(listeners)
         self.epochs = epochs
         self.guard = guard or PreemptionGuard()
+        self.end_actions = list(end_actions)
         self.epoch: int | None = None  # the epoch being trained, once training has started
 
     def train_one_epoch(self, epoch: int) -> EpochResult:
@@ -136,6 +139,9 @@ class Controller:
             with self.guard.deferred():
                 self._save_checkpoint(int(self.state.epoch.numpy()))
             raise
+        with self.guard.deferred():
+            for action in self.end_actions:
+                action(history)
         return history
 
 

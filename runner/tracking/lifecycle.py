@@ -1,0 +1,49 @@
+"""A job's MLflow run from its start to its end, in one place.
+
+On the way out of its block the run ends FINISHED, KILLED and resumable (a preemption), or FAILED with its
+error in the `error` tag; a run that does not finish keeps no model. A step of that clean-up that fails (the
+tracking server refusing to delete the model, say) is reported in one warning line and never keeps the run
+from ending, nor hides the error that ended it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from runner.clusters.preemption import Preempted
+
+log = logging.getLogger("runner")
+
+
+class RunLifecycle:
+    def __init__(self, tracker, discard_model: Callable[[], None] = lambda: None,
+                 explain: Callable[[BaseException], BaseException] = lambda error: error):
+        """`discard_model`: delete the run's model (a run that does not finish has none); `explain`: the error
+        as the user should read it (the same error, or a one-paragraph RunnerError that replaces it)."""
+        self.tracker = tracker
+        self.discard_model = discard_model
+        self.explain = explain
+
+    def __enter__(self) -> "RunLifecycle":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is None:
+            self.tracker.finish()
+            return False
+        explained = self.explain(error)
+        _reported("discarding the model of the run that did not finish", self.discard_model)
+        resumable = isinstance(explained, Preempted)
+        _reported("ending the MLflow run", lambda: self.tracker.finish(explained, resumable=resumable))
+        if explained is not error:
+            raise explained from None
+        return False
+
+
+def _reported(what: str, step: Callable[[], None]) -> None:
+    try:
+        step()
+    except Exception as failure:  # a clean-up step never hides the error that ended the run
+        log.warning("%s failed (%s: %s); the run's own error follows", what, type(failure).__name__,
+                    " ".join(str(failure).split())[:300])

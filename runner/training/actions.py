@@ -1,0 +1,95 @@
+"""What the controller does once the last epoch is trained (Orbit's actions): each a callable on the run's
+history, run in order, none of them special-casing a model or a dataset."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable
+
+import tensorflow as tf
+
+from runner.plots import plot_curves
+from runner.training.checkpoints import evaluate_accuracy, restore_without_strategy
+
+log = logging.getLogger("runner")
+
+
+class RestoreAndEvaluate:
+    """The tutorial's last step: the newest checkpoint restored into a fresh model without any strategy, and its
+    accuracy on the test set logged as `eval_accuracy`."""
+
+    def __init__(self, checkpointer, build_model: Callable[[], tf.keras.Model], test_batches: tf.data.Dataset,
+                 tracker, step: int):
+        self.checkpointer = checkpointer
+        self.build_model = build_model
+        self.test_batches = test_batches
+        self.tracker = tracker
+        self.step = step
+        self.model: tf.keras.Model | None = None
+        self.accuracy = float("nan")
+
+    def __call__(self, history) -> None:
+        self.model = restore_without_strategy(self.checkpointer.latest, self.build_model)
+        self.accuracy = evaluate_accuracy(self.model, self.test_batches)
+        self.tracker.log_metrics({"eval_accuracy": self.accuracy}, step=self.step)
+        log.info("restored %s without a strategy: eval_accuracy %.4f", self.checkpointer.latest, self.accuracy)
+
+
+class PlotCurves:
+    """curves.png: the run's per-epoch metrics, whichever invocation logged them, in the run directory and MLflow."""
+
+    def __init__(self, tracker, path: str, title: str):
+        self.tracker = tracker
+        self.path = path
+        self.title = title
+
+    def __call__(self, history) -> None:
+        self.tracker.log_artifact(plot_curves(self.tracker.metric_histories(), self.path, title=self.title))
+
+
+class LogModel:
+    """The restored model behind the task's raw-input export, as the run's MLflow Model."""
+
+    def __init__(self, restored: RestoreAndEvaluate, export: Callable[[tf.keras.Model], tf.keras.Model],
+                 raw_examples, tracker, run_id: str, step: int):
+        self.restored = restored
+        self.export = export
+        self.raw_examples = raw_examples
+        self.tracker = tracker
+        self.run_id = run_id
+        self.step = step
+        self.logged = None  # the ExportedModel, once logged
+
+    def __call__(self, history) -> None:
+        # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
+        from runner.tracking.model_export import LOG_SECONDS, log_run_model
+
+        self.logged = log_run_model(self.export(self.restored.model), self.tracker.tracking_uri, self.run_id,
+                                    self.step, self.raw_examples)
+        if self.logged.logged:
+            self.tracker.log_metrics({LOG_SECONDS: self.logged.seconds}, step=self.step)
+
+
+class RegisterModel:
+    """mlflow.register=true: the run's model as a new version of the registered model, compared on the objective."""
+
+    def __init__(self, name: str, objective: str, lower_is_better: bool, tracker, run_id: str):
+        self.name = name
+        self.objective = objective
+        self.lower_is_better = lower_is_better
+        self.tracker = tracker
+        self.run_id = run_id
+
+    def __call__(self, history) -> None:
+        from mlflow.tracking import MlflowClient
+
+        from runner.tracking.registry import register_run_model
+
+        value = self.tracker.metric_histories()[self.objective][-1][1]
+        register_run_model(MlflowClient(self.tracker.tracking_uri), self.name, self.run_id, self.objective, value,
+                           self.lower_is_better)
+
+
+def curves_path(run_dir: str) -> str:
+    return os.path.join(run_dir, "curves.png")

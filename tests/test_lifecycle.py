@@ -1,0 +1,72 @@
+"""A run's lifecycle (runner.tracking.lifecycle) on a real MLflow store: however a job's work ends, its run ends
+with the right status, and a failing clean-up step is reported, never the reason a run stays open."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from conftest import mlflow_client
+from runner.clusters.preemption import Preempted
+from runner.errors import RunnerError
+from runner.settings import MlflowSettings
+from runner.tracking.lifecycle import RunLifecycle
+from runner.tracking.mlflow_tracker import MlflowTracker
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    tracker = MlflowTracker(MlflowSettings(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                           experiment_name="lifecycle", run_name=None))
+    tracker.start(str(tmp_path), {"batch": 64})
+    return tracker
+
+
+def _run(tracker):
+    return mlflow_client(tracker.tracking_uri).get_run(tracker.run_id)
+
+
+def test_a_block_that_ends_normally_finishes_the_run(tracker):
+    with RunLifecycle(tracker):
+        pass
+    assert _run(tracker).info.status == "FINISHED"
+
+
+def test_a_failing_clean_up_is_reported_and_the_run_still_ends_failed_with_its_own_error(tracker, caplog):
+    """As when the registry refuses a registration (403) and then the deletion of the run's model (403 again)."""
+
+    def discard_model():
+        raise PermissionError("403 Forbidden: may not delete the model")
+
+    with caplog.at_level(logging.WARNING, logger="runner"), pytest.raises(PermissionError, match="register"):
+        with RunLifecycle(tracker, discard_model):
+            raise PermissionError("403 Forbidden: may not register")
+    run = _run(tracker)
+    assert run.info.status == "FAILED"
+    assert "may not register" in run.data.tags["error"]
+    assert any("discarding the model" in record.getMessage() and "may not delete" in record.getMessage()
+               for record in caplog.records)
+
+
+def test_a_preemption_ends_killed_and_resumable_with_the_explained_words(tracker):
+    def explain(error):
+        return Preempted("stopped by SIGTERM after saving ckpt-3") if isinstance(error, Preempted) else error
+
+    with pytest.raises(Preempted, match="after saving ckpt-3"):
+        with RunLifecycle(tracker, explain=explain):
+            raise Preempted("received SIGTERM")
+    run = _run(tracker)
+    assert (run.info.status, run.data.tags["resumable"]) == ("KILLED", "true")
+    assert "after saving ckpt-3" in run.data.tags["error"]
+
+
+def test_an_explained_error_replaces_the_original_in_the_run_and_for_the_caller(tracker):
+    def explain(error):
+        return RunnerError("another task of the cluster failed. Fix: restart it.")
+
+    with pytest.raises(RunnerError, match="another task") as raised:
+        with RunLifecycle(tracker, explain=explain):
+            raise ConnectionError("socket closed")
+    assert raised.value.__suppress_context__
+    assert "another task" in _run(tracker).data.tags["error"]
