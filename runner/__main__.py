@@ -45,7 +45,7 @@ def main(cfg: DictConfig) -> float:
         check_components(settings)
         # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
         # user's credentials (401) or run (403), stops the job in a fraction of a second.
-        check_server(settings.mlflow)
+        check_server(settings.mlflow, registers=settings.mlflow.register)
         if settings.cluster.kind == "local":
             # This process starts and watches the cluster's tasks; its chief trains and writes the result.
             from runner.clusters.local import launch

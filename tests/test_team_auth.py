@@ -21,7 +21,8 @@ MODEL = "synthetic"  # its mlflow.registered_model_name: the dataset's name
 ADMIN = BasicAuth(database_uri="", admin_password="admin-test-password")
 READER = ("reader", "reader-secret-password")
 TRAINER = ("trainer", "trainer-secret-password")
-PASSWORDS = (ADMIN.admin_password, READER[1], TRAINER[1], "wrong-secret-password")
+COLLEAGUE = ("colleague", "colleague-secret-password")  # EDIT on the experiment, nothing on the trainer's model
+PASSWORDS = (ADMIN.admin_password, READER[1], TRAINER[1], COLLEAGUE[1], "wrong-secret-password")
 # Each refusal comes before TensorFlow is imported: far quicker than any training run.
 REFUSAL_SECONDS = 60
 
@@ -65,7 +66,7 @@ def server(workdir):
         with _as(ADMIN.admin_username, ADMIN.admin_password):
             experiment_id = mlflow_client(mlflow_server.url).create_experiment(EXPERIMENT)
             users = get_app_client("basic-auth", tracking_uri=mlflow_server.url)
-            for (name, password), permission in ((READER, "READ"), (TRAINER, "EDIT")):
+            for (name, password), permission in ((READER, "READ"), (TRAINER, "EDIT"), (COLLEAGUE, "EDIT")):
                 users.create_user(name, password)
                 users.grant_user_permission(name, "experiment", experiment_id, permission)
         yield mlflow_server
@@ -156,3 +157,21 @@ def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server
     assert len(recorded) > 10
     for text in recorded:
         assert not any(password in text for password in PASSWORDS), text[:500]
+
+
+def test_a_colleague_who_may_not_add_versions_of_the_model_is_refused_before_training(server, workdir):
+    """The trainer's sweep above created the registered model, so the trainer manages it: the colleague, who may
+    edit the experiment, would train for nothing and get 403 at registration. Refused before anything runs."""
+    with _as(*TRAINER):
+        mlflow_client(server.url).get_registered_model(MODEL)  # the editor's sweep registered it
+    before = len(_runs(server))
+    started = time.monotonic()
+    done = run_cli(*TINY, WITH_MODEL, "strategy=one_device", "mlflow.register=true", f"mlflow.tracking_uri={server.url}",
+                   f"hydra.run.dir={workdir / 'colleague'}", cwd=workdir, env=_credentials(*COLLEAGUE))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert time.monotonic() - started < REFUSAL_SECONDS
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert "would refuse to register this run's model for user 'colleague' (403 Forbidden)" in error
+    assert f"grant 'colleague' EDIT on the registered model '{MODEL}'" in error
+    assert len(_runs(server)) == before
+    assert COLLEAGUE[1] not in done.stdout + done.stderr

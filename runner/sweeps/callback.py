@@ -126,7 +126,8 @@ class SweepCallback(Callback):
             sweep_seeds(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
-            check_server(mlflow_settings(config))  # also refuses an empty experiment name, a bad model name, ...
+            tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
+            check_server(tracking, registers=tracking.log_model)
             check_before_sweep(config)
             configure(is_verbose(config.get("verbose"), config.hydra.verbose))  # before MLflow is imported
             parent_id = start_parent_run(config)

@@ -22,8 +22,9 @@ from runner.settings import MlflowSettings, refuse_credentials_in_uri
 USERNAME_VARIABLE = "MLFLOW_TRACKING_USERNAME"
 PASSWORD_VARIABLE = "MLFLOW_TRACKING_PASSWORD"
 TOKEN_VARIABLE = "MLFLOW_TRACKING_TOKEN"
-# MLflow basic-auth's permissions that may create runs in an experiment (READ and USE may not).
-_CAN_CREATE_RUNS = ("EDIT", "MANAGE")
+# MLflow basic-auth's permissions that may create runs in an experiment, or versions of a registered model
+# (READ and USE may not).
+_CAN_WRITE = ("EDIT", "MANAGE")
 
 
 def tracking_server(settings: MlflowSettings) -> str | None:
@@ -37,9 +38,10 @@ def tracking_server(settings: MlflowSettings) -> str | None:
     return uri.rstrip("/") if uri and uri.startswith(("http://", "https://")) else None
 
 
-def check_server(settings: MlflowSettings, timeout: float = 10.0) -> None:
+def check_server(settings: MlflowSettings, timeout: float = 10.0, registers: bool = False) -> None:
     """Fail fast, in one paragraph, when the server does not answer (MLflow itself retries for minutes), refuses
-    the credentials (401), or would refuse to create this user's run in the experiment (403)."""
+    the credentials (401), or would refuse to create this user's run in the experiment (403), or, for a job that
+    will register its model (`registers`: a sweep, or mlflow.register=true), a version of the registered model."""
     server = tracking_server(settings)
     if server is None:
         return
@@ -60,21 +62,34 @@ def check_server(settings: MlflowSettings, timeout: float = 10.0) -> None:
         raise access.unauthenticated()
     if status == 403:
         raise access.forbidden(f"it may not even read experiment {name!r}")
-    if status != 200:  # no such experiment yet: the run creates it and its creator manages it
+    if status == 200 and access.username is not None:  # no such experiment yet: the run creates it and manages it
+        experiment_id = body["experiment"]["experiment_id"]
+        permission = access.permission("experiment", experiment_id)
+        if permission is not None and permission not in _CAN_WRITE and not access.is_admin():
+            raise access.forbidden(
+                f"it has {permission} permission on experiment {name!r} (id {experiment_id}), and creating a run "
+                f"there takes {' or '.join(_CAN_WRITE)}")
+    if registers and access.username is not None:
+        _check_registration(access, settings.registered_model_name)
+
+
+def _check_registration(access: "_Access", model: str) -> None:
+    """The registered model's permissions stop at the model: its creator manages it, and another user who may edit
+    the experiment still gets 403 when the run registers, after it trained. Refused here instead."""
+    status, _ = access.get("/api/2.0/mlflow/registered-models/get", name=model)
+    if status != 200:  # no such model yet: this run creates it, and its user then manages it
         return
-    experiment_id = body["experiment"]["experiment_id"]
-    if access.username is None:
+    permission = access.permission("registered_model", model)
+    if permission is None or permission in _CAN_WRITE or access.is_admin():
         return
-    status, body = access.get("/api/3.0/mlflow/users/permissions/get", username=access.username,
-                              resource_type="experiment", resource_id=experiment_id)
-    if status != 200 or body.get("permission") in _CAN_CREATE_RUNS:  # 404: a server without basic-auth
-        return
-    status, current = access.get("/api/2.0/mlflow/users/current")
-    if status == 200 and current.get("user", {}).get("is_admin"):
-        return
-    raise access.forbidden(
-        f"it has {body.get('permission', 'no')} permission on experiment {name!r} (id {experiment_id}), and "
-        f"creating a run there takes {' or '.join(_CAN_CREATE_RUNS)}")
+    who = repr(access.username)
+    raise RunnerError(
+        f"the tracking server {access.server} would refuse to register this run's model for user {who} (403 "
+        f"Forbidden): it has {permission} permission on the registered model {model!r}, which another user "
+        f"created, and adding a version takes {' or '.join(_CAN_WRITE)}. Fix: ask an admin of the server (or the "
+        f"model's creator) to grant {who} EDIT on the registered model {model!r} (README, Team setup), or pass "
+        "mlflow.registered_model_name=<a model you may edit>, or mlflow.register=false for a single run; nothing "
+        "was tracked.")
 
 
 class _Access:
@@ -109,6 +124,16 @@ class _Access:
             raise RunnerError(
                 f"mlflow.tracking_uri={self.server!r} stopped answering ({path}: {getattr(error, 'reason', error)})."
                 " Fix: check that the tracking server is up (README, Team setup), then re-run.") from None
+
+    def permission(self, resource_type: str, resource_id: str) -> str | None:
+        """This user's permission on a resource, or None where the server cannot say (no basic-auth: 404)."""
+        status, body = self.get("/api/3.0/mlflow/users/permissions/get", username=self.username or "",
+                                resource_type=resource_type, resource_id=resource_id)
+        return body.get("permission") if status == 200 else None
+
+    def is_admin(self) -> bool:
+        status, current = self.get("/api/2.0/mlflow/users/current")
+        return status == 200 and bool(current.get("user", {}).get("is_admin"))
 
     def unauthenticated(self) -> RunnerError:
         how = (f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE} to your account's name and password (the server's "
