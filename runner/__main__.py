@@ -12,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import runner  # noqa: F401  (selects tf_keras before TensorFlow is imported)
-from runner.errors import RunnerError
+from runner.errors import RunnerError, report
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
@@ -72,10 +72,10 @@ def main(cfg: DictConfig) -> float:
             if tracker is not None:
                 tracker.close()
     except RunnerError as error:
-        print(f"error: {error}", file=sys.stderr)
+        report("error", error)
         sys.exit(2)
     except Preempted as stop:
-        print(f"preempted: {stop}", file=sys.stderr)
+        report("preempted", stop)
         sys.exit(PREEMPTED_EXIT_CODE)
     if not task.chief:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
@@ -103,6 +103,6 @@ if __name__ == "__main__":
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
     except RunnerError as error:
-        print(f"error: {error}", file=sys.stderr)
+        report("error", error)
         sys.exit(2)
     main()

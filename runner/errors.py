@@ -3,3 +3,27 @@
 
 class RunnerError(Exception):
     """A user-facing error: its message is one paragraph naming the bad value and the fix."""
+
+
+def report(kind: str, message: object) -> None:
+    """The paragraph a job ends with ("error: ...", "preempted: ..."): on the terminal on a line of its own, even
+    while a progress bar is drawn there, and as the last line of the run's log file (Hydra's runner.log)."""
+    import logging
+    import sys
+
+    from tqdm import tqdm
+
+    text = f"{kind}: {message}"
+    # A progress bar still drawn ends its line first, so the paragraph starts a line of its own (which is where
+    # whoever reads the terminal, or a supervisor reading stderr, looks for it).
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+    print(text, file=sys.stderr, flush=True)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.acquire()
+            try:
+                handler.stream.write(text + "\n")
+                handler.flush()
+            finally:
+                handler.release()

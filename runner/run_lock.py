@@ -27,7 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner.clusters.roles import is_chief
-from runner.errors import RunnerError
+from runner.errors import RunnerError, report
 
 LOCK_FILE = ".runner.lock"
 
@@ -44,7 +44,7 @@ class RunDirectoryLock(Callback):
             hold(os.path.abspath(str(config.hydra.run.dir)))
         except RunnerError as error:
             # A callback's exceptions only become warnings in Hydra; SystemExit is what stops the command.
-            print(f"error: {error}", file=sys.stderr)
+            report("error", error)
             sys.exit(2)
 
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from runner.errors import RunnerError
+from runner.errors import RunnerError, report
 from runner.job_result import RESULT_FILE, read_result
 from runner.settings import ClusterSettings, Settings
 from runner.tracking.common import RUN_ID_FILE
@@ -103,7 +103,7 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
                  f"chief first (it saves a checkpoint when it can). Fix: re-run the same command with "
                  f"hydra.run.dir={run_dir} to resume from the last checkpoint.")
         _mark_failed(settings, run_dir, error, only_if_running=True)
-        print(f"error: {error}", file=sys.stderr)
+        report("error", error)
         raise SystemExit(code if code and code > 0 else 128 + stopped_by.signum)
     if error is not None:
         _mark_failed(settings, run_dir, error)

@@ -21,7 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runner.errors import RunnerError
+from runner.errors import RunnerError, report
 from runner.job_result import RESULT_KEYS
 from runner.settings import mlflow_settings, sweep_seeds
 from runner.sweeps.launchers import check_before_sweep
@@ -113,7 +113,7 @@ def run_name_for(path: str) -> str:
 
 def _exit_with(error: RunnerError, code: int) -> None:
     # A callback's exceptions only become warnings in Hydra; SystemExit is what stops the command.
-    print(f"error: {error}", file=sys.stderr)
+    report("error", error)
     sys.exit(code)
 
 
