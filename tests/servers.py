@@ -10,6 +10,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -150,17 +151,20 @@ class MlflowServer:
     """`mlflow server` (the one installed beside this Python) with a SQL backend store and artifacts
     proxied to a local directory, on a free loopback port; with `auth`, behind the basic-auth app."""
 
-    def __init__(self, backend_store_uri: str, artifacts: Path, log: Path, auth: BasicAuth | None = None):
+    def __init__(self, backend_store_uri: str, artifacts: Path, log: Path, auth: BasicAuth | None = None,
+                 tls: tuple[Path, Path, Path] | None = None):
+        """`tls`: (certificate, key, CA certificate): serve HTTPS with that certificate, signed by that CA."""
         self.backend_store_uri = backend_store_uri
         self.artifacts = artifacts
         self.log = log
         self.auth = auth
+        self.tls = tls
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180) -> "MlflowServer":
         mlflow = Path(sys.executable).parent / "mlflow"
@@ -176,6 +180,11 @@ class MlflowServer:
             command += ["--app-name", "basic-auth"]
             env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
             env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = secrets.token_hex(16)  # signs the UI's CSRF tokens
+        context = None
+        if self.tls is not None:
+            certificate, key, authority = self.tls
+            command += ["--uvicorn-opts", f"--ssl-certfile {certificate} --ssl-keyfile {key}"]
+            context = ssl.create_default_context(cafile=str(authority))
         with open(self.log, "wb") as log:
             # A session (and so a process group) of its own: the server forks uvicorn and job-runner
             # workers, and stopping it must reach all of them.
@@ -187,7 +196,7 @@ class MlflowServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{_tail(self.log)}")
             try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2, context=context) as response:
                     if response.status == 200:
                         return self
             except OSError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,6 +23,10 @@ from runner.settings import MlflowSettings, refuse_credentials_in_uri
 USERNAME_VARIABLE = "MLFLOW_TRACKING_USERNAME"
 PASSWORD_VARIABLE = "MLFLOW_TRACKING_PASSWORD"
 TOKEN_VARIABLE = "MLFLOW_TRACKING_TOKEN"
+# MLflow's own TLS settings, which its client (requests) honours: the pre-check trusts what MLflow would trust.
+INSECURE_TLS_VARIABLE = "MLFLOW_TRACKING_INSECURE_TLS"
+SERVER_CERT_VARIABLE = "MLFLOW_TRACKING_SERVER_CERT_PATH"
+CLIENT_CERT_VARIABLE = "MLFLOW_TRACKING_CLIENT_CERT_PATH"
 # MLflow basic-auth's permissions that may create runs in an experiment, or versions of a registered model
 # (READ and USE may not).
 _CAN_WRITE = ("EDIT", "MANAGE")
@@ -46,16 +51,24 @@ def check_server(settings: MlflowSettings, timeout: float = 10.0, registers: boo
     if server is None:
         return
     health = server + "/health"  # not behind the login
+    context = tls_context(server)
     try:
-        with urllib.request.urlopen(health, timeout=timeout) as response:
+        with urllib.request.urlopen(health, timeout=timeout, context=context) as response:
             response.read()
     except (OSError, urllib.error.URLError) as error:
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ssl.SSLError):
+            raise RunnerError(
+                f"mlflow.tracking_uri={server!r} answered, but its TLS certificate was not accepted ({reason}). Fix: "
+                f"set {SERVER_CERT_VARIABLE} to the certificate (PEM) of the authority that signed it, as MLflow's "
+                f"client reads it (or {INSECURE_TLS_VARIABLE}=true to skip verification on a network you trust), "
+                "then re-run; nothing was tracked.") from None
         raise RunnerError(
             f"mlflow.tracking_uri={server!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
             "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
             "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
         ) from None
-    access = _Access(server, timeout)
+    access = _Access(server, timeout, context)
     name = settings.experiment_name
     status, body = access.get("/api/2.0/mlflow/experiments/get-by-name", experiment_name=name)
     if status == 401:
@@ -92,11 +105,29 @@ def _check_registration(access: "_Access", model: str) -> None:
         "was tracked.")
 
 
+def tls_context(server: str, environ=os.environ) -> ssl.SSLContext | None:
+    """The TLS settings MLflow's client would use for `server`: its CA bundle (or none, with insecure TLS) and the
+    client certificate; None for plain HTTP."""
+    if not server.startswith("https://"):
+        return None
+    if environ.get(INSECURE_TLS_VARIABLE, "").lower() in ("true", "1"):
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        cafile = environ.get(SERVER_CERT_VARIABLE) or environ.get("REQUESTS_CA_BUNDLE") or None
+        context = ssl.create_default_context(cafile=cafile)
+    client_cert = environ.get(CLIENT_CERT_VARIABLE)
+    if client_cert:
+        context.load_cert_chain(client_cert)  # a PEM holding the certificate and its key, as requests takes it
+    return context
+
+
 class _Access:
     """GET requests to the server as the user the environment names."""
 
-    def __init__(self, server: str, timeout: float):
-        self.server, self.timeout = server, timeout
+    def __init__(self, server: str, timeout: float, context: ssl.SSLContext | None = None):
+        self.server, self.timeout, self.context = server, timeout, context
         self.username = os.environ.get(USERNAME_VARIABLE) or None
         password = os.environ.get(PASSWORD_VARIABLE) or None
         token = os.environ.get(TOKEN_VARIABLE) or None
@@ -116,7 +147,7 @@ class _Access:
         if self._authorization:
             request.add_header("Authorization", self._authorization)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
                 return response.status, _json(response.read())
         except urllib.error.HTTPError as error:
             return error.code, _json(error.read())
