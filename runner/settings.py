@@ -418,10 +418,11 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
     tracking_uri = _text("mlflow.tracking_uri", node.get("tracking_uri"), nullable=True, fix=store_fix)
     if tracking_uri is not None:  # first: the messages below would repeat the URI
         refuse_credentials_in_uri("mlflow.tracking_uri", tracking_uri)
-    if tracking_uri is not None and tracking_uri.split(":")[0].split("+")[0] not in TRACKING_SCHEMES:
+    schemes = (*TRACKING_SCHEMES, *plugin_tracking_schemes())
+    if tracking_uri is not None and tracking_uri.split(":")[0].split("+")[0] not in schemes:
         raise _fail("mlflow.tracking_uri", tracking_uri,
                     "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
-                    f"sqlite:///path.db (schemes: {', '.join(TRACKING_SCHEMES)}), and refuses a directory", store_fix)
+                    f"sqlite:///path.db (schemes: {', '.join(schemes)}), and refuses a directory", store_fix)
     registered_model_name = _text("mlflow.registered_model_name", node.get("registered_model_name", "fashion_mnist"),
                                   fix="name the registered model, e.g. mlflow.registered_model_name=fashion_mnist")
     if any(char in registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
@@ -454,6 +455,14 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
                     "mlflow.system_metrics.interval_seconds=10"),
         ),
     )
+
+
+def plugin_tracking_schemes() -> tuple[str, ...]:
+    """The URI schemes of the tracking stores that installed MLflow plugins register (entry point group
+    `mlflow.tracking_store`), which MLflow tracks into as it does its own."""
+    from importlib.metadata import entry_points
+
+    return tuple(entry.name for entry in entry_points(group="mlflow.tracking_store"))
 
 
 def refuse_credentials_in_uri(key: str, uri: str) -> None:

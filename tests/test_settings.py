@@ -302,3 +302,16 @@ def test_deterministic_refuses_asynchronous_parameter_servers():
     settings = _settings("strategy=multi_worker_mirrored", "cluster=local", "runtime.deterministic=true")
     assert settings.runtime.deterministic
     assert not _settings().runtime.deterministic
+
+
+def test_tracking_uris_of_installed_store_plugins_are_accepted(defaults, tmp_path, monkeypatch):
+    """A package that registers a tracking store under MLflow's `mlflow.tracking_store` entry point group."""
+    dist = tmp_path / "acme_mlflow_store-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-mlflow-store\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[mlflow.tracking_store]\nacme = acme_mlflow_store:AcmeStore\n")
+    config = _overridden(defaults, "mlflow.tracking_uri=acme://tracking.example/team")
+    with pytest.raises(RunnerError, match="schemes: sqlite"):
+        from_config(config)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert from_config(config).mlflow.tracking_uri == "acme://tracking.example/team"
