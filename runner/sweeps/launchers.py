@@ -16,13 +16,15 @@ from typing import Any, Iterable, Mapping, MutableMapping
 
 from runner.errors import RunnerError
 
+# The name this project installs under (`import runner` is the package): `pip install 'hydra-tf-runner[ray]'`.
+DISTRIBUTION = "hydra-tf-runner"
 # How long a cluster's head may take to accept a connection before the sweep gives up on it.
 CONNECT_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
 class OptionalLauncher:
-    """A `hydra/launcher=<option>` that needs `pip install 'runner[<extra>]'`."""
+    """A `hydra/launcher=<option>` that needs `pip install 'hydra-tf-runner[<extra>]'`."""
 
     option: str
     modules: tuple[str, ...]  # the first is the Hydra plugin
@@ -73,7 +75,7 @@ def require_installed(option: str) -> None:
     if missing is not None:
         raise RunnerError(
             f"hydra/launcher={option} needs the optional extra '{launcher.extra}', which is not installed here "
-            f"(no module {missing!r}). Fix: pip install 'runner[{launcher.extra}]' (from a checkout: "
+            f"(no module {missing!r}). Fix: pip install '{DISTRIBUTION}[{launcher.extra}]' (from a checkout: "
             f"pip install -e '.[{launcher.extra}]') in this environment and in the one the jobs run in, or sweep "
             "with the default launcher or hydra/launcher=joblib.")
 
