@@ -5,6 +5,7 @@ With `-m` (a sweep), each job trains in its own process instead: see runner.swee
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -24,7 +25,16 @@ from runner.verbosity import configure, is_verbose, load_tensorflow
 log = logging.getLogger("runner")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def config_dir() -> str:
+    """The config the command composes: the copy of the repository's conf/ that an installed wheel carries
+    inside the package (runner/conf), or else, in a checkout (`pip install -e .`, or the package on PYTHONPATH),
+    the repository's conf/ itself, next to the package."""
+    package = Path(__file__).resolve().parent
+    shipped = package / "conf"
+    return str(shipped if (shipped / "config.yaml").is_file() else package.parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def main(cfg: DictConfig) -> float:
     prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
     hydra_config = HydraConfig.get()

@@ -1,13 +1,22 @@
-"""The package as others meet it: importing it, or having it installed beside another Hydra app, changes nothing
-in their process; what training needs is set by the runner's own entry points (runner.entry)."""
+"""The package as others meet it: built into a wheel and installed in a fresh environment, it trains from any
+directory; importing it, or having it installed beside another Hydra app, changes nothing in their process (what
+training needs is set by the runner's own entry points, runner.entry)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 # What runner.entry sets, and what other parts of the runner set in their own processes.
 RUNNER_VARIABLES = ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "MLFLOW_LOGGING_LEVEL", "RAY_AUTH_MODE")
@@ -98,3 +107,67 @@ def test_an_unrelated_hydra_app_in_the_same_environment_is_untouched(tmp_path):
     assert {key: seen[key] for key in ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "runner", "tensorflow")} == {
         "TF_USE_LEGACY_KERAS": None, "TF_CPP_MIN_LOG_LEVEL": None, "runner": False, "tensorflow": False}
     assert seen["launcher_target"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+
+
+# What the wheel is built from: the files a checkout has under version control that setuptools reads.
+SOURCES = ("pyproject.toml", "README.md", "runner", "conf", "hydra_plugins")
+TRAIN = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=1", "progress=false",
+         "mlflow.log_model=false", "strategy=one_device"]
+
+
+def _expected_wheel_files() -> set[str]:
+    """Every module of the checkout's packages and every config file, as the wheel should hold them."""
+    modules = {path.relative_to(REPO).as_posix() for top in ("runner", "hydra_plugins")
+               for path in (REPO / top).rglob("*.py") if "__pycache__" not in path.parts}
+    configs = {"runner/conf/" + path.relative_to(REPO / "conf").as_posix() for path in (REPO / "conf").rglob("*.yaml")}
+    return modules | configs
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    print(f"{time.monotonic() - started:6.1f} s  {' '.join(map(str, command[:4]))} ...")
+    assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # a cold pip cache downloads TensorFlow and MLflow
+def test_the_wheel_installed_in_a_fresh_venv_trains_and_sweeps_from_another_directory(tmp_path):
+    """What a user does: build the wheel with the standard front end, install it (not editable, with its
+    dependencies, at the versions CI tested) in a new venv, and run the `runner` script from a directory that
+    is not a checkout: it composes the config the wheel ships, trains, and sweeps two jobs."""
+    source = tmp_path / "source"  # a copy, so that the build leaves nothing in the checkout
+    source.mkdir()
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / name, source / name)
+    env = {key: value for key, value in _clean_env().items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(source)], tmp_path, env,
+         timeout=600)
+    [wheel] = (tmp_path / "dist").glob("hydra_tf_runner-*.whl")
+    missing = _expected_wheel_files() - set(zipfile.ZipFile(wheel).namelist())
+    assert not missing, f"the wheel lacks {sorted(missing)}: list the package in pyproject.toml"
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, timeout=300)
+    constraints = ["-c", str(REPO / "constraints.txt")] if (REPO / "constraints.txt").is_file() else []
+    _run([str(venv / "bin" / "pip"), "install", "--quiet", *constraints, str(wheel)], tmp_path, env, timeout=1200)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    where = _run([str(venv / "bin" / "python"), "-c", "import runner; print(runner.__file__)"], elsewhere, env, 120)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout  # the wheel's, not the checkout's
+    job = _run([str(venv / "bin" / "python"), "-m", "runner", "strategy=one_device", "--cfg", "job"], elsewhere, env,
+               120)
+    assert "name: one_device" in job.stdout and "fashion_mnist" in job.stdout, job.stdout
+
+    store = f"mlflow.tracking_uri=sqlite:///{elsewhere / 'mlflow.db'}"
+    trained = _run([str(venv / "bin" / "runner"), *TRAIN, store, "hydra.run.dir=run"], elsewhere, env, 300)
+    assert "done: test_accuracy" in trained.stdout + trained.stderr, trained.stderr[-3000:]
+    assert (elsewhere / "run" / "mlflow_run_id.txt").is_file()
+    swept = _run([str(venv / "bin" / "runner"), "-m", "batch=16,32", *TRAIN, store, "hydra.sweep.dir=sweep"],
+                 elsewhere, env, 600)
+    assert "2 jobs, 2 finished, 0 failed" in swept.stdout, swept.stdout[-3000:] + swept.stderr[-3000:]
