@@ -110,7 +110,7 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         tracker = MlflowTracker(settings.mlflow)
     guard = PreemptionGuard()
     controller = Controller(state, loop, evaluate, checkpointer,
-                            EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
+                            EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
                             settings.epochs, guard)
     with guard.installed():
         with guard.deferred():
