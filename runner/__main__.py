@@ -1,17 +1,18 @@
-"""`python -m runner [overrides]`: compose the config with Hydra, validate it, train.
+"""`python -m runner [overrides]` (or the `runner` script): compose the config with Hydra, validate it, train.
 
 With `-m` (a sweep), each job trains in its own process instead: see runner.sweeps.job.
 """
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-import runner  # noqa: F401  (selects tf_keras before TensorFlow is imported)
+from runner.entry import prepare_for_tensorflow
 from runner.errors import RunnerError, report
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
@@ -24,8 +25,18 @@ from runner.verbosity import configure, is_verbose, load_tensorflow
 log = logging.getLogger("runner")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def config_dir() -> str:
+    """The config the command composes: the copy of the repository's conf/ that an installed wheel carries
+    inside the package (runner/conf), or else, in a checkout (`pip install -e .`, or the package on PYTHONPATH),
+    the repository's conf/ itself, next to the package."""
+    package = Path(__file__).resolve().parent
+    shipped = package / "conf"
+    return str(shipped if (shipped / "config.yaml").is_file() else package.parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def main(cfg: DictConfig) -> float:
+    prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
     hydra_config = HydraConfig.get()
     try:
         if hydra_config.mode == RunMode.MULTIRUN:
@@ -95,14 +106,20 @@ def refuse_credentials_in_arguments(arguments: list[str]) -> None:
                 refuse_credentials_in_uri("mlflow.tracking_uri", uri.strip("'\""))
 
 
-if __name__ == "__main__":
-    from runner.sweeps.launchers import check_launcher, quiet_schema_matching
+def cli() -> None:
+    """The command: `python -m runner ...` and the `runner` script."""
+    prepare_for_tensorflow()
+    from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
 
-    quiet_schema_matching()
     try:
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
     except RunnerError as error:
         report("error", error)
         sys.exit(2)
+    rename_launcher_schemas()
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -5,7 +5,7 @@ every op, on the threads of its thread pools, whose glibc arenas return the free
 the kernel and fault it back in at the next op, a page fault per 4 KiB. Once a tf.distribute input
 pipeline is running this happens on every step, and on a virtual machine, where page faults are dear,
 it halves training speed (measured in docs/performance.md). Padding every heap top (M_TOP_PAD) keeps
-that memory mapped. It must be set before TensorFlow starts its threads, so the package sets it on import.
+that memory mapped. It is set before TensorFlow starts its threads, by the entry points (runner.entry).
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class Settings:
     batch: int
     epochs: int
     seed: int
-    progress: bool
+    progress: bool | None  # None: the bar only when stderr is a terminal
     resume: str
     strategy: StrategySettings
     dataset: DatasetSettings
@@ -179,9 +179,11 @@ def _number(key: str, value: Any, *, minimum: float, fix: str, positive: bool = 
     return float(value)
 
 
-def _bool(key: str, value: Any, fix: str) -> bool:
+def _bool(key: str, value: Any, fix: str, nullable: bool = False) -> bool | None:
+    if nullable and value is None:
+        return None
     if not isinstance(value, bool):
-        raise _fail(key, value, "it must be true or false", fix)
+        raise _fail(key, value, "it must be true or false" + (" or null" if nullable else ""), fix)
     return value
 
 
@@ -502,7 +504,8 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         # NumPy's seed is 32 bits.
         seed=_int("seed", cfg.get("seed"), minimum=0, maximum=2**32 - 1,
                   fix="pass a non-negative integer seed below 2**32, e.g. seed=42"),
-        progress=_bool("progress", cfg.get("progress", True), "pass progress=true or progress=false"),
+        progress=_bool("progress", cfg.get("progress"), "pass progress=true (always), progress=false (never) or "
+                       "progress=null (only when stderr is a terminal)", nullable=True),
         resume=_choice("resume", cfg.get("resume", "auto"), RESUME_MODES,
                        "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse"),
         strategy=strategy,

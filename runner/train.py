@@ -181,7 +181,7 @@ class Trainer:
                      else "")
             actions = self.end_actions(settings, config, tracker, run_id)
             controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
-                                    EpochProgress(settings.epochs, settings.progress and task.chief), [tracker],
+                                    EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
                                     settings.epochs, guard, end_actions=actions)
 
             def discard_model() -> None:

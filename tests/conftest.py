@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import runner  # noqa: F401  (selects tf_keras before anything imports TensorFlow)
+from runner.entry import prepare_for_tensorflow
+
+prepare_for_tensorflow()  # the tests train in this process: tf_keras, before anything imports TensorFlow
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -31,6 +33,10 @@ def compose(overrides: list[str]):
     """The composed config exactly as `python -m runner <overrides>` would see it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+
+    from runner.sweeps.launchers import rename_launcher_schemas
+
+    rename_launcher_schemas()  # as runner/__main__.py does before composing
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=overrides)

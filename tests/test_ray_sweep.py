@@ -191,5 +191,5 @@ def test_the_launcher_without_its_extra_names_the_extra_to_install(tmp_path):
     assert "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error: hydra/launcher=ray needs the optional extra 'ray'")
-    assert "pip install 'runner[ray]'" in line
+    assert "pip install 'hydra-tf-runner[ray]'" in line and "pip install -e '.[ray]'" in line
     assert not (tmp_path / "m.db").exists() and not (tmp_path / "sweep").exists()

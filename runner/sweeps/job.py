@@ -43,6 +43,7 @@ from runner.sweeps.callback import (
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
+from runner.training.progress import bar_enabled
 
 log = logging.getLogger("runner")
 
@@ -69,7 +70,8 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     swept = parent.data.tags.get(SWEPT_KEYS_TAG, "")
     name = _point_name(overrides, swept, number)
     configuration = configuration_name(overrides, swept, number)
-    job = _Job(client, parent, number, configuration, objective, worst, hydra_config)
+    job = _Job(client, parent, number, configuration, objective, worst, hydra_config,
+               progress_overrides(cfg.get("progress")))
     seeds = job_seeds(cfg)
     if len(seeds) == 1:  # the job is one run in its own directory, as without sweep.seeds
         return job.train_seed(seeds[0], job_dir, overrides, name)
@@ -79,6 +81,13 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     log.info("job %d (%s): %s %s over seeds %s, mean %.4f", number, configuration, objective,
              ", ".join(f"{value:.4f}" for value in values), ", ".join(map(str, seeds)), mean)
     return mean
+
+
+def progress_overrides(progress, stderr=None) -> list[str]:
+    """What the training process is told about its progress bar. Its stderr is a pipe to this job, which passes
+    it on to its own: with `progress=null` (only on a terminal) the bar is drawn when this job's stderr, the
+    sweep's, is a terminal (the basic launcher's jobs in a terminal), never in a log file (submitit, Ray)."""
+    return ["progress=true"] if progress is None and bar_enabled(None, stderr) else []
 
 
 def job_seeds(cfg: DictConfig) -> list[int]:
@@ -111,8 +120,9 @@ class _Job:
     """One Hydra job's share of the sweep: a child run per seed, each trained by its own process."""
 
     def __init__(self, client: MlflowClient, parent: Run, number: int, configuration: str, objective: str,
-                 worst: float, hydra_config: DictConfig):
+                 worst: float, hydra_config: DictConfig, progress: list[str]):
         self.client, self.parent, self.number = client, parent, number
+        self.progress = progress  # progress_overrides
         self.configuration, self.objective, self.worst = configuration, objective, worst
         self.hydra_config = hydra_config
         self.cwd = str(hydra_config.runtime.cwd)
@@ -131,7 +141,7 @@ class _Job:
                    # directory's .hydra/ stays the one the sweep wrote.
                    "hydra.mode=RUN", "hydra.output_subdir=null",
                    # The sweep registers its best job's model when it ends; a job never registers its own.
-                   "mlflow.register=false"]
+                   "mlflow.register=false", *self.progress]
         rank = other_task_rank()
         if rank is not None:
             # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains

@@ -4,25 +4,27 @@ answers), so that a sweep that cannot run stops with one paragraph instead of Hy
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
 import shutil
 import socket
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, MutableMapping
 
 from runner.errors import RunnerError
 
+# The name this project installs under (`import runner` is the package): `pip install 'hydra-tf-runner[ray]'`.
+DISTRIBUTION = "hydra-tf-runner"
 # How long a cluster's head may take to accept a connection before the sweep gives up on it.
 CONNECT_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
 class OptionalLauncher:
-    """A `hydra/launcher=<option>` that needs `pip install 'runner[<extra>]'`."""
+    """A `hydra/launcher=<option>` that needs `pip install 'hydra-tf-runner[<extra>]'`."""
 
     option: str
     modules: tuple[str, ...]  # the first is the Hydra plugin
@@ -73,7 +75,7 @@ def require_installed(option: str) -> None:
     if missing is not None:
         raise RunnerError(
             f"hydra/launcher={option} needs the optional extra '{launcher.extra}', which is not installed here "
-            f"(no module {missing!r}). Fix: pip install 'runner[{launcher.extra}]' (from a checkout: "
+            f"(no module {missing!r}). Fix: pip install '{DISTRIBUTION}[{launcher.extra}]' (from a checkout: "
             f"pip install -e '.[{launcher.extra}]') in this environment and in the one the jobs run in, or sweep "
             "with the default launcher or hydra/launcher=joblib.")
 
@@ -97,11 +99,41 @@ def require_sbatch() -> None:
         )
 
 
-def quiet_schema_matching() -> None:
-    """conf/hydra/launcher/<option>.yaml deliberately carries the plugin's own option name, so Hydra validates it
-    against the plugin's schema; its deprecation notice about that on every sweep tells the user nothing."""
-    warnings.filterwarnings(
-        "ignore", message=r"\s*'hydra/launcher/[^']+' is validated against ConfigStore schema with the same name")
+# The plugins' structured configs (module that stores them, option name) that conf/hydra/launcher/<option>.yaml
+# extends. Stored under the option's name, Hydra would match the file to the structured config of the same
+# name, a behaviour Hydra 1.1 deprecated; stored as <option>_schema, each file lists its base explicitly.
+_LAUNCHER_SCHEMAS = (
+    ("hydra_plugins.hydra_submitit_launcher.config", "submitit_slurm"),
+    ("hydra_plugins.hydra_submitit_launcher.config", "submitit_local"),
+    ("hydra_plugins.hydra_ray_launcher._config", "ray"),
+)
+SCHEMA_SUFFIX = "_schema"
+
+
+def rename_launcher_schemas() -> None:
+    """Move the launcher plugins' structured configs from `hydra/launcher/<option>` to `<option>_schema` in this
+    process's ConfigStore, so that `hydra/launcher=<option>` finds conf/hydra/launcher/<option>.yaml, which names
+    that schema in its defaults list (Hydra's migration from automatic schema matching: rename one of the two).
+
+    Called by whatever composes the runner's config (runner/__main__.py, tests/conftest.py), never on import:
+    other Hydra apps in the environment keep the plugins' configs as they are. Launchers carry the ConfigStore
+    to their jobs (Hydra's Singleton state), so a job composes the same way. A plugin that is not installed
+    is skipped (check_launcher says what to install); calling this again changes nothing."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    # Hydra's plugin scan, once per process, runs every module under hydra_plugins/ again (even one already
+    # imported), and so stores the plugins' configs anew: scan first, then rename.
+    Plugins.instance()
+    store = ConfigStore.instance()
+    for module, option in _LAUNCHER_SCHEMAS:
+        try:
+            importlib.import_module(module)  # stores the plugin's configs (a no-op once imported)
+        except ImportError:
+            continue
+        node = store.repo.get("hydra", {}).get("launcher", {}).pop(f"{option}.yaml", None)
+        if node is not None:
+            store.store(group="hydra/launcher", name=option + SCHEMA_SUFFIX, node=node.node, provider=node.provider)
 
 
 def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> None:

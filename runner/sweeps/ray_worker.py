@@ -1,5 +1,6 @@
-"""What a sweep needs on a Ray worker (hydra/launcher=ray): the worker-process setup hook that puts the job in
-the directory the command ran in, and the id of the Ray node a job runs on, for its child run's tags."""
+"""What a sweep needs on a Ray worker (hydra/launcher=ray): the worker-process setup hook that prepares the process
+as every entry point does and puts the job in the directory the command ran in, and the id of the Ray node a job
+runs on, for its child run's tags."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ RAY_NODE_ID_TAG = "ray_node_id"
 
 
 def enter_command_directory() -> None:
-    """Ray starts workers in the directory of whoever started the raylet (`ray start`), not the command's, and
+    """Prepare the worker as an entry point (runner.entry), then enter the command's directory.
+
+    Ray starts workers in the directory of whoever started the raylet (`ray start`), not the command's, and
     Hydra places a job's directory relative to the worker's: without this the sweep directory, a
     sqlite:///mlflow.db and a relative dataset.dir would all mean other places on the worker."""
+    from runner.entry import prepare_for_tensorflow
+
+    prepare_for_tensorflow()
     directory = os.environ.get(COMMAND_DIR_VARIABLE)
     if directory:
         os.chdir(directory)

@@ -9,7 +9,7 @@ FAILED child run (runner.sweeps.job.record_lost_job) with a worst-possible objec
 on to its summary. The jobs themselves run as hydra-submitit-launcher runs them (its `__call__`).
 
 Importing this module needs the `slurm` extra: runner/__main__.py says so first when it is missing. Hydra
-finds the launchers in hydra_plugins/runner_submitit_launchers.py.
+finds the launcher classes in hydra_plugins/runner_submitit_launchers.py, whose `launch` calls launch() here.
 """
 
 from __future__ import annotations
@@ -23,14 +23,10 @@ from typing import Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf, open_dict
 
-from runner.sweeps.launchers import quiet_schema_matching
-
 log = logging.getLogger("runner")
-quiet_schema_matching()  # where a job composes its config again (the node)
 
 # SLURM's states of a job that will not run any more (scontrol show job's JobState).
 _ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -41,10 +37,21 @@ _POLL_SECONDS = 1.0
 _SLURM_POLL_SECONDS = 5.0
 
 
-class SubmititLauncher(plugin.BaseSubmititLauncher):
-    """hydra-submitit-launcher's launcher for the executor `_EXECUTOR` names (slurm, local): the jobs run
-    as it runs them; the sweep's process waits on them as the module says. Declared for Hydra in
-    hydra_plugins/runner_submitit_launchers.py."""
+def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+    """`launcher.launch`: submit the jobs with the executor `launcher._EXECUTOR` names (slurm, local) and wait on
+    them as the module says. `launcher` is a hydra-submitit-launcher BaseSubmititLauncher, set up by Hydra."""
+    return _Sweep(launcher).launch(job_overrides, initial_job_idx)
+
+
+class _Sweep:
+    """One sweep's jobs under hydra-submitit-launcher's launcher: submitted, then waited on."""
+
+    def __init__(self, launcher):
+        self.launcher = launcher
+        self.executor = launcher._EXECUTOR  # slurm | local
+        self.params = launcher.params
+        self.config = launcher.config
+        self.hydra_context = launcher.hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
@@ -53,20 +60,22 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
         params = dict(self.params)
         init_keys = {"submitit_folder", "max_num_timeout"}
         executor = submitit.AutoExecutor(
-            folder=params["submitit_folder"], cluster=self._EXECUTOR,
-            **({f"{self._EXECUTOR}_max_num_timeout": params["max_num_timeout"]} if "max_num_timeout" in params else {}))
+            folder=params["submitit_folder"], cluster=self.executor,
+            **({f"{self.executor}_max_num_timeout": params["max_num_timeout"]} if "max_num_timeout" in params else {}))
         generic = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{key if key in generic else f"{self._EXECUTOR}_{key}": value
+        executor.update_parameters(**{key if key in generic else f"{self.executor}_{key}": value
                                       for key, value in params.items() if key not in init_keys})
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("submitit '%s' sweep output dir: %s; jobs' logs in %s", self._EXECUTOR, sweep_dir,
+        log.info("submitit '%s' sweep output dir: %s; jobs' logs in %s", self.executor, sweep_dir,
                  params["submitit_folder"].replace("%j", "<job id>"))
         numbered = [(initial_job_idx + index, list(overrides)) for index, overrides in enumerate(job_overrides)]
         for number, overrides in numbered:
             log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
-        jobs = executor.map_array(self, *zip(*[(overrides, "hydra.sweep.dir", number, f"job_id_for_{number}",
-                                                 Singleton.get_state()) for number, overrides in numbered]))
+        arguments = [(overrides, "hydra.sweep.dir", number, f"job_id_for_{number}", Singleton.get_state())
+                     for number, overrides in numbered]
+        # The launcher itself is what runs on the node (hydra-submitit-launcher's __call__).
+        jobs = executor.map_array(self.launcher, *zip(*arguments))
         return [self._settle(job, number, overrides) for job, (number, overrides) in zip(jobs, numbered)]
 
     def _settle(self, job, number: int, overrides: list[str]) -> JobReturn:
@@ -98,7 +107,7 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
 
     def _ended_state(self, job) -> str | None:
         """The job's final state if it has ended, else None."""
-        state = job.state if self._EXECUTOR == "local" else _slurm_state(job)
+        state = job.state if self.executor == "local" else _slurm_state(job)
         return state if state is not None and state.upper() not in (
             "READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "CONFIGURING", "RESIZING",
             "SUSPENDED") else None
@@ -123,12 +132,12 @@ class SubmititLauncher(plugin.BaseSubmititLauncher):
             config.hydra.job.id = str(job.job_id)
         job_dir = os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))
         logs = Path(str(job.paths.stderr))
-        error = (f"{'SLURM' if self._EXECUTOR == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
+        error = (f"{'SLURM' if self.executor == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
                  f"before the job finished: {how}; its log: {logs}. Fix: see that log; raise "
                  "hydra.launcher.timeout_min or hydra.launcher.mem_gb if it ran out of either, then re-run the same "
                  f"command with "
                  f"hydra.sweep.dir={os.path.abspath(str(config.hydra.sweep.dir))} to run the jobs that did not finish.")
-        value = record_lost_job(config, job_dir, error, str(job.job_id) if self._EXECUTOR == "slurm" else None)
+        value = record_lost_job(config, job_dir, error, str(job.job_id) if self.executor == "slurm" else None)
         result = JobReturn(overrides=overrides, cfg=config, hydra_cfg=config, working_dir=job_dir,
                            task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
         result.return_value = value

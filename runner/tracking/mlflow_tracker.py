@@ -33,6 +33,9 @@ from runner.tracking.store import open_client
 log = logging.getLogger("runner")
 
 _MAX_PARAMS_PER_BATCH = 100
+# Keys that change what the terminal shows, not what a run computes: a run resumes whatever they are now (a
+# sweep job's `progress` depends on whether the sweep runs on a terminal).
+PRESENTATION_KEYS = frozenset({"progress", "verbose"})
 # MLflow's tag for the role a dataset played in a run ("training", "evaluation").
 DATASET_CONTEXT_TAG = "mlflow.data.context"
 
@@ -108,7 +111,7 @@ class MlflowTracker:
                 run_id = handle.read().strip()
             run = self.client.get_run(run_id)
             changed = {key: (old, values[key]) for key, old in run.data.params.items()
-                       if key in values and values[key] != old}
+                       if key in values and key not in PRESENTATION_KEYS and values[key] != old}
             if changed:
                 listed = ", ".join(f"{key}={new} (the run has {old})" for key, (old, new) in sorted(changed.items()))
                 raise RunnerError(
@@ -116,6 +119,8 @@ class MlflowTracker:
                     f"{listed}. Fix: re-run with that run's overrides to resume it, or pick a new "
                     "hydra.run.dir (the default makes a new one per run) for this configuration."
                 )
+            # MLflow params cannot change: the run keeps the presentation keys it was started with.
+            values.update({key: old for key, old in run.data.params.items() if key in PRESENTATION_KEYS})
             self.run_id = run_id
             self._logged = {(key, metric.step) for key in run.data.metrics
                             for metric in self.client.get_metric_history(run_id, key)}

@@ -1,10 +1,14 @@
 """Progress on the terminal: a tqdm bar per epoch (steps, current loss), a summary line per epoch, and
-one line when the first training step has completed (start-up time, logged with or without the bar)."""
+one line when the first training step has completed (start-up time, logged with or without the bar).
+
+The bar redraws its line with carriage returns, which only a terminal turns back into one line: by default
+(`progress=null`, tqdm's `disable=None` convention) it is drawn only when stderr is a terminal."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 
 from contextlib import nullcontext
@@ -32,10 +36,22 @@ def seconds_since_process_start() -> float | None:
     return booted_seconds - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
+def bar_enabled(setting: bool | None, stream=None) -> bool:
+    """The `progress` setting for this process: true and false as given, null when `stream` (stderr) is a
+    terminal."""
+    if setting is not None:
+        return setting
+    stream = sys.stderr if stream is None else stream
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return False
+
+
 class EpochProgress:
-    def __init__(self, epochs: int, enabled: bool = True):
+    def __init__(self, epochs: int, enabled: bool | None = True):
         self.epochs = epochs
-        self.enabled = enabled
+        self.enabled = bar_enabled(enabled)
         self._bar = None
         self._last_refresh = 0.0
         self._first_step_done = False
