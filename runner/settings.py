@@ -128,6 +128,9 @@ class MlflowSettings:
     register: bool = False  # a single run registers its own model
     log_model: bool = True  # the run ends by logging its trained model as an MLflow Model
     system_metrics: SystemMetricsSettings = SystemMetricsSettings()
+    # How long the tracking server may stop answering before a process that ends with data undelivered stops
+    # waiting for it (the data then stays in the run directory's journal: runner.tracking.journal).
+    outage_seconds: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -456,6 +459,9 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
                 fix="pass the seconds between two samples of CPU and memory, e.g. "
                     "mlflow.system_metrics.interval_seconds=10"),
         ),
+        outage_seconds=_number("mlflow.outage_seconds", node.get("outage_seconds", 3600), minimum=0,
+                               fix="pass how many seconds a run may wait at its end for a tracking server that "
+                                   "stopped answering, e.g. mlflow.outage_seconds=3600 (0: do not wait)"),
     )
 
 

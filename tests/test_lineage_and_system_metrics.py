@@ -123,6 +123,7 @@ def tracked(tmp_path):
         # Not in this (the training) process: the sampling thread lives in the tracker's child.
         assert "SystemMetricsMonitor" not in {thread.name for thread in threading.enumerate()}
         process.finish()
+        process.close()  # records are handed over without waiting: delivered once the tracker has ended
         return run_id
 
     yield _track, mlflow_client(uri)

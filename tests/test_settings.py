@@ -183,6 +183,8 @@ def test_any_positive_batch_is_accepted(batch):
         ("mlflow.system_metrics.interval_seconds=often", "mlflow.system_metrics.interval_seconds='often'"),
         ("mlflow.system_metrics.interval_seconds=nan", "mlflow.system_metrics.interval_seconds=nan"),
         ("mlflow.system_metrics=5", "mlflow.system_metrics=5"),
+        ("mlflow.outage_seconds=-1", "mlflow.outage_seconds=-1"),
+        ("mlflow.outage_seconds=forever", "mlflow.outage_seconds='forever'"),
         ("mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:5000",
          "mlflow.tracking_uri='http://***@127.0.0.1:5000'"),
         ("mlflow.tracking_uri=postgresql+psycopg2://alice:s3cret@127.0.0.1/db",

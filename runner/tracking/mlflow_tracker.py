@@ -2,7 +2,8 @@
 
 Uses MlflowClient with an explicit run id (no fluent global state), so the tracker is a plain
 listener on the controller's events and several trackers can live in one process. The training
-process drives it in a process of its own (runner.tracking.tracker_process).
+process drives it in a process of its own (runner.tracking.tracker_process), which hands it the records of
+the run's journal (runner.tracking.journal) through apply().
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import os
 import random
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import psutil
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModel, Metric, Param, RunStatus, RunTag
@@ -24,6 +25,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
+from runner.tracking import journal
 from runner.tracking.common import (
     ERROR_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id,
 )
@@ -92,6 +94,11 @@ class MlflowTracker:
         self.run_id: str | None = None
         self._logged: set[tuple[str, int]] = set()
         self._system_metrics = None
+        # Where the system-metrics monitor hands its samples, (metrics, step, timestamp) -> None; None: logged
+        # to the run directly. The tracker process journals them like every other record.
+        self.system_metrics_sink: Callable[[dict[str, float], int, int], None] | None = None
+        # Every metric of the run as start() found it: {key: [(step, value), ...]} (empty for a new run).
+        self.history_at_start: dict[str, list[tuple[int, float]]] = {}
 
     @property
     def tracking_uri(self) -> str:
@@ -102,7 +109,8 @@ class MlflowTracker:
         holds (a resumed job, or a sweep job whose run the sweep created).
 
         Continuing checks the params first: a different configuration is refused before the existing
-        run is touched, since MLflow params cannot change and the run's history must stay its own.
+        run is touched, since MLflow params cannot change and the run's history must stay its own. Then
+        whatever an earlier invocation left undelivered in run_dir's journal is delivered, before anything new.
         """
         values = {key: "None" if value is None else str(value) for key, value in params.items()}
         id_file = os.path.join(run_dir, RUN_ID_FILE)
@@ -121,9 +129,12 @@ class MlflowTracker:
                 )
             # MLflow params cannot change: the run keeps the presentation keys it was started with.
             values.update({key: old for key, old in run.data.params.items() if key in PRESENTATION_KEYS})
-            self.run_id = run_id
-            self._logged = {(key, metric.step) for key in run.data.metrics
-                            for metric in self.client.get_metric_history(run_id, key)}
+            self.attach(run_id)
+            replayed = journal.replay(run_dir, self.apply)
+            if replayed:
+                log.info("delivered %d record(s) that an earlier invocation left in %s to MLflow run %s",
+                         replayed, os.path.join(run_dir, journal.JOURNAL_FILE), run_id)
+                self.attach(run_id)
             self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             self.client.set_tag(run_id, RESUMABLE_TAG, "false")
         else:
@@ -141,19 +152,23 @@ class MlflowTracker:
         self._start_system_metrics()
         return self.run_id
 
+    def attach(self, run_id: str) -> None:
+        """Track into the existing run `run_id`, knowing which (metric, step) it holds already."""
+        self.run_id = run_id
+        self.history_at_start = self._histories()
+        self._logged = {(key, step) for key, points in self.history_at_start.items() for step, _ in points}
+
     def _start_system_metrics(self) -> None:
         """MLflow's own monitor, attached by run id (it attaches itself only to fluent runs); its thread
         samples CPU, memory, disk, network and GPUs every interval and logs them under system/."""
         settings = self.settings.system_metrics
         if not settings.enabled or self._system_metrics is not None:
             return
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
         # Its start and stop announcements at INFO would interleave with the run's own log on the terminal.
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
-        monitor = SystemMetricsMonitor(self.run_id, sampling_interval=settings.interval_seconds,
-                                       samples_before_logging=1, resume_logging=True,
-                                       tracking_uri=self.client.tracking_uri)
+        monitor = _system_metrics_monitor(
+            self._publish_system_metrics, self.run_id, sampling_interval=settings.interval_seconds,
+            samples_before_logging=1, resume_logging=True, tracking_uri=self.client.tracking_uri)
         monitor.monitors = [_FirstSampleMeasuredCpu() if type(each) is CPUMonitor else each
                             for each in monitor.monitors]
         # The config decides, not MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL left in the environment.
@@ -161,7 +176,17 @@ class MlflowTracker:
         monitor.start()
         self._system_metrics = monitor
 
-    def _stop_system_metrics(self) -> None:
+    def _publish_system_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if self.system_metrics_sink is not None:
+            self.system_metrics_sink(metrics, step, _millis())
+        else:
+            self._log_system_metrics(metrics, step, _millis())
+
+    def _log_system_metrics(self, metrics: Mapping[str, float], step: int, timestamp: int) -> None:
+        self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), timestamp, step)
+                                                    for key, value in metrics.items()])
+
+    def stop_system_metrics(self) -> None:
         """Log what the monitor holds while the run is still RUNNING, then stop its thread."""
         monitor, self._system_metrics = self._system_metrics, None
         if monitor is not None:
@@ -205,9 +230,10 @@ class MlflowTracker:
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, path, artifact_path)
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Log each (metric, step) once: a resumed run re-trains an epoch it may have logged already."""
-        now = _millis()
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp: int | None = None) -> None:
+        """Log each (metric, step) once: a resumed run re-trains an epoch it may have logged already.
+        `timestamp` (milliseconds): when it was measured, if not now (a journaled record delivered later)."""
+        now = _millis() if timestamp is None else timestamp
         fresh = [Metric(k, float(v), now, step) for k, v in metrics.items() if (k, step) not in self._logged]
         if fresh:
             self.client.log_batch(self.run_id, metrics=fresh)
@@ -215,9 +241,29 @@ class MlflowTracker:
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         """Every metric of the run as (step, value) pairs in step order, across resumed invocations."""
+        return self._histories()
+
+    def _histories(self) -> dict[str, list[tuple[int, float]]]:
         run = self.client.get_run(self.run_id)
         return {key: sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, key))
                 for key in run.data.metrics}
+
+    def apply(self, op: str, args: Mapping[str, Any]) -> None:
+        """Deliver one record of the run's journal (runner.tracking.journal)."""
+        if op == "log_metrics":
+            self.log_metrics(args["metrics"], args["step"], args.get("timestamp"))
+        elif op == "system_metrics":
+            self._log_system_metrics(args["metrics"], args["step"], args["timestamp"])
+        elif op == "log_text":
+            self.log_text(args["text"], args["artifact_file"])
+        elif op == "log_artifact":
+            self.log_artifact(args["path"], args.get("artifact_path"))
+        elif op == "log_inputs":
+            self.log_inputs(args["descriptions"])
+        elif op == "end":
+            self.end(args["message"], args["resumable"])
+        else:
+            raise ValueError(f"unknown journal record {op!r}")
 
     # Controller listener interface
     def on_epoch_end(self, result) -> None:
@@ -235,7 +281,7 @@ class MlflowTracker:
         """finish() with the error already put in words (see runner.tracking.common.failure_message)."""
         if self.run_id is None:
             return
-        self._stop_system_metrics()
+        self.stop_system_metrics()
         if message is None:
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
             return
@@ -268,6 +314,36 @@ def _dataset_entity(description: Mapping[str, Any]) -> Dataset:
                    schema=json.dumps(TensorDatasetSchema(spec(features), spec(targets)).to_dict()),
                    profile=json.dumps(profile))
 
+
+
+def _system_metrics_monitor(publish: Callable[[dict[str, float], int], None], *args, **kwargs):
+    """MLflow's SystemMetricsMonitor, with two changes: each sample goes to `publish(metrics, step)` (the
+    tracker decides how it reaches the run), and the sampling thread does not ask the server for the run's
+    status before every sample (a server that stops answering would stop MLflow's loop for good, with a
+    warning on the terminal); it stops when the tracker stops it."""
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    class Monitor(SystemMetricsMonitor):
+        def monitor(self) -> None:
+            while True:
+                for _ in range(self.samples_before_logging):
+                    self.collect_metrics()
+                    if self._shutdown_event.wait(self.sampling_interval):
+                        return
+                self.publish_metrics(self.aggregate_metrics())
+
+        def publish_metrics(self, metrics) -> None:
+            prefix = self._metrics_prefix + (self.node_id + "/" if self.node_id else "")
+            try:
+                publish({prefix + key: value for key, value in metrics.items()}, self._logging_step)
+            except Exception as error:  # as MLflow's own loop does: the run goes on without them
+                log.warning("system metrics are no longer logged: %s", error)
+                self._shutdown_event.set()
+            self._logging_step += 1
+            for each in self.monitors:
+                each.clear_metrics()
+
+    return Monitor(*args, **kwargs)
 
 
 class _FirstSampleMeasuredCpu(CPUMonitor):

@@ -29,15 +29,22 @@ class ExportedModel:
     model_id: str
     run_id: str
     seconds: float
-    logged: bool  # False: the run already had its model (a resumed run that had logged it before)
+    logged: bool  # False: the run already had its model (a resumed run that had logged it before), or no server
 
 
 def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: int,
                   example_images: np.ndarray) -> ExportedModel:
     """Log `model` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model) as the
     run's model, linked to the run's metrics at `step` (its last epoch), unless the run has one already;
-    `example_images` are a few raw inputs, as the data holds them."""
+    `example_images` are a few raw inputs, as the data holds them. A tracking server that does not answer gets no
+    model now (MLflow would retry for minutes, then fail the run): the run's next invocation logs it."""
     started = time.perf_counter()
+    if not _answers(tracking_uri):
+        log.warning("the MLflow tracking server %s does not answer, so the model of run %s is not logged now. Fix: "
+                    "once it answers, re-run the same command with the same hydra.run.dir: the run has trained "
+                    "every epoch, so that logs its model (and delivers whatever else it had not taken).",
+                    tracking_uri, run_id)
+        return ExportedModel("", run_id, 0.0, logged=False)
     import mlflow
     import mlflow.tensorflow
     from mlflow.models import ModelSignature
@@ -83,6 +90,19 @@ def discard_run_model(tracking_uri: str, run_id: str) -> None:
     if model is not None:
         client.delete_logged_model(model.model_id)
         log.info("deleted the model %s of MLflow run %s, which did not finish", model.model_id, run_id)
+
+
+def _answers(tracking_uri: str, timeout: float = 5.0) -> bool:
+    """False for a tracking server whose /health does not answer (any other store: True)."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return True
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 @contextmanager
