@@ -12,6 +12,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import runner  # noqa: F401  (selects tf_keras before TensorFlow is imported)
+import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
+from runner.config.check import check_command_line, refuse_unknown_keys
 from runner.errors import RunnerError
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
@@ -34,6 +36,7 @@ def main(cfg: DictConfig) -> float:
             from runner.sweeps.job import run_sweep_job
 
             return run_sweep_job(cfg, hydra_config)
+        refuse_unknown_keys(cfg)  # (check_command_line found them already, unless Hydra read another config dir)
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
         objective = objective_name(config)
@@ -102,6 +105,9 @@ if __name__ == "__main__":
     try:
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
+        # Before Hydra, whose refusals of a key or option end in exit 1 without a suggestion (and in a sweep
+        # only after the sweep's MLflow parent run exists).
+        check_command_line(sys.argv[1:])
     except RunnerError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
