@@ -8,6 +8,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,7 +37,8 @@ def main(cfg: DictConfig) -> float:
             from runner.sweeps.job import run_sweep_job
 
             return run_sweep_job(cfg, hydra_config)
-        refuse_unknown_keys(cfg)  # (check_command_line found them already, unless Hydra read another config dir)
+        # check_command_line found them already, unless Hydra read another config directory.
+        refuse_unknown_keys(cfg, OverridesParser.create().parse_overrides(list(hydra_config.overrides.task)))
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
         objective = objective_name(config)

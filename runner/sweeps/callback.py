@@ -150,7 +150,7 @@ def check_sweep_config(config: DictConfig) -> None:
     from runner.config.check import refuse_unknown_keys
     from runner.settings import TARGET_GROUPS, target_components
 
-    refuse_unknown_keys(config)
+    refuse_unknown_keys(config, OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)))
     swept = swept_keys(config)
     groups = tuple(group for group in TARGET_GROUPS
                    if not any(key == group or key.startswith(group + ".") for key in swept))
