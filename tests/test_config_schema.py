@@ -97,7 +97,16 @@ def test_a_normal_command_line_is_checked_in_well_under_a_second():
     check_command_line(["strategy=one_device"])  # Hydra's plugins are discovered once per process
     started = time.perf_counter()
     check_command_line(["strategy=one_device", "batch=128", "optimizer.lr=0.002", "epochs=2", "loop=multi_step"])
+    # A sweep's other values of a key are set on a copy of the first composition, not composed anew.
+    check_command_line(["-m", "batch=16,32,64,128", "optimizer.lr=0.1,0.01,0.001", "seed=1,2,3"])
     assert time.perf_counter() - started < 1.0
+
+
+def test_each_value_of_a_swept_key_or_group_is_checked():
+    assert _refusal("-m", "batch=32,abc").startswith("batch='abc' is not valid: it must be a positive integer")
+    assert _refusal("-m", "optimizer=sgd,adamw", "optimizer.momentum=0.5").startswith(
+        "optimizer.momentum is not valid: runner.builtins.optimizers.adamw takes no argument 'momentum'")
+    assert _refusal("-m", "model.weight_decay=0,1", "+model.depth=1,2").startswith("model.depth is not valid")
 
 
 # --- values of the wrong type: runner.settings' paragraph --------------------------------------------------------

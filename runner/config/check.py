@@ -73,9 +73,9 @@ def check_command_line(arguments: Sequence[str]) -> None:
             for value in values[1:]:
                 point = [value if position == index else chosen[0]
                          for position, chosen in enumerate(choices) if chosen]
-                config = composer.compose(point)
-                refuse_unknown_keys(config, overrides)
-                _check_targets(config)
+                other = composer.changed(config, overrides[index], value) or composer.compose(point)
+                refuse_unknown_keys(other, overrides)
+                _check_targets(other)
 
 
 def _sweep_values(override) -> list[str]:
@@ -122,6 +122,21 @@ class _Composer:
                 raise
             index, error = failing
             raise self._paragraph(overrides[index], overrides[:index], error) from None
+
+    def changed(self, config: DictConfig, override, line: str) -> DictConfig | None:
+        """`config` with a key's other value set (a fraction of a composition); None for a config group's option,
+        or where setting it fails (composing then names the problem)."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        if override.is_add() or self.loader.get_group_options(override.key_or_group):
+            return None
+        other = copy.deepcopy(config)
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides([line]), other)
+        except Exception:  # noqa: BLE001
+            return None
+        return other
 
     def _first_failing(self, overrides: Sequence[str]) -> tuple[int, Exception] | None:
         """The first override whose addition makes the composition fail (and its error), by bisection."""
