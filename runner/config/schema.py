@@ -17,6 +17,11 @@ runner.settings as typed and is refused there with its paragraph:
 Ints and strings are typed: what OmegaConf refuses there (batch=abc, epochs=1e9, a list or null for a name) the
 runner refuses too, and runner.config.check reports it with runner.settings' paragraph. (A quoted integer,
 batch='64', becomes the integer.)
+
+A new key is a field here with its default (and its check in runner.settings, without a default of its own). A
+key that is a Python keyword (`init.from`) cannot be a dataclass field: give its group as a `Dict[str, Any]`
+field whose default holds the key (`field(default_factory=lambda: {"from": None})`); runner.config.check refuses
+any other key under it as it does for a dataclass.
 """
 
 from __future__ import annotations
