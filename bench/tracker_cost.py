@@ -32,10 +32,14 @@ def _timed_ms(call) -> float:
 
 def measure_tracker(tracking_uri: str, run_dir: str, params: dict, checkpoint_dir: str, epochs: int = 10
                     ) -> TrackerCost:
-    from runner.settings import MlflowSettings
+    from omegaconf import OmegaConf
+
+    from runner.config.check import compose_config
+    from runner.settings import mlflow_settings
     from runner.tracking.mlflow_tracker import MlflowTracker
 
-    tracker = MlflowTracker(MlflowSettings(tracking_uri=tracking_uri, experiment_name="bench-tracker", run_name=None))
+    config = compose_config([f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=bench-tracker"])
+    tracker = MlflowTracker(mlflow_settings(OmegaConf.to_container(config, resolve=True)))
     os.makedirs(run_dir, exist_ok=True)
     start_ms = _timed_ms(lambda: tracker.start(run_dir, params))
     files = sorted(glob.glob(os.path.join(checkpoint_dir, "ckpt-*")))

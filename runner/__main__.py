@@ -5,13 +5,15 @@ With `-m` (a sweep), each job trains in its own process instead: see runner.swee
 
 import logging
 import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
+from runner.config.check import CONF_DIR, check_command_line, refuse_unknown_keys
 from runner.entry import prepare_for_tensorflow
 from runner.errors import RunnerError, report
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
@@ -25,16 +27,7 @@ from runner.verbosity import configure, is_verbose, load_tensorflow
 log = logging.getLogger("runner")
 
 
-def config_dir() -> str:
-    """The config the command composes: the copy of the repository's conf/ that an installed wheel carries
-    inside the package (runner/conf), or else, in a checkout (`pip install -e .`, or the package on PYTHONPATH),
-    the repository's conf/ itself, next to the package."""
-    package = Path(__file__).resolve().parent
-    shipped = package / "conf"
-    return str(shipped if (shipped / "config.yaml").is_file() else package.parent / "conf")
-
-
-@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
     prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
     hydra_config = HydraConfig.get()
@@ -45,6 +38,8 @@ def main(cfg: DictConfig) -> float:
             from runner.sweeps.job import run_sweep_job
 
             return run_sweep_job(cfg, hydra_config)
+        # check_command_line found them already, unless Hydra read another config directory.
+        refuse_unknown_keys(cfg, OverridesParser.create().parse_overrides(list(hydra_config.overrides.task)))
         config = OmegaConf.to_container(cfg, resolve=True)
         settings = from_config(config)
         objective = objective_name(config)
@@ -114,10 +109,13 @@ def cli() -> None:
     try:
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
+        rename_launcher_schemas()
+        # Before Hydra, whose refusals of a key or option end in exit 1 without a suggestion (and in a sweep
+        # only after the sweep's MLflow parent run exists).
+        check_command_line(sys.argv[1:])
     except RunnerError as error:
         report("error", error)
         sys.exit(2)
-    rename_launcher_schemas()
     main()
 
 

@@ -87,8 +87,8 @@ def import_target(key: str, path: Any) -> Callable[..., Any]:
 
 
 def check_arguments(key: str, target: str, function: Callable[..., Any], given: Iterable[str],
-                    supplied: Iterable[str] = (), positional: int = 0) -> None:
-    """Every argument the config gives is one `function` takes, and every one it needs is given.
+                    supplied: Iterable[str] = (), positional: int = 0, complete: bool = True) -> None:
+    """Every argument the config gives is one `function` takes, and (if `complete`) every one it needs is given.
 
     `supplied`: the arguments the runner passes itself (input_shape, learning_rate, ...); `positional`: how
     many leading positional parameters the runner fills at call time (a loss's labels and logits)."""
@@ -117,7 +117,7 @@ def check_arguments(key: str, target: str, function: Callable[..., Any], given: 
                 + f"; its arguments are: {options}. Fix: "
                 + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}") + ".")
     for name, parameter in named.items():
-        if parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
+        if complete and parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
             group = key.rsplit(".", 1)[0]
             raise RunnerError(
                 f"{group}.{name} is missing: {target} needs the argument {name!r}. Fix: add +{group}.{name}=<value> "
@@ -139,15 +139,27 @@ def call(key: str, target: str, build: Callable[[], Any]) -> Any:
                           "Fix: correct the callable or the arguments its config gives it.") from None
 
 
+# What the runner passes each group's callable itself: keyword arguments, and how many leading positional ones.
+_SUPPLIED = {
+    "model": (MODEL_ARGUMENTS, 0),
+    "optimizer": (OPTIMIZER_ARGUMENTS, 0),
+    "schedule": (SCHEDULE_ARGUMENTS, 0),
+    "loss": ((), LOSS_POSITIONAL),
+    "dataset": ((), 0),
+}
+
+
+def check_targets(components: Iterable[Component], complete: bool = True) -> None:
+    """Each component's callable imports and takes the arguments its config gives (and, if `complete`, is
+    given every argument it needs): one paragraph otherwise."""
+    for component in components:
+        supplied, positional = _SUPPLIED[component.group]
+        check_arguments(f"{component.group}._target_", component.target, component.resolve(), component.arguments,
+                        supplied, positional, complete)
+
+
 def check_components(settings: "Settings") -> None:
     """Each `_target_` of a run imports and takes the arguments its config gives: one paragraph and exit 2
     otherwise, before any run exists (the built-ins are checked without importing TensorFlow)."""
-    for component, supplied, positional in (
-        (settings.model, MODEL_ARGUMENTS, 0),
-        (settings.optimizer.component, OPTIMIZER_ARGUMENTS, 0),
-        (settings.schedule, SCHEDULE_ARGUMENTS, 0),
-        (settings.loss, (), LOSS_POSITIONAL),
-        (settings.dataset.component, (), 0),
-    ):
-        check_arguments(f"{component.group}._target_", component.target, component.resolve(), component.arguments,
-                        supplied, positional)
+    check_targets((settings.model, settings.optimizer.component, settings.schedule, settings.loss,
+                   settings.dataset.component))

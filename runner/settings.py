@@ -28,6 +28,7 @@ MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
 CROSS_DEVICE_OPS = ("nccl", "hierarchical_copy", "reduce_to_one")
 # The keys of the dataset group that the runner applies to any dataset; the others are its callable's arguments.
 DATASET_KEYS = ("_target_", "name", "train_examples", "test_examples", "scale")
+TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset")
 LR_RULES = ("none", "linear", "sqrt")
 LOOP_STYLES = ("for_in", "iterator", "in_function", "multi_step")
 RESUME_MODES = ("auto", "never")
@@ -56,26 +57,26 @@ class StrategySettings:
     cross_device_ops: str | None
     cpu_replicas: int | None
     tpu: str
-    communication: str = "auto"  # multi_worker_mirrored's collective implementation
-    variable_partitioner: PartitionerSettings | None = None  # parameter_server; None = whole variables
+    communication: str  # multi_worker_mirrored's collective implementation
+    variable_partitioner: PartitionerSettings | None  # parameter_server; None = whole variables
 
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    kind: str = "none"
-    workers: int = 2
-    ps: int = 1
-    timeout_seconds: float | None = None
-    port_base: int = 8888
+    kind: str
+    workers: int
+    ps: int
+    timeout_seconds: float | None
+    port_base: int
 
 
 @dataclass(frozen=True)
 class DatasetSettings:
     name: str
     component: Component  # the callable returning the data (runner.data.source), with its arguments
-    train_examples: int | None = None
-    test_examples: int | None = None
-    scale: float = 255.0
+    train_examples: int | None
+    test_examples: int | None
+    scale: float
 
 
 @dataclass(frozen=True)
@@ -108,15 +109,15 @@ class CheckpointSettings:
 class RuntimeSettings:
     jit_compile: bool
     mixed_precision: str | None
-    deterministic: bool = False  # op determinism, and refuse what cannot be reproduced bit for bit
+    deterministic: bool  # op determinism, and refuse what cannot be reproduced bit for bit
 
 
 @dataclass(frozen=True)
 class SystemMetricsSettings:
     """MLflow's system metrics (CPU, memory, GPU under `system/`), sampled by the process that tracks."""
 
-    enabled: bool = True
-    interval_seconds: float = 10.0
+    enabled: bool
+    interval_seconds: float
 
 
 @dataclass(frozen=True)
@@ -124,13 +125,13 @@ class MlflowSettings:
     tracking_uri: str | None
     experiment_name: str
     run_name: str | None
-    registered_model_name: str = "fashion_mnist"  # where a sweep's best model (and a registering run's) goes
-    register: bool = False  # a single run registers its own model
-    log_model: bool = True  # the run ends by logging its trained model as an MLflow Model
-    system_metrics: SystemMetricsSettings = SystemMetricsSettings()
+    registered_model_name: str  # where a sweep's best model (and a registering run's) goes
+    register: bool  # a single run registers its own model
+    log_model: bool  # the run ends by logging its trained model as an MLflow Model
+    system_metrics: SystemMetricsSettings
     # How long the tracking server may stop answering before a process that ends with data undelivered stops
     # waiting for it (the data then stays in the run directory's journal: runner.tracking.journal).
-    outage_seconds: float = 3600.0
+    outage_seconds: float
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,11 @@ class Settings:
     checkpoint: CheckpointSettings
     runtime: RuntimeSettings
     mlflow: MlflowSettings
-    cluster: ClusterSettings = ClusterSettings()
-    verbose: bool = False  # every library's INFO lines on the terminal (runner.verbosity)
-    sweep_seeds: int = 1  # a sweep trains every point with this many seeds: seed, seed+1, ...
-    schedule: Component = Component("schedule", "runner.builtins.schedules.constant")
-    loss: Component = Component("loss", "runner.builtins.losses.sparse_categorical_crossentropy")
+    cluster: ClusterSettings
+    verbose: bool  # every library's INFO lines on the terminal (runner.verbosity)
+    sweep_seeds: int  # a sweep trains every point with this many seeds: seed, seed+1, ...
+    schedule: Component
+    loss: Component
 
 
 def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
@@ -257,7 +258,7 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
     if not isinstance(tpu, str):
         raise _fail("strategy.tpu", tpu, "it must be a TPU name or address", "pass strategy.tpu=my-tpu or ''")
     communication = _choice(
-        "strategy.communication", node.get("communication", "auto"), COMMUNICATIONS,
+        "strategy.communication", node.get("communication"), COMMUNICATIONS,
         "use auto (TensorFlow's choice), ring (gRPC, any device) or nccl (GPUs)",
     )
     if communication != "auto" and name != "multi_worker_mirrored":
@@ -265,9 +266,10 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
             "strategy.communication", communication, f"strategy={name} does not all-reduce across processes",
             "use it with strategy=multi_worker_mirrored, or drop strategy.communication",
         )
-    given = node.get("variable_partitioner") is not None
-    partitioner = _section(node, "variable_partitioner", "strategy.") if given else {}
-    return StrategySettings(name, devices, cross, cpu_replicas, tpu, communication, _partitioner(partitioner, name))
+    partitioner = None
+    if node.get("variable_partitioner") is not None:
+        partitioner = _partitioner(_section(node, "variable_partitioner", "strategy."), name)
+    return StrategySettings(name, devices, cross, cpu_replicas, tpu, communication, partitioner)
 
 
 def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings | None:
@@ -276,7 +278,7 @@ def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings 
         fix="pass the most shards a variable may be split into (e.g. the number of ps tasks), or null for none",
     )
     min_shard_bytes = _int(
-        "strategy.variable_partitioner.min_shard_bytes", node.get("min_shard_bytes", 256 << 10), minimum=1,
+        "strategy.variable_partitioner.min_shard_bytes", node.get("min_shard_bytes"), minimum=1,
         fix="pass the smallest shard size in bytes, e.g. strategy.variable_partitioner.min_shard_bytes=262144",
     )
     if max_shards is None:
@@ -292,20 +294,20 @@ def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings 
 
 def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) -> ClusterSettings:
     kind = _choice(
-        "cluster.kind", node.get("kind", "none"), CLUSTER_KINDS,
+        "cluster.kind", node.get("kind"), CLUSTER_KINDS,
         "pick one of the cluster group's options: cluster=local starts a cluster on this machine, "
         "cluster=tf_config or cluster=slurm join one started by Kubernetes, by hand or by srun",
     )
     settings = ClusterSettings(
         kind=kind,
-        workers=_int("cluster.workers", node.get("workers", 2), minimum=1,
+        workers=_int("cluster.workers", node.get("workers"), minimum=1,
                      fix="pass the number of worker processes, e.g. cluster.workers=2"),
-        ps=_int("cluster.ps", node.get("ps", 1), minimum=1,
+        ps=_int("cluster.ps", node.get("ps"), minimum=1,
                 fix="pass the number of parameter server processes, e.g. cluster.ps=1"),
         timeout_seconds=None if node.get("timeout_seconds") is None else _number(
             "cluster.timeout_seconds", node["timeout_seconds"], minimum=1,
             fix="pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null"),
-        port_base=_int("cluster.port_base", node.get("port_base", 8888), minimum=1, maximum=65535,
+        port_base=_int("cluster.port_base", node.get("port_base"), minimum=1, maximum=65535,
                        fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"),
     )
     if kind == "none" and strategy in MULTI_PROCESS_STRATEGIES:
@@ -362,7 +364,7 @@ def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
         )
         for key in ("train_examples", "test_examples")
     }
-    scale = _number("dataset.scale", node.get("scale", 255), minimum=0.0, positive=True,
+    scale = _number("dataset.scale", node.get("scale"), minimum=0.0, positive=True,
                     fix="pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1")
     component = _component("dataset", {**node, **({"dir": directory} if directory is not None else {})},
                            DATASET_KEYS)
@@ -389,20 +391,20 @@ def _loop(node: Mapping[str, Any]) -> LoopSettings:
         fix="pass a positive number of steps, or null for one pass over the training set",
     )
     steps_per_call = _int(
-        "loop.steps_per_call", node.get("steps_per_call", 1), minimum=1,
+        "loop.steps_per_call", node.get("steps_per_call"), minimum=1,
         fix="pass a positive number of steps per tf.function call, e.g. loop.steps_per_call=20",
     )
     return LoopSettings(style, steps_per_epoch, steps_per_call)
 
 
 def _runtime(node: Mapping[str, Any], strategy: str) -> RuntimeSettings:
-    jit_compile = _bool("runtime.jit_compile", node.get("jit_compile", False),
+    jit_compile = _bool("runtime.jit_compile", node.get("jit_compile"),
                         "pass runtime.jit_compile=true or runtime.jit_compile=false")
     policy = _choice(
         "runtime.mixed_precision", node.get("mixed_precision"), MIXED_PRECISION_POLICIES,
         "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null", nullable=True,
     )
-    deterministic = _bool("runtime.deterministic", node.get("deterministic", False),
+    deterministic = _bool("runtime.deterministic", node.get("deterministic"),
                           "pass runtime.deterministic=true or runtime.deterministic=false")
     if deterministic and strategy == "parameter_server":
         raise _fail(
@@ -428,19 +430,19 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
         raise _fail("mlflow.tracking_uri", tracking_uri,
                     "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
                     f"sqlite:///path.db (schemes: {', '.join(schemes)}), and refuses a directory", store_fix)
-    registered_model_name = _text("mlflow.registered_model_name", node.get("registered_model_name", "fashion_mnist"),
+    registered_model_name = _text("mlflow.registered_model_name", node.get("registered_model_name"),
                                   fix="name the registered model, e.g. mlflow.registered_model_name=fashion_mnist")
     if any(char in registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
         raise _fail("mlflow.registered_model_name", registered_model_name, "it must not contain '/' or ':'",
                     "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist")
-    register = _bool("mlflow.register", node.get("register", False),
+    register = _bool("mlflow.register", node.get("register"),
                      "pass mlflow.register=true to register this run's model, or false")
-    log_model = _bool("mlflow.log_model", node.get("log_model", True),
+    log_model = _bool("mlflow.log_model", node.get("log_model"),
                       "pass mlflow.log_model=true to log the trained model, or false to skip it")
     if register and not log_model:
         raise RunnerError("mlflow.register=true needs the run's model, but mlflow.log_model=false skips logging it. "
                           "Fix: drop mlflow.log_model=false, or drop mlflow.register=true.")
-    metrics = _section(node, "system_metrics", "mlflow.") if "system_metrics" in node else {}
+    metrics = _section(node, "system_metrics", "mlflow.")
     return MlflowSettings(
         tracking_uri=tracking_uri,
         experiment_name=_text("mlflow.experiment_name", node.get("experiment_name"),
@@ -451,15 +453,15 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
         register=register,
         log_model=log_model,
         system_metrics=SystemMetricsSettings(
-            enabled=_bool("mlflow.system_metrics.enabled", metrics.get("enabled", True),
+            enabled=_bool("mlflow.system_metrics.enabled", metrics.get("enabled"),
                           "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"),
             interval_seconds=_number(
-                "mlflow.system_metrics.interval_seconds", metrics.get("interval_seconds", 10),
+                "mlflow.system_metrics.interval_seconds", metrics.get("interval_seconds"),
                 minimum=MIN_SAMPLING_SECONDS,
                 fix="pass the seconds between two samples of CPU and memory, e.g. "
                     "mlflow.system_metrics.interval_seconds=10"),
         ),
-        outage_seconds=_number("mlflow.outage_seconds", node.get("outage_seconds", 3600), minimum=0,
+        outage_seconds=_number("mlflow.outage_seconds", node.get("outage_seconds"), minimum=0,
                                fix="pass how many seconds a run may wait at its end for a tracking server that "
                                    "stopped answering, e.g. mlflow.outage_seconds=3600 (0: do not wait)"),
     )
@@ -490,9 +492,16 @@ def refuse_credentials_in_uri(key: str, uri: str) -> None:
 
 def sweep_seeds(cfg: Mapping[str, Any]) -> int:
     """`sweep.seeds`, validated: how many seeds every point of a sweep is trained with."""
-    node = _section(cfg, "sweep") if cfg.get("sweep") is not None else {}
-    return _int("sweep.seeds", node.get("seeds", 1), minimum=1,
+    node = _section(cfg, "sweep")
+    return _int("sweep.seeds", node.get("seeds"), minimum=1,
                 fix="pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)")
+
+
+def target_components(cfg: Mapping[str, Any], groups: tuple[str, ...] = TARGET_GROUPS) -> list[Component]:
+    """The `_target_` callables of a composed config with the arguments it gives them, without validating the
+    rest (what a sweep checks before its parent run, where a swept key may still change other values)."""
+    own = {"optimizer": ("_target_", "lr"), "dataset": DATASET_KEYS}
+    return [_component(group, _section(cfg, group), own.get(group, ("_target_",))) for group in groups]
 
 
 def from_config(cfg: Mapping[str, Any]) -> Settings:
@@ -512,7 +521,7 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
                   fix="pass a non-negative integer seed below 2**32, e.g. seed=42"),
         progress=_bool("progress", cfg.get("progress"), "pass progress=true (always), progress=false (never) or "
                        "progress=null (only when stderr is a terminal)", nullable=True),
-        resume=_choice("resume", cfg.get("resume", "auto"), RESUME_MODES,
+        resume=_choice("resume", cfg.get("resume"), RESUME_MODES,
                        "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse"),
         strategy=strategy,
         dataset=_dataset(_section(cfg, "dataset")),
@@ -536,8 +545,8 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         ),
         runtime=_runtime(_section(cfg, "runtime"), strategy.name),
         mlflow=mlflow_settings(cfg),
-        verbose=_bool("verbose", cfg.get("verbose", False), "pass verbose=true or verbose=false"),
-        cluster=_cluster(_section(cfg, "cluster") if cfg.get("cluster") is not None else {}, strategy.name, loop),
+        verbose=_bool("verbose", cfg.get("verbose"), "pass verbose=true or verbose=false"),
+        cluster=_cluster(_section(cfg, "cluster"), strategy.name, loop),
         sweep_seeds=sweep_seeds(cfg),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from runner.settings import MlflowSettings, SystemMetricsSettings
+from conftest import mlflow_settings
 
 
 def log_inputs_at_the_barrier(uri: str, run_dir: str, rounds, barrier, results) -> None:
@@ -13,7 +13,7 @@ def log_inputs_at_the_barrier(uri: str, run_dir: str, rounds, barrier, results) 
     once per round (each round's datasets new to the store); puts the run id, or the error, on `results`."""
     from runner.tracking.mlflow_tracker import MlflowTracker
 
-    tracker = MlflowTracker(MlflowSettings(uri, "tests", None, system_metrics=SystemMetricsSettings(enabled=False)))
+    tracker = MlflowTracker(mlflow_settings(uri, "mlflow.system_metrics.enabled=false"))
     os.makedirs(run_dir)
     run_id = tracker.start(run_dir, {"batch": 64})
     try:

@@ -31,15 +31,23 @@ WITH_MODEL = "mlflow.log_model=true"  # after TINY: the last value of a key wins
 
 def compose(overrides: list[str]):
     """The composed config exactly as `python -m runner <overrides>` would see it."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from runner.config.check import compose_config
 
     from runner.sweeps.launchers import rename_launcher_schemas
 
     rename_launcher_schemas()  # as runner/__main__.py does before composing
+    return compose_config(overrides)
 
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+
+def mlflow_settings(tracking_uri: str, *overrides: str):
+    """The MLflow settings of `python -m runner mlflow.tracking_uri=<uri> mlflow.experiment_name=tests
+    <overrides>` (each `mlflow.<key>=<value>`): the schema's defaults for the rest."""
+    from omegaconf import OmegaConf
+
+    from runner.settings import mlflow_settings as settings
+
+    config = compose([f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=tests", *overrides])
+    return settings(OmegaConf.to_container(config, resolve=True))
 
 
 def dataset_settings(kind: str = "synthetic", **keys):

@@ -7,18 +7,16 @@ import logging
 
 import pytest
 
-from conftest import mlflow_client
+from conftest import mlflow_client, mlflow_settings
 from runner.clusters.preemption import Preempted
 from runner.errors import RunnerError
-from runner.settings import MlflowSettings
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.mlflow_tracker import MlflowTracker
 
 
 @pytest.fixture
 def tracker(tmp_path):
-    tracker = MlflowTracker(MlflowSettings(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                                           experiment_name="lifecycle", run_name=None))
+    tracker = MlflowTracker(mlflow_settings(f"sqlite:///{tmp_path / 'mlflow.db'}"))
     tracker.start(str(tmp_path), {"batch": 64})
     return tracker
 

@@ -12,8 +12,7 @@ import time
 import pytest
 
 from concurrent_tracking import log_inputs_at_the_barrier
-from conftest import dataset_settings, metric_history, mlflow_client
-from runner.settings import MlflowSettings, SystemMetricsSettings
+from conftest import dataset_settings, metric_history, mlflow_client, mlflow_settings
 from runner.data.loading import load_data
 from test_data import write_fashion_mnist
 
@@ -110,8 +109,9 @@ def tracked(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     processes = []
 
-    def _track(metrics: SystemMetricsSettings, seconds: float) -> str:
-        process = TrackerProcess(MlflowSettings(uri, "tests", None, system_metrics=metrics))
+    def _track(metrics: str, seconds: float) -> str:
+        """`metrics`: the mlflow.system_metrics overrides, e.g. 'enabled=true interval_seconds=0.25'."""
+        process = TrackerProcess(mlflow_settings(uri, *(f"mlflow.system_metrics.{item}" for item in metrics.split())))
         processes.append(process)
         run_dir = tmp_path / f"run{len(processes)}"
         run_dir.mkdir()
@@ -133,7 +133,7 @@ def tracked(tmp_path):
 
 def test_the_tracker_process_samples_cpu_and_memory_every_interval(tracked):
     track, client = tracked
-    run_id = track(SystemMetricsSettings(True, 0.25), seconds=2.5)
+    run_id = track("enabled=true interval_seconds=0.25", seconds=2.5)
     for key in SAMPLED:
         history = metric_history(client, run_id, key)
         assert len(history) >= 4, (key, history)
@@ -147,5 +147,5 @@ def test_the_tracker_process_samples_cpu_and_memory_every_interval(tracked):
 
 def test_system_metrics_turned_off_log_nothing(tracked):
     track, client = tracked
-    run_id = track(SystemMetricsSettings(False, 0.25), seconds=1.5)
+    run_id = track("enabled=false interval_seconds=0.25", seconds=1.5)
     assert not [key for key in client.get_run(run_id).data.metrics if key.startswith("system/")]

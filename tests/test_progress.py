@@ -11,7 +11,7 @@ import sys
 import termios
 import threading
 
-from conftest import TINY, _cli_env, compose, run_cli
+from conftest import TINY, _cli_env, compose, mlflow_settings, run_cli
 
 # After TINY, whose progress=false the last value overrides.
 DEFAULT_PROGRESS = "progress=null"
@@ -114,10 +114,9 @@ def test_a_run_resumes_whatever_its_progress_setting_now(tmp_path):
     import pytest
 
     from runner.errors import RunnerError
-    from runner.settings import MlflowSettings
     from runner.tracking.mlflow_tracker import MlflowTracker
 
-    settings = MlflowSettings(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", experiment_name="e", run_name=None)
+    settings = mlflow_settings(f"sqlite:///{tmp_path / 'm.db'}")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     first = MlflowTracker(settings)

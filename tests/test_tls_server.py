@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import TINY, mlflow_client, run_cli
+from conftest import TINY, mlflow_client, mlflow_settings, run_cli
 from servers import MlflowServer
 
 pytestmark = pytest.mark.server
@@ -66,11 +66,10 @@ def test_an_untrusted_certificate_names_the_variables_and_tracks_nothing(tls_ser
 
 def test_insecure_tls_skips_verification_as_mlflow_does(tls_server, monkeypatch):
     from runner.errors import RunnerError
-    from runner.settings import MlflowSettings
     from runner.tracking.server_access import check_server
 
     server, _ = tls_server
-    settings = MlflowSettings(tracking_uri=server.url, experiment_name="fashion_mnist", run_name=None)
+    settings = mlflow_settings(server.url)
     with pytest.raises(RunnerError, match="not accepted"):
         check_server(settings)
     monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")

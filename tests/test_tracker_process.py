@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import metric_history, mlflow_client
+from conftest import metric_history, mlflow_client, mlflow_settings
 from processes import is_running
 from runner.errors import RunnerError
-from runner.settings import MlflowSettings
 from runner.tracking.common import RUN_ID_FILE
 
 
@@ -32,7 +31,7 @@ class _Epoch:
 def tracker(tmp_path):
     from runner.tracking.tracker_process import TrackerProcess
 
-    process = TrackerProcess(MlflowSettings(f"sqlite:///{tmp_path / 'mlflow.db'}", "tests", None))
+    process = TrackerProcess(mlflow_settings(f"sqlite:///{tmp_path / 'mlflow.db'}"))
     yield process
     process.close()
 
@@ -127,11 +126,9 @@ def test_runs_with_one_seed_get_different_names_and_the_seeded_sequence_goes_on(
     and drawing it must not move the seeded sequence the training goes on with."""
     import random
 
-    from runner.settings import SystemMetricsSettings
     from runner.tracking.mlflow_tracker import MlflowTracker
 
-    settings = MlflowSettings(f"sqlite:///{tmp_path / 'mlflow.db'}", "tests", None,
-                              system_metrics=SystemMetricsSettings(enabled=False))
+    settings = mlflow_settings(f"sqlite:///{tmp_path / 'mlflow.db'}", "mlflow.system_metrics.enabled=false")
     names, draws = [], []
     for index in range(3):
         random.seed(42)

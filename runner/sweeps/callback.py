@@ -50,16 +50,15 @@ SLURM_JOB_ID_TAG = "slurm_job_id"
 WALL_SECONDS = "wall_seconds"
 # On the parent: the registered model version the sweep's best job became (`fashion_mnist/3`).
 REGISTERED_VERSION_TAG = "registered_model_version"
-DEFAULT_OBJECTIVE = "test_accuracy"
 
 
 def objective_name(config: Any) -> str:
     """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
-    sweep = config.get("sweep") or {}
+    sweep = config.get("sweep")
     if not isinstance(sweep, Mapping):
         raise RunnerError(f"sweep={sweep!r} is not valid: it is a group of settings, not a value. Fix: set its "
                           "keys one at a time, e.g. sweep.objective=test_accuracy.")
-    name = sweep.get("objective", DEFAULT_OBJECTIVE)
+    name = sweep.get("objective")
     if name not in RESULT_KEYS:
         raise RunnerError(
             f"sweep.objective={name!r} is not valid: a sweep job can only return one of its final numbers, "
@@ -124,6 +123,7 @@ class SweepCallback(Callback):
         try:
             objective_name(config)
             sweep_seeds(config)
+            check_sweep_config(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
             tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
@@ -140,6 +140,23 @@ class SweepCallback(Callback):
             finish_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 1)
+
+
+def check_sweep_config(config: DictConfig) -> None:
+    """The sweep's config has only the schema's keys, and its `_target_`s import and take the arguments it gives
+    them. python -m runner has composed and checked every swept value before Hydra started; this covers a sweep
+    started otherwise (another config directory, a sweeper's own search space). A group that a swept key changes
+    is left to its jobs (the base config may lack what each job adds)."""
+    from runner.components import check_targets
+    from runner.config.check import refuse_unknown_keys
+    from runner.settings import TARGET_GROUPS, target_components
+
+    refuse_unknown_keys(config, OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)))
+    swept = swept_keys(config)
+    groups = tuple(group for group in TARGET_GROUPS
+                   if not any(key == group or key.startswith(group + ".") for key in swept))
+    plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in groups}
+    check_targets(target_components(plain, groups))
 
 
 def start_parent_run(config: DictConfig) -> str:

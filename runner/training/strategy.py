@@ -46,8 +46,38 @@ def gpu_models() -> list[str]:
             for gpu in tf.config.list_physical_devices("GPU")]
 
 
+def check_devices(devices: tuple[str, ...]) -> None:
+    """Every device strategy.devices names is one this machine has: TensorFlow would otherwise place a replica
+    named /gpu:1 on the CPU without a word (soft placement), training replicas that share one device."""
+    present = tf.config.list_logical_devices()
+    have = {(device.device_type.upper(), tf.DeviceSpec.from_string(device.name).device_index or 0)
+            for device in present}
+    missing = []
+    for name in devices:
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except ValueError as error:
+            raise RunnerError(
+                f"strategy.devices={list(devices)!r} is not valid: {name!r} is not a device name ({error}). "
+                "Fix: name devices as TensorFlow does, e.g. 'strategy.devices=[/gpu:0,/gpu:1]', or pass "
+                "strategy.devices=null to use every GPU (or the CPU).") from None
+        if spec.job not in (None, "localhost"):  # another task's device: its own machine knows
+            continue
+        if ((spec.device_type or "").upper(), spec.device_index or 0) not in have:
+            missing.append(name)
+    if missing:
+        seen = ", ".join(f"/{device_type.lower()}:{index}" for device_type, index in sorted(have))
+        raise RunnerError(
+            f"strategy.devices={list(devices)!r} is not valid: this machine has no {', '.join(missing)}; "
+            f"TensorFlow sees {seen}. Fix: name devices it has (e.g. 'strategy.devices=[/cpu:0]'), pass "
+            "strategy.devices=null to use every GPU (or the CPU), or strategy.cpu_replicas=N to split the CPU "
+            "into N replicas.")
+
+
 def _local_devices(settings: StrategySettings) -> list[str] | None:
     if settings.devices is not None:
+        if settings.name in ("one_device", "mirrored", "central_storage"):  # the strategies that place replicas
+            check_devices(settings.devices)
         return list(settings.devices)
     if settings.cpu_replicas is not None:
         # Listing *logical* devices would initialise the runtime and make the CPU split impossible.
@@ -63,7 +93,10 @@ def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=settings.tpu)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+    # OSError: urllib's URLError when a TPU name cannot be looked up (outside Google Cloud, or a mistyped name).
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as error:
+        if isinstance(error, OSError) and getattr(error, "reason", None) is not None:
+            error = f"looking the name up failed ({error.reason})"
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
         raise RunnerError(
             f"strategy=tpu found no TPU at {where}: {reason}. This machine has no TPU that TensorFlow "
