@@ -32,6 +32,7 @@ from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, gpu_models
 from runner.training.task import ClassificationTask
+from runner.training.warm_start import warm_start
 from runner.tracking.common import NullTracker, flatten
 from runner.tracking.provenance import GPU_TAG
 
@@ -90,6 +91,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
                                 scratch=not task.chief)
     done_epochs = _resume(settings, checkpointer, run_dir)
+    # Before the MLflow run exists: a source that cannot be found or does not fit leaves no run behind.
+    origin = warm_start(settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=checkpointer.latest)
 
     def distributed_train_dataset(**epochs):
         return strategy.experimental_distribute_dataset(
@@ -121,7 +124,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         with guard.deferred():
             run_id = tracker.start(run_dir, {**flatten(config), "num_replicas": replicas,
                                              "global_batch_size": global_batch, "learning_rate": target_lr},
-                                   tags={GPU_TAG: ", ".join(gpu_models()) or "none"})
+                                   tags={GPU_TAG: ", ".join(gpu_models()) or "none",
+                                         **(origin.tags if origin else {})})
         if task.chief:
             log.info("MLflow run %s in experiment %r at %s; outputs in %s",
                      run_id, settings.mlflow.experiment_name, tracker.tracking_uri, run_dir)
