@@ -145,6 +145,33 @@ def test_the_weights_before_step_1_are_the_sources(source, tracking_uri, kind, s
     assert origin.tags[SOURCE_RUN_TAG] == source.run_id
 
 
+def test_a_version_registered_from_a_logged_model_id_loads_from_this_store(source, tracking_uri, tmp_path,
+                                                                          monkeypatch):
+    """mlflow.register_model gives a version the source models:/<model id>, which MLflow's download looks up in
+    MLflow's default store: here that is another (empty) store, so only the run's own store can answer."""
+    import mlflow
+
+    from runner.builtins.models import cnn
+    from runner.tracking.mlflow_tracker import run_model
+
+    client = mlflow_client(tracking_uri)
+    logged = run_model(client, source.run_id)
+    client.create_registered_model("by_model_id")
+    client.create_model_version("by_model_id", f"models:/{logged.model_id}", run_id=source.run_id,
+                                model_id=logged.model_id)
+    monkeypatch.chdir(tmp_path)
+    default = mlflow.get_tracking_uri()  # the source's model logging set it to this file's store
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        model = cnn((28, 28, 1), 10)
+        origin = warm_start(init_settings({"from": "models:/by_model_id/1"}), model, tracking_uri, resumed_from=None)
+    finally:
+        mlflow.set_tracking_uri(default)
+    assert origin.tags[MODEL_VERSION_TAG] == "by_model_id/1"
+    for variable, value in zip(model.weights, _source_weights(source.checkpoint)):
+        np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.name)
+
+
 def test_fine_tuning_from_a_run_directory_starts_where_the_source_ended(source, train, tracking_uri, tmp_path):
     fresh = train(*FIRST_STEP, run_dir=tmp_path / "fresh")
     tuned = train(*FIRST_STEP, f"init.from={source.run_dir}", run_dir=tmp_path / "tuned")

@@ -71,8 +71,8 @@ def _from_checkpoint(source: str, model: tf.keras.Model) -> Origin:
         key = keys.get(id(variable))
         if key is not None and tuple(shapes[key]) != tuple(variable.shape):
             raise _mismatch(where, variable, tuple(shapes[key]))
-    status = tf.train.Checkpoint(model=model).restore(path)
     try:
+        status = tf.train.Checkpoint(model=model).restore(path)
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:
         raise RunnerError(
@@ -202,6 +202,12 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
         name, alias, number = re.fullmatch(r"models:/([^/@]+)(?:@(.+)|/(\d+))", source).groups()
         version = (client.get_model_version_by_alias(name, alias) if alias is not None
                    else client.get_model_version(name, number))
+        location = version.source
+        if location.startswith("models:/"):
+            # Registered from models:/<model id> (mlflow.register_model does): download_artifacts would look that
+            # up in MLflow's default store, so find the LoggedModel's artifacts in this client's store.
+            model_id = version.model_id or location.removeprefix("models:/").split("/")[0]
+            location = client.get_logged_model(model_id).artifact_location
     except MlflowException as error:
         message = " ".join(str(error.message).split())[:300]
         looked_up = "MLflow run" if source.startswith("runs:") else "registered model version"
@@ -215,7 +221,7 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
         tags[SOURCE_RUN_TAG] = version.run_id
     description = f"{source} (version {version.version}" + (f", MLflow run {version.run_id})" if version.run_id
                                                              else ")")
-    return version.source, description, tags
+    return location, description, tags
 
 
 def _trained_network(source: str, loaded) -> tf.keras.Model:
