@@ -6,8 +6,10 @@ before any MLflow run exists. Every rejection is a RunnerError naming the value 
 
 from __future__ import annotations
 
+import glob
 import math
 import os
+import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -135,6 +137,14 @@ class MlflowSettings:
 
 
 @dataclass(frozen=True)
+class InitSettings:
+    """init.from: where the model's weights come from before step 1 (runner.training.warm_start)."""
+
+    source: str | None = None  # None: the model's own initialisation; else a URI, or a checkpoint's path
+    kind: str | None = None  # checkpoint (an absolute path: a checkpoint prefix or a directory of them) | runs | models
+
+
+@dataclass(frozen=True)
 class Settings:
     batch: int
     epochs: int
@@ -155,6 +165,7 @@ class Settings:
     sweep_seeds: int  # a sweep trains every point with this many seeds: seed, seed+1, ...
     schedule: Component
     loss: Component
+    init: InitSettings
 
 
 def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
@@ -548,7 +559,47 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         verbose=_bool("verbose", cfg.get("verbose"), "pass verbose=true or verbose=false"),
         cluster=_cluster(_section(cfg, "cluster"), strategy.name, loop),
         sweep_seeds=sweep_seeds(cfg),
+        init=init_settings(_section(cfg, "init")),
     )
+
+
+def init_settings(node: Mapping[str, Any]) -> InitSettings:
+    """The init section: init.from is null, runs:/<run id>/<path>, models:/<name>@<alias>, models:/<name>/<version>,
+    or a run directory, its checkpoints/ directory or one checkpoint (a ckpt-N prefix) that exists."""
+    for key in node:
+        if key != "from":
+            raise _fail(f"init.{key}", node[key], "the init group has one key, init.from",
+                        "give where the weights come from as init.from=<run dir, runs:/ or models:/ URI>")
+    value = node.get("from")
+    fix = ("pass a run directory of an earlier run (or its checkpoints/ directory), runs:/<run id>/model, "
+           "models:/<name>@<alias> (e.g. models:/fashion_mnist@champion) or models:/<name>/<version>; "
+           "or init.from=null to start from the model's own initialisation")
+    source = _text("init.from", value, fix=fix, nullable=True)
+    if source is None:
+        return InitSettings()
+    if source.startswith("runs:"):
+        if not re.fullmatch(r"runs:/[^/\s]+/\S+", source):
+            raise _fail("init.from", source, "a run's model is named runs:/<run id>/<artifact path>", fix)
+        return InitSettings(source, "runs")
+    if source.startswith("models:"):
+        if not re.fullmatch(r"models:/[^/@:\s]+(@[^/@\s]+|/\d+)", source):
+            raise _fail("init.from", source, "a registered model's version is named models:/<name>@<alias> or "
+                        "models:/<name>/<version number>", fix)
+        return InitSettings(source, "models")
+    if re.match(r"[A-Za-z][\w+.-]*:/", source):
+        raise _fail("init.from", source, "the runner loads weights from runs:/ and models:/ URIs and from local "
+                    "checkpoint directories", fix)
+    path = os.path.abspath(os.path.expanduser(source))
+    if os.path.isfile(path + ".index"):  # one checkpoint, named by its prefix (.../checkpoints/ckpt-96)
+        return InitSettings(path, "checkpoint")
+    if not os.path.isdir(path):
+        raise _fail("init.from", source, f"there is no directory {path} (nor a checkpoint of that name), and it "
+                    "is not a runs:/ or models:/ URI", fix)
+    for directory in (path, os.path.join(path, "checkpoints")):
+        if os.path.isfile(os.path.join(directory, "checkpoint")) or glob.glob(os.path.join(directory, "ckpt-*.index")):
+            return InitSettings(directory, "checkpoint")
+    raise _fail("init.from", source, f"{path} holds no checkpoint (no ckpt-*.index files in it or in its "
+                "checkpoints/ directory)", fix)
 
 
 # Sweeps on Ray (hydra/launcher=ray): the address forms ray.init takes, and what it refuses when joining a cluster.

@@ -32,6 +32,7 @@ from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, gpu_models
 from runner.training.task import ClassificationTask
+from runner.training.warm_start import warm_start
 from runner.tracking.common import NullTracker, flatten
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.provenance import GPU_TAG
@@ -94,6 +95,7 @@ class Trainer:
     global_batch: int
     steps_per_epoch: int
     learning_rate: float  # the effective rate: optimizer.lr scaled by lr_scaling
+    origin_tags: dict  # where the model's weights came from (init.from), as tags of the run
 
     @classmethod
     def build(cls, settings: Settings, run_dir: str, task: Task) -> "Trainer":
@@ -123,6 +125,8 @@ class Trainer:
         checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
                                     scratch=not task.chief)
         done_epochs = _resume(settings, checkpointer, run_dir)
+        # Before the MLflow run exists: a source that cannot be found or does not fit leaves no run behind.
+        origin = warm_start(settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=checkpointer.latest)
 
         def distributed_train_dataset(**epochs):
             return strategy.experimental_distribute_dataset(
@@ -139,7 +143,7 @@ class Trainer:
                              settings.loop.steps_per_call, done_epochs)
             evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
         return cls(run_dir, task, strategy, training_data, experiment, state, loop, evaluate, test_batches,
-                   checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr)
+                   checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr, origin.tags if origin else {})
 
     def end_actions(self, settings: Settings, config: Mapping[str, Any], tracker, run_id: str) -> list:
         """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration."""
@@ -169,7 +173,7 @@ class Trainer:
                 run_id = tracker.start(self.run_dir, {**flatten(config), "num_replicas": replicas,
                                                       "global_batch_size": self.global_batch,
                                                       "learning_rate": self.learning_rate},
-                                       tags={GPU_TAG: ", ".join(gpu_models()) or "none"})
+                                       tags={GPU_TAG: ", ".join(gpu_models()) or "none", **self.origin_tags})
             if task.chief:
                 log.info("MLflow run %s in experiment %r at %s; outputs in %s",
                          run_id, settings.mlflow.experiment_name, tracker.tracking_uri, self.run_dir)

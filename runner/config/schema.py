@@ -184,6 +184,12 @@ class RunnerConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    # Warm start (fine-tuning): the model's weights before step 1, for a fresh run (a run directory that holds
+    # checkpoints resumes from its own instead). init.from: null = the model's own initialisation; a run directory,
+    # its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model; models:/<name>@<alias> or
+    # models:/<name>/<version>. Only the model's weights: the optimizer and the epoch counter start afresh.
+    # (`from` is a Python keyword, so the group is a mapping; runner.settings.init_settings refuses other keys.)
+    init: Dict[str, Any] = field(default_factory=lambda: {"from": None})
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 

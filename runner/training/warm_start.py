@@ -1,0 +1,239 @@
+"""Warm start (init.from): a fresh run's model takes its weights, before step 1, from a checkpoint, a run's
+logged model or a registered model version. Only the model's variables: the optimizer and the epoch counter
+start afresh, so fine-tuning is a new run with a new learning-rate schedule."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+from runner.errors import RunnerError
+from runner.settings import InitSettings
+from runner.tracking.common import RUN_ID_FILE
+from runner.training.checkpoints import listed_checkpoints, unreadable
+
+log = logging.getLogger("runner")
+
+# Run tags: where the weights came from (the param init.from says what was asked for).
+FROM_TAG = "init.from"
+SOURCE_RUN_TAG = "init.source_run_id"
+MODEL_VERSION_TAG = "init.model_version"
+
+_FIX_SHAPES = ("Fix: start from a model trained with the same model options and the same data shape and number "
+               "of classes (the model callable receives input_shape and num_classes from the data), or drop "
+               "init.from to train this model from its own initialisation.")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What the model was initialised from."""
+
+    description: str  # for the log line: the checkpoint, or the URI and what it resolved to
+    variables: int
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def warm_start(init: InitSettings, model: tf.keras.Model, tracking_uri: str | None,
+               resumed_from: str | None) -> Origin | None:
+    """Copy init.from's weights into `model` (built in strategy.scope(); call outside it, before step 1).
+
+    `resumed_from`: the run directory's own checkpoint that was restored, if any; a resumed run keeps it and
+    init.from is ignored. Raises RunnerError, before anything is assigned, when the source cannot be found or
+    read, or when a variable's shape differs (naming the first such variable in the model's order)."""
+    if init.source is None:
+        return None
+    if resumed_from is not None:
+        log.info("init.from=%s is ignored: the run directory holds checkpoints, and the run resumes from its own "
+                 "(%s)", init.source, resumed_from)
+        return None
+    if init.kind == "checkpoint":
+        origin = _from_checkpoint(init.source, model)
+    else:
+        origin = _from_mlflow(init.source, model, tracking_uri)
+    log.info("initialised the model from %s (%d variables)", origin.description, origin.variables)
+    return origin
+
+
+def _from_checkpoint(source: str, model: tf.keras.Model) -> Origin:
+    """A runner checkpoint (tf.train.Checkpoint with the model under `model`): the newest readable one of a
+    directory, or the one named. Restored the way a resumed run restores, matched by the model's structure."""
+    path = _readable_checkpoint(source)
+    where = f"init.from={source!r}" + ("" if path == source else f" (its checkpoint {path})")
+    keys = _checkpoint_keys(path, model)
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    for variable in model.weights:
+        key = keys.get(id(variable))
+        if key is not None and tuple(shapes[key]) != tuple(variable.shape):
+            raise _mismatch(where, variable, tuple(shapes[key]))
+    try:
+        status = tf.train.Checkpoint(model=model).restore(path)
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:
+        raise RunnerError(
+            f"{where}: the checkpoint does not fit this model ({str(error).splitlines()[0][:300]}). "
+            + _FIX_SHAPES) from None
+    status.expect_partial()  # the optimizer and epoch counter in it are left unused on purpose
+    tags = {FROM_TAG: path}
+    run_id_file = os.path.join(os.path.dirname(os.path.dirname(path)), RUN_ID_FILE)
+    if os.path.isfile(run_id_file):  # a runner run directory: the MLflow run that wrote the checkpoint
+        with open(run_id_file) as handle:
+            tags[SOURCE_RUN_TAG] = handle.read().strip()
+    return Origin(path, len(model.weights), tags)
+
+
+def _readable_checkpoint(source: str) -> str:
+    """`source` itself (a checkpoint prefix), or its directory's newest checkpoint that reads in full."""
+    if not os.path.isdir(source):
+        reason = unreadable(source)
+        if reason:
+            raise RunnerError(f"init.from={source!r} cannot be read ({reason}). Fix: point init.from at another "
+                              "checkpoint, or at its directory to take the newest readable one.")
+        return source
+    listed = listed_checkpoints(source)  # never repaired here: the directory belongs to another run
+    for path in reversed(listed):
+        reason = unreadable(path)
+        if not reason:
+            return path
+        log.warning("checkpoint %s is unreadable (%s): trying the one before", path, reason)
+    raise RunnerError(f"init.from={source!r} holds no readable checkpoint ({len(listed)} listed, none reads in full). "
+                      "Fix: point init.from at another run directory, or at runs:/<run id>/model of that run.")
+
+
+def _checkpoint_keys(path: str, model: tf.keras.Model) -> dict[int, str]:
+    """id(variable) -> its key in the checkpoint, for the model's variables the checkpoint holds: the model's
+    trackable children walked alongside the checkpoint's object graph (the matching a restore does)."""
+    from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
+
+    graph = TrackableObjectGraph()
+    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    root = tf.train.Checkpoint(model=model)
+    keys: dict[int, str] = {}
+    queue, visited = deque([(root, 0)]), set()
+    while queue:
+        trackable, node_id = queue.popleft()
+        if (id(trackable), node_id) in visited:
+            continue
+        visited.add((id(trackable), node_id))
+        node = graph.nodes[node_id]
+        if isinstance(trackable, tf.Variable):
+            key = next((a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE"), None)
+            if key is not None:
+                keys.setdefault(id(trackable), key)
+            continue
+        children = {child.local_name: child.node_id for child in node.children}
+        for name, child in tf.train.TrackableView(trackable).children(trackable).items():
+            if name in children:
+                queue.append((child, children[name]))
+    return keys
+
+
+def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -> Origin:
+    """runs:/<run id>/<name> or models:/<name>@<alias> | models:/<name>/<version>: the logged model (the raw-input
+    wrapper of ClassificationTask.export_model), whose inner trained network's variables are copied in order."""
+    import mlflow.artifacts
+    import mlflow.tensorflow
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+
+    from runner.tracking.store import open_client
+
+    client = open_client(tracking_uri)
+    location, description, tags = _resolve(client, source)
+    was = os.environ.get(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name)
+    os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"  # no download bar in the run's log
+    try:
+        with tempfile.TemporaryDirectory(prefix="runner-init-") as scratch:
+            local = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=scratch,
+                                                        tracking_uri=client.tracking_uri)
+            loaded = mlflow.tensorflow.load_model(local)  # outside the run's strategy: a plain copy to read
+    except Exception as error:  # noqa: BLE001 (a download or a load that fails means one thing here)
+        raise RunnerError(
+            f"init.from={source!r} resolved to {location}, but its model could not be loaded "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). Fix: check that it is a model logged "
+            "by the runner (a tf_keras model in MLflow's TensorFlow flavor) and that its artifacts are reachable "
+            "from here.") from None
+    finally:
+        if was is None:
+            os.environ.pop(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, None)
+        else:
+            os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = was
+    trained = _trained_network(source, loaded)
+    where = f"init.from={source!r}"
+    sources, targets = trained.weights, model.weights
+    for index, variable in enumerate(targets):
+        if index >= len(sources):
+            raise RunnerError(f"{where}: the source model has {len(sources)} variables, and this model's variable "
+                              f"{variable.name} (number {index + 1} of {len(targets)}) has none to come from. "
+                              + _FIX_SHAPES)
+        if tuple(sources[index].shape) != tuple(variable.shape):
+            raise _mismatch(where, variable, tuple(sources[index].shape))
+    if len(sources) > len(targets):
+        raise RunnerError(f"{where}: the source model has {len(sources)} variables and this model only "
+                          f"{len(targets)}, so it is another architecture. " + _FIX_SHAPES)
+    # Assigned from the cross-replica context: a distributed variable updates every replica's copy.
+    for variable, value in zip(targets, [weight.numpy() for weight in sources]):
+        variable.assign(tf.cast(value, variable.dtype))
+    return Origin(description, len(targets), {FROM_TAG: source, **tags})
+
+
+def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
+    """The artifact location of the model a runs:/ or models:/ URI names, its description and tags."""
+    from mlflow.exceptions import MlflowException
+
+    store = client.tracking_uri
+    try:
+        if source.startswith("runs:"):
+            run_id, name = re.fullmatch(r"runs:/([^/]+)/(.+)", source).groups()
+            run = client.get_run(run_id)
+            found = client.search_logged_models(
+                [run.info.experiment_id], filter_string=f"name = '{name}' AND source_run_id = '{run_id}'",
+                max_results=1)
+            if not found:
+                raise RunnerError(
+                    f"init.from={source!r}: MLflow run {run_id} in {store} has no model named {name!r} (a run logs "
+                    "its model when it finishes, unless mlflow.log_model=false). Fix: use a run that finished "
+                    "with its model, or its run directory (init.from=<run dir>) to start from its checkpoint.")
+            return found[0].artifact_location, source, {SOURCE_RUN_TAG: run_id}
+        name, alias, number = re.fullmatch(r"models:/([^/@]+)(?:@(.+)|/(\d+))", source).groups()
+        version = (client.get_model_version_by_alias(name, alias) if alias is not None
+                   else client.get_model_version(name, number))
+        location = version.source
+        if location.startswith("models:/"):
+            # Registered from models:/<model id> (mlflow.register_model does): download_artifacts would look that
+            # up in MLflow's default store, so find the LoggedModel's artifacts in this client's store.
+            model_id = version.model_id or location.removeprefix("models:/").split("/")[0]
+            location = client.get_logged_model(model_id).artifact_location
+    except MlflowException as error:
+        message = " ".join(str(error.message).split())[:300]
+        looked_up = "MLflow run" if source.startswith("runs:") else "registered model version"
+        raise RunnerError(
+            f"init.from={source!r} names a {looked_up} that the MLflow store {store} does not have ({message}). "
+            "Fix: check the name, alias, version or run id in `mlflow ui` (the Models page lists registered "
+            "models with their versions and aliases), and that mlflow.tracking_uri (or MLFLOW_TRACKING_URI) "
+            "points at the store that holds it.") from None
+    tags = {MODEL_VERSION_TAG: f"{name}/{version.version}"}
+    if version.run_id:
+        tags[SOURCE_RUN_TAG] = version.run_id
+    description = f"{source} (version {version.version}" + (f", MLflow run {version.run_id})" if version.run_id
+                                                             else ")")
+    return location, description, tags
+
+
+def _trained_network(source: str, loaded) -> tf.keras.Model:
+    """The trained network inside the logged wrapper (its one layer that is a model), or the model itself."""
+    if not isinstance(loaded, tf.keras.Model):
+        raise RunnerError(
+            f"init.from={source!r} loads as {type(loaded).__module__}.{type(loaded).__qualname__}, not a tf_keras "
+            "model. Fix: start from a model logged by the runner, or from its run directory's checkpoint.")
+    inner = [layer for layer in loaded.layers if isinstance(layer, tf.keras.Model)]
+    return inner[0] if len(inner) == 1 else loaded
+
+
+def _mismatch(where: str, variable: tf.Variable, source_shape: tuple) -> RunnerError:
+    return RunnerError(f"{where}: variable {variable.name} has shape {source_shape} in the source and "
+                       f"{tuple(variable.shape)} here. " + _FIX_SHAPES)
