@@ -140,8 +140,8 @@ class MlflowSettings:
 class InitSettings:
     """init.from: where the model's weights come from before step 1 (runner.training.warm_start)."""
 
-    source: str | None = None  # None: the model's own initialisation; else a URI, or a checkpoint's path
-    kind: str | None = None  # checkpoint (an absolute path: a checkpoint prefix or a directory of them) | runs | models
+    source: str | None  # None: the model's own initialisation; else a URI, or a checkpoint's path
+    kind: str | None  # checkpoint (an absolute path: a checkpoint prefix or a directory of them) | runs | models
 
 
 @dataclass(frozen=True)
@@ -576,7 +576,7 @@ def init_settings(node: Mapping[str, Any]) -> InitSettings:
            "or init.from=null to start from the model's own initialisation")
     source = _text("init.from", value, fix=fix, nullable=True)
     if source is None:
-        return InitSettings()
+        return InitSettings(source=None, kind=None)
     if source.startswith("runs:"):
         if not re.fullmatch(r"runs:/[^/\s]+/\S+", source):
             raise _fail("init.from", source, "a run's model is named runs:/<run id>/<artifact path>", fix)
