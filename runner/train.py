@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
+from runner.data.streaming import sharding_line
 from runner.data.source import TrainingData
 from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
 from runner.clusters.roles import SINGLE_PROCESS, Task
@@ -67,7 +68,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
     strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
     if settings.runtime.deterministic:
         make_deterministic(settings.runtime, settings.seed)
-    training_data = load_data(settings.dataset, settings.seed)
+    workers = _input_workers(settings, task)
+    training_data = load_data(settings.dataset, settings.seed, workers)
     experiment = ClassificationTask.from_settings(settings, training_data.spec)
     replicas = strategy.num_replicas_in_sync
     global_batch = settings.batch * replicas
@@ -130,6 +132,8 @@ def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: 
         log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
                  settings.strategy.name, replicas, global_batch, target_lr, steps_per_epoch,
                  f"; resuming after epoch {done_epochs} from {checkpointer.latest}" if done_epochs else "")
+        if workers > 1:
+            log.info("%s", sharding_line(settings.dataset.name, training_data, workers))
         exported = None  # the model this invocation logs
 
         def forget_model() -> None:
@@ -238,6 +242,14 @@ def _without_stack(message: str) -> str:
             in_stack = False
             kept.append(line)
     return "\n".join(kept)
+
+
+def _input_workers(settings: Settings, task: Task) -> int:
+    """How many MultiWorkerMirrored workers split the training set (each reads its own part of it)."""
+    if settings.strategy.name != "multi_worker_mirrored" or task.resolver is None:
+        return 1
+    cluster = task.resolver.cluster_spec().as_dict()
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
 def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:
