@@ -319,3 +319,18 @@ def test_parameter_server_input_pipelines_read_their_own_files(tmp_path):
                                              num_replicas_in_sync=2)
         files.append({file for x, _ in data.train_dataset(4, 0, input_context=context) for file, _ in origin(x)})
     assert files[0].isdisjoint(files[1]) and files[0] | files[1] == {0, 1, 2, 3}
+
+
+def test_the_benchmark_writes_the_workload_as_the_files_a_variant_reads(tmp_path):
+    from bench.records import write
+    from bench.variants import Workload, parse_variant
+
+    variant = parse_variant("tfrecord=loop=multi_step data:tfrecord*2", 1)
+    assert variant.overrides == ("loop=multi_step",) and (variant.data.kind, variant.data.copies) == ("tfrecord", 2)
+    write(variant.data, None, 100, str(tmp_path))
+    command = variant.command(Workload(None, 100, 1), str(tmp_path / "run"), "sqlite://")
+    assert "dataset=tfrecord" in command and not any(item.startswith("dataset.train_examples") for item in command)
+    where = tmp_path / "data" / "tfrecord-2x"
+    data = load_data(dataset_settings("tfrecord", train_files=f"'{where}/train-*.tfrecord'",
+                                      test_files=f"'{where}/test-*.tfrecord'"), seed=0)
+    assert data.train_examples == 200 and len(data.train_files) == 8
