@@ -233,6 +233,7 @@ def test_streamed_epochs_depend_only_on_seed_and_epoch(tmp_path):
     everything = sorted((file, record) for file in range(5) for record in range(12))
     third = _epoch(data, 3)
     assert sorted(third) == everything  # every example once
+    assert [len(labels) for _, labels in data.train_dataset(8, 7, 3, 1)] == [8] * 7 + [4]  # 60 examples
     assert third == _epoch(again, 3)  # rebuilt from scratch: the same order
     assert third != _epoch(data, 2) and third != _epoch(data, 3, seed=8)
     file_order = [file for file, _ in third[:4]]

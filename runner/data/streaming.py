@@ -25,6 +25,7 @@ from runner.errors import RunnerError
 # so the order of the records, and with it every batch, is the same on any machine.
 CYCLE_LENGTH = 4
 DEFAULT_SHUFFLE_BUFFER = 10_000
+DECODE_EXAMPLES = 1024  # records decoded per call of a batch decoder
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,15 @@ class StreamingData:
                                     (-1, *spec.input_shape))
             return inputs, tf.cast(labels, tf.int64)
 
-        batches = records.batch(batch_size).map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return batches.prefetch(tf.data.AUTOTUNE)
+        if decode_batch is None:
+            batches = records.batch(batch_size).map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            return batches.prefetch(tf.data.AUTOTUNE)
+        # Decoding costs a fixed overhead per call (parse_example: ~4 us per example in batches of 64, 0.6 in
+        # batches of 1024): decode a whole number of batches at once, then cut them into batches of
+        # `batch_size`, exactly the batches batch(batch_size) would make.
+        decoded = records.batch(batch_size * max(1, DECODE_EXAMPLES // batch_size))
+        decoded = decoded.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return decoded.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def _mix(seed, epoch: int):
