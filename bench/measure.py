@@ -17,6 +17,7 @@ class Finished:
     output: str
     first_step_seconds: float | None  # None when the marker never appeared
     wall_seconds: float
+    peak_rss_mb: float | None = None  # the process's peak resident memory (its own, not its children's)
 
 
 class CommandFailed(RuntimeError):
@@ -45,8 +46,10 @@ def run_timed(command: list[str], marker: str, cwd: str, timeout: float, env: tu
             if time.perf_counter() - started > timeout:
                 process.kill()
                 raise CommandFailed(f"timed out after {timeout:.0f} s: {' '.join(command)}")
-        code = process.wait()
+        # wait4 reports the peak RSS of this one process (getrusage(RUSAGE_CHILDREN) is the largest of all).
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = code = os.waitstatus_to_exitcode(status)
     output = "".join(lines)
     if code != 0:
         raise CommandFailed(f"exit status {code}: {' '.join(command)}\n{output[-3000:]}")
-    return Finished(output, first_step, time.perf_counter() - started)
+    return Finished(output, first_step, time.perf_counter() - started, usage.ru_maxrss / 1024)

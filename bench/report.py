@@ -24,6 +24,7 @@ class Sample:
     epoch_examples_per_second: tuple[float, ...]
     first_step_seconds: float | None
     wall_seconds: float
+    peak_rss_mb: float | None = None  # the training process's peak resident memory
 
     @property
     def examples_per_second(self) -> float:
@@ -89,6 +90,19 @@ def markdown_table(rows: list[Row], baseline: str = REFERENCE) -> str:
             overrides = f"bench/reference.py {overrides}".strip()
         lines.append(f"| {row.replicas} | {row.variant} | {row.examples_per_second} | {row.speed_ratio} | "
                      f"{row.first_step_seconds} | {row.first_step_ratio} | {overrides} |")
+    return "\n".join(lines) + "\n"
+
+
+def memory_table(samples: list[Sample]) -> str:
+    """Each variant's peak resident memory (MB) over its runs: median (min-max)."""
+    measured = [s for s in samples if s.peak_rss_mb is not None and not s.variant.startswith(REFERENCE)]
+    if not measured:
+        return ""
+    lines = ["| replicas | variant | peak RSS of the training process (MB) | overrides |", "| ---: | --- | ---: | --- |"]
+    for replicas, variant in dict.fromkeys((s.replicas, s.variant) for s in measured):
+        runs = [s for s in measured if (s.replicas, s.variant) == (replicas, variant)]
+        overrides = " ".join(f"`{item}`" for item in runs[0].overrides)
+        lines.append(f"| {replicas} | {variant} | {Spread.of([s.peak_rss_mb for s in runs])} | {overrides} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 from bench.measure import run_timed
-from bench.report import Sample, markdown_table, plot, summarise
+from bench.records import write as write_files
+from bench.report import Sample, markdown_table, memory_table, plot, summarise
 from bench.tracker_cost import measure_tracker
 from bench.variants import REFERENCE, Variant, Workload, parse_variant
 
@@ -80,9 +81,10 @@ def run_once(variant: Variant, work: Workload, workdir: str, tracking_uri: str, 
              ) -> tuple[Sample, str]:
     run_dir = os.path.join(workdir, f"{variant.name}-{variant.replicas}r-{round_}")
     finished = run_timed(variant.command(work, run_dir, tracking_uri), variant.marker, workdir, timeout, variant.env)
-    sample = Sample(variant.name, variant.replicas, round_, variant.overrides + variant.env,
+    data = (f"data:{variant.data.kind}*{variant.data.copies}",) if variant.data is not None else ()
+    sample = Sample(variant.name, variant.replicas, round_, variant.overrides + variant.env + data,
                     tuple(variant.examples_per_second(finished, run_dir, tracking_uri)),
-                    finished.first_step_seconds, finished.wall_seconds)
+                    finished.first_step_seconds, finished.wall_seconds, finished.peak_rss_mb)
     return sample, run_dir
 
 
@@ -132,9 +134,11 @@ def load(path: str) -> tuple[dict[str, str], list[Sample]]:
     return saved, samples
 
 
-def report(args: argparse.Namespace, about: dict[str, str], rows, tracker_text: str = "") -> None:
+def report(args: argparse.Namespace, about: dict[str, str], rows, tracker_text: str = "", samples=()) -> None:
     text = f"Machine: {about['machine']}.\n\nWorkload: {about['workload']}.\n\n"
     text += markdown_table(rows, args.baseline) + (f"\n{tracker_text}" if tracker_text else "")
+    memory = memory_table(list(samples))
+    text += f"\n{memory}" if memory else ""
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
@@ -150,7 +154,7 @@ def main(argv=None) -> None:
             rows = summarise(samples, args.baseline)
         except ValueError as error:
             sys.exit(f"error: {error} in {args.from_json}; pick one of its variants as --baseline")
-        report(args, about, rows)
+        report(args, about, rows, samples=samples)
         return
     about = describe(args)
     work = Workload(args.data_dir, args.train_examples, args.epochs)
@@ -162,6 +166,9 @@ def main(argv=None) -> None:
         from mlflow.tracking import MlflowClient
 
         MlflowClient(tracking_uri).search_experiments()  # create the store once, as a user's already exists
+        for variant in variants:  # the workload as files, for the variants that read them
+            if variant.data is not None:
+                write_files(variant.data, args.data_dir, args.train_examples, workdir)
         for round_ in range(args.repeats):
             shift = round_ % len(variants)
             for variant in variants[shift:] + variants[:shift]:
@@ -177,7 +184,7 @@ def main(argv=None) -> None:
         rows = summarise(samples, args.baseline)
         tracker_text = tracker_section(tracking_uri, workdir, runner_run_dir, rows, args.train_examples) \
             if runner_run_dir else ""
-        report(args, about, rows, tracker_text)
+        report(args, about, rows, tracker_text, samples)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.measure import Finished
+from bench.records import FileData, parse_data
 
 REFERENCE_SCRIPT = Path(__file__).with_name("reference.py")
 REFERENCE_MARKER = '"event": "first_step"'
@@ -46,6 +47,7 @@ class Variant:
     replicas: int
     overrides: tuple[str, ...] = field(default=())  # the runner's; empty for the reference script
     env: tuple[str, ...] = field(default=())  # NAME=value, added to the environment
+    data: FileData | None = None  # the workload written as files (bench.records); None: the built-in data in memory
 
     @property
     def is_reference(self) -> bool:
@@ -62,10 +64,14 @@ class Variant:
             command = [sys.executable, str(REFERENCE_SCRIPT), f"--replicas={self.replicas}", f"--strategy={strategy}",
                        f"--batch={work.batch}", f"--epochs={work.epochs}", f"--train-examples={work.train_examples}"]
             return command + ([f"--data-dir={work.data_dir}"] if work.data_dir else [])
-        dataset = [f"dataset.dir={work.data_dir}"] if work.data_dir else \
-            ["dataset=synthetic", "dataset.test_examples=10000"]
+        if self.data is not None:  # files holding exactly the examples to train on
+            dataset = self.data.overrides(os.path.dirname(run_dir))
+        else:
+            dataset = [f"dataset.dir={work.data_dir}"] if work.data_dir else \
+                ["dataset=synthetic", "dataset.test_examples=10000"]
+            dataset.append(f"dataset.train_examples={work.train_examples}")
         return [sys.executable, "-m", "runner", *strategy_overrides(self.replicas), *dataset,
-                f"dataset.train_examples={work.train_examples}", f"epochs={work.epochs}", f"batch={work.batch}",
+                f"epochs={work.epochs}", f"batch={work.batch}",
                 *self.overrides, f"hydra.run.dir={run_dir}", f"mlflow.tracking_uri={tracking_uri}",
                 "mlflow.experiment_name=bench"]
 
@@ -92,16 +98,19 @@ NAMED = {
 
 
 def parse_variant(spec: str, replicas: int) -> Variant:
-    """`name` (a loop style, one of NAMED, or `reference`) or `name=item item ...`, each item a runner override
-    or an environment variable (`NAME=value`, upper case). A name starting with `reference` runs the reference."""
+    """`name` (a loop style, one of NAMED, or `reference`) or `name=item item ...`, each item a runner override,
+    an environment variable (`NAME=value`, upper case) or the files to read the workload from (`data:tfrecord`,
+    `data:npz*10`: bench.records). A name starting with `reference` runs the reference."""
     name, _, rest = spec.partition("=")
     if not rest and name in NAMED:
         return Variant(name, replicas, NAMED[name])
     items = rest.split()
+    data = [parse_data(item) for item in items if item.startswith("data:")]
+    items = [item for item in items if not item.startswith("data:")]
     env = tuple(item for item in items if _ENV_ASSIGNMENT.match(item))
     overrides = tuple(item for item in items if item not in env)
     if name.startswith(REFERENCE):
         if overrides:
             raise ValueError(f"{spec!r}: the reference script takes no runner overrides")
         return Variant(name, replicas, (), env)
-    return Variant(name, replicas, overrides if items else (f"loop={name}",), env)
+    return Variant(name, replicas, overrides if items else (f"loop={name}",), env, data[0] if data else None)

@@ -132,6 +132,8 @@ def call(key: str, target: str, build: Callable[[], Any]) -> Any:
         raise
     except Exception as error:
         cause = error.__cause__ if type(error).__name__ == "InstantiationException" and error.__cause__ else error
+        if isinstance(cause, RunnerError):  # the callable's own paragraph (the runner's dataset kinds)
+            raise cause from None
         message = " ".join(str(cause).split())
         if len(message) > 400:
             message = message[:400] + "..."

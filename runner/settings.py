@@ -359,14 +359,15 @@ def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
     if directory is not None:
         if not isinstance(directory, str) or not directory:
             raise _fail("dataset.dir", directory, "it must be a directory's path or null",
-                        "point dataset.dir at the directory holding the four Fashion-MNIST IDX files, or leave "
-                        "it null to use tf.keras.datasets")
+                        "point dataset.dir at the directory holding the data (fashion_mnist: the four IDX files, "
+                        "or null to use tf.keras.datasets; image_folder: its train/ and test/ folders)")
         directory = os.path.expanduser(directory)
         if not os.path.isdir(directory):
             raise _fail(
                 "dataset.dir", directory, "no such directory",
-                "point dataset.dir at the directory holding the four Fashion-MNIST IDX files "
-                "(train-images-idx3-ubyte.gz, ...), or leave it null to use tf.keras.datasets",
+                "point dataset.dir at the directory holding the data (fashion_mnist: the four IDX files "
+                "train-images-idx3-ubyte.gz, ..., or null to use tf.keras.datasets; image_folder: its train/ "
+                "and test/ folders)",
             )
     counts = {
         key: _int(

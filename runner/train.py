@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
+from runner.data.streaming import sharding_line
 from runner.data.source import TrainingData
 from runner.training.actions import LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
@@ -96,6 +97,7 @@ class Trainer:
     steps_per_epoch: int
     learning_rate: float  # the effective rate: optimizer.lr scaled by lr_scaling
     origin_tags: dict  # where the model's weights came from (init.from), as tags of the run
+    input_workers: int  # the MultiWorkerMirrored workers that split the training set (1: no split)
 
     @classmethod
     def build(cls, settings: Settings, run_dir: str, task: Task) -> "Trainer":
@@ -103,7 +105,8 @@ class Trainer:
         strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
         if settings.runtime.deterministic:
             make_deterministic(settings.runtime, settings.seed)
-        training_data = load_data(settings.dataset, settings.seed)
+        workers = _input_workers(settings, task)
+        training_data = load_data(settings.dataset, settings.seed, workers)
         experiment = ClassificationTask.from_settings(settings, training_data.spec)
         global_batch = settings.batch * strategy.num_replicas_in_sync
         steps_per_epoch = settings.loop.steps_per_epoch or _steps_per_epoch(training_data, global_batch)
@@ -143,7 +146,8 @@ class Trainer:
                              settings.loop.steps_per_call, done_epochs)
             evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
         return cls(run_dir, task, strategy, training_data, experiment, state, loop, evaluate, test_batches,
-                   checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr, origin.tags if origin else {})
+                   checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr,
+                   origin.tags if origin else {}, workers)
 
     def end_actions(self, settings: Settings, config: Mapping[str, Any], tracker, run_id: str) -> list:
         """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration."""
@@ -183,6 +187,8 @@ class Trainer:
                      settings.strategy.name, replicas, self.global_batch, self.learning_rate, self.steps_per_epoch,
                      f"; resuming after epoch {self.done_epochs} from {checkpointer.latest}" if self.done_epochs
                      else "")
+            if self.input_workers > 1:
+                log.info("%s", sharding_line(settings.dataset.name, self.data, self.input_workers))
             actions = self.end_actions(settings, config, tracker, run_id)
             controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
                                     EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
@@ -256,6 +262,14 @@ def _without_stack(message: str) -> str:
             in_stack = False
             kept.append(line)
     return "\n".join(kept)
+
+
+def _input_workers(settings: Settings, task: Task) -> int:
+    """How many MultiWorkerMirrored workers split the training set (each reads its own part of it)."""
+    if settings.strategy.name != "multi_worker_mirrored" or task.resolver is None:
+        return 1
+    cluster = task.resolver.cluster_spec().as_dict()
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
 def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:

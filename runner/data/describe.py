@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+import os
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -35,3 +36,25 @@ def describe_arrays(name: str, source_type: str, source: Mapping[str, Any], trai
     return [{"name": f"{name}-{split}", "context": context, "digest": digest(inputs, labels),
              "source_type": source_type, "source": dict(source), "features": spec(inputs), "targets": spec(labels)}
             for split, context, (inputs, labels) in (("train", "training", train), ("test", "evaluation", test))]
+
+
+def file_digest(files: Sequence[str], per_file: Sequence[int] = ()) -> str:
+    """16 hex digits of sha256 over each file's name, size and modification time (and how much of it is read):
+    a file rewritten or replaced is a new digest, without reading the data."""
+    hashed = hashlib.sha256()
+    for index, file in enumerate(files):
+        status = os.stat(file)
+        limit = per_file[index] if index < len(per_file) else ""
+        hashed.update(f"{os.path.abspath(file)}|{status.st_size}|{status.st_mtime_ns}|{limit}\n".encode())
+    return hashed.hexdigest()[:16]
+
+
+def describe_stream(name: str, context: str, digest_: str, source_type: str, source: Mapping[str, Any],
+                    examples: int | None, raw_shape: Sequence[int], raw_dtype: str) -> dict[str, Any]:
+    """A split streamed from disk or code, as describe_arrays describes one in memory (-1: an unknown count)."""
+    count = -1 if examples is None else int(examples)
+    size = int(np.prod(raw_shape)) * np.dtype(raw_dtype).itemsize
+    return {"name": name, "context": context, "digest": digest_, "source_type": source_type, "source": dict(source),
+            "features": {"dtype": np.dtype(raw_dtype).name, "shape": [count, *map(int, raw_shape)],
+                         "nbytes": count * size if count >= 0 else -1},
+            "targets": {"dtype": "int64", "shape": [count], "nbytes": count * 8 if count >= 0 else -1}}

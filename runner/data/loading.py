@@ -18,8 +18,9 @@ from runner.settings import DatasetSettings
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
 
 
-def load_data(settings: DatasetSettings, seed: int) -> TrainingData:
-    """Call the dataset's callable and keep the configured prefixes of what it returns."""
+def load_data(settings: DatasetSettings, seed: int, workers: int = 1) -> TrainingData:
+    """Call the dataset's callable and keep the configured prefixes of what it returns; `workers`: the
+    MultiWorkerMirrored workers that split the training set (a stream with fewer files shards by example)."""
     key = "dataset._target_"
     function = settings.component.resolve()
     accepted = _accepted(function)
@@ -35,7 +36,7 @@ def load_data(settings: DatasetSettings, seed: int) -> TrainingData:
                           "other. Fix: return both splits the same way: (inputs, labels) arrays, or tf.data datasets.")
     from runner.data.streaming import streamed
 
-    return streamed(settings, splits, seed)
+    return streamed(settings, splits, seed, workers)
 
 
 def _accepted(function) -> set[str]:

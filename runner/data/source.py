@@ -2,8 +2,9 @@
 
 A dataset option's `_target_` is called with its own arguments from the config (and `seed=`, when it takes
 one) and returns DataSplits: the training and test data, as (inputs, labels) NumPy arrays or as tf.data
-datasets of unbatched (input, label) pairs, and what the runner cannot read off them. A callable may also
-return Keras's own shape, `((x_train, y_train), (x_test, y_test))`.
+datasets of unbatched (input, label) pairs, or as FileRecords (files the runner streams itself: it orders
+them per epoch, shards them across workers and decodes batches in parallel), and what the runner cannot read
+off them. A callable may also return Keras's own shape, `((x_train, y_train), (x_test, y_test))`.
 
 Inputs are raw values (e.g. uint8 pixels): the runner divides them by `dataset.scale` for training, and the
 logged model does the same inside, so it serves the raw values the files hold. Examples of rank 2 (grey
@@ -13,14 +14,14 @@ images, (height, width)) get a channel axis for the model; the served model take
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 
 @dataclass(frozen=True)
 class DataSplits:
     """What a dataset callable returns."""
 
-    train: Any  # (inputs, labels) arrays, or a tf.data.Dataset of unbatched (input, label) pairs
+    train: Any  # (inputs, labels) arrays, a tf.data.Dataset of unbatched (input, label) pairs, or FileRecords
     test: Any
     num_classes: int | None = None  # None: the largest label + 1 (arrays only)
     # Where the data came from, as MLflow records a dataset input's source: {"uri": "/path"} for files;
@@ -34,6 +35,27 @@ class DataSplits:
     test_examples: int | None = None
     # A digest of what the files hold, for MLflow's dataset inputs (streamed data; arrays are hashed here).
     digests: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileRecords:
+    """A split stored in files and streamed from disk (runner.data.streaming reads it).
+
+    With `read`, each file holds many records (TFRecord): the runner reads the files interleaved, and under
+    MultiWorkerMirrored each worker reads its own files (tf.data's auto-shard by FILE finds `read`'s reader).
+    Without it, each file is one record, paired with its label (an image folder)."""
+
+    files: Sequence[str]  # in order
+    example_shape: tuple[int, ...]  # one raw input, e.g. (28, 28) or (32, 32, 3)
+    dtype: str  # the raw inputs' dtype, e.g. "uint8"
+    read: Callable[[Any], Any] | None = None  # a file name (string tensor) -> tf.data.Dataset of its records
+    labels: Sequence[int] | None = None  # without `read`: each file's label
+    counts: Sequence[int] | None = None  # examples per file, when known (prefixes, steps per epoch)
+    # One record -> (raw input, label), per record before batching (codecs); or a batch of records ->
+    # (raw inputs, labels), after batching (cheap vectorised decoding such as tf.io.decode_raw).
+    decode_record: Callable[..., Any] | None = None
+    decode_batch: Callable[[Any], Any] | None = None
+    shuffle_buffer: int = 10_000  # records held for the per-example shuffle
 
 
 @dataclass(frozen=True)
