@@ -199,9 +199,9 @@ class _Composer:
         group, option = override.key_or_group, override.value()
         options = self.loader.get_group_options(group)
         if not options or not isinstance(option, str):
-            first = message.strip().splitlines()[-1] if "Could not find" not in message else next(
-                line for line in message.splitlines() if "Could not find" in line)
-            return RunnerError(f"{override.input_line} is not valid: {first.strip()}. Fix: pick an option of a "
+            lines = [line.strip() for line in message.splitlines() if line.strip()] or ["Hydra cannot find it"]
+            first = next((line for line in lines if "Could not find" in line), lines[0])
+            return RunnerError(f"{override.input_line} is not valid: {first}. Fix: pick an option of a "
                                "config group (python -m runner --help lists them).")
         close = difflib.get_close_matches(option, options, n=1)
         return RunnerError(
