@@ -188,7 +188,7 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     assert len(during) >= 10 and len(outside) >= 3, (during, outside)
     # Had a tracker call waited for the server, one epoch would have taken about the whole outage. (On a machine
     # shared with other work single epochs vary by seconds either way; the medians show a slowdown.)
-    assert max(during) < outage / 4, (during, outside)
+    assert max(during) < outage / 2, (during, outside)
     assert statistics.median(during) < 1.5 * statistics.median(outside) + 0.5, (during, outside)
 
 
