@@ -18,8 +18,6 @@ from runner.errors import RunnerError
 from runner.settings import MlflowSettings, SystemMetricsSettings, refuse_credentials_in_uri
 from runner.tracking import journal
 
-log = logging.getLogger("runner")
-
 
 def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     """Deliver run_dir's journal; the number of records delivered (0 without a journal)."""
