@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, _cli_env, metric_history, mlflow_client
+from conftest import TINY, WITH_MODEL, _cli_env, metric_history, mlflow_client
 from processes import children, is_running, wait_group
 from servers import MlflowServer
 
@@ -188,13 +188,13 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     assert len(during) >= 10 and len(outside) >= 3, (during, outside)
     # Had a tracker call waited for the server, one epoch would have taken about the whole outage. (On a machine
     # shared with other work single epochs vary by seconds either way; the medians show a slowdown.)
-    assert max(during) < outage / 4, (during, outside)
+    assert max(during) < outage / 2, (during, outside)
     assert statistics.median(during) < 1.5 * statistics.median(outside) + 0.5, (during, outside)
 
 
 def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_delivers(tmp_path, up, trainings):
     training = Training(trainings, tmp_path, "run", up, "epochs=4", "dataset.train_examples=1024",
-                        "mlflow.outage_seconds=3").start()
+                        "mlflow.outage_seconds=3", WITH_MODEL).start()
     client = mlflow_client(up.url)
     _wait_for(lambda: _epochs_logged(client, training) >= 1, what="the first epoch")
     _stop(up)
@@ -205,6 +205,7 @@ def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_deliv
     assert time.monotonic() - started < 60  # it waited mlflow.outage_seconds at most, not MLflow's back-off
     _once(output, "stopped answering")
     _once(output, "did not reach the tracking store")
+    _once(output, "is not logged now")  # the model: a re-run of the same command logs it
     [paragraph] = [line for line in output.splitlines() if "did not reach the tracking store" in line]
     assert f"python -m runner.tracking.replay {training.run_dir}" in paragraph
     assert "its end status" in paragraph and "metrics" in paragraph and "artifacts" in paragraph

@@ -155,7 +155,7 @@ class MlflowTracker:
     def attach(self, run_id: str) -> None:
         """Track into the existing run `run_id`, knowing which (metric, step) it holds already."""
         self.run_id = run_id
-        self.history_at_start = self._histories()
+        self.history_at_start = self.metric_histories()
         self._logged = {(key, step) for key, points in self.history_at_start.items() for step, _ in points}
 
     def _start_system_metrics(self) -> None:
@@ -241,9 +241,6 @@ class MlflowTracker:
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         """Every metric of the run as (step, value) pairs in step order, across resumed invocations."""
-        return self._histories()
-
-    def _histories(self) -> dict[str, list[tuple[int, float]]]:
         run = self.client.get_run(self.run_id)
         return {key: sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, key))
                 for key in run.data.metrics}

@@ -18,11 +18,12 @@ from runner.errors import RunnerError
 from runner.settings import MlflowSettings, SystemMetricsSettings, refuse_credentials_in_uri
 from runner.tracking import journal
 
-log = logging.getLogger("runner")
-
 
 def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     """Deliver run_dir's journal; the number of records delivered (0 without a journal)."""
+    if not os.path.isdir(run_dir):
+        raise RunnerError(f"{run_dir!r} is not a directory. Fix: pass a run directory (the hydra.run.dir of the run, "
+                          "which holds mlflow_run_id.txt and mlflow_journal.jsonl).")
     header, records = journal.pending(run_dir)
     if header is None:
         print(f"{run_dir}: no {journal.JOURNAL_FILE}, nothing to deliver")
