@@ -7,7 +7,8 @@ on separate channels, each quieted in its own way:
 - TensorFlow's C++ logging writes to file descriptor 2. While TensorFlow loads, absl prints every line
   whatever TF_CPP_MIN_LOG_LEVEL says (absl is not initialised yet), so a CPU-only machine always gets the
   CUDA probe ("Could not find cuda drivers", "failed call to cuInit") and the oneDNN notice:
-  load_tensorflow() imports TensorFlow and lets it probe for GPUs with those lines filtered out of fd 2.
+  load_tensorflow() imports TensorFlow and lets it probe for GPUs with those lines filtered out of fd 2 (as
+  loading_tensorflow() does around the import of a user's module, which may import TensorFlow itself).
   Afterwards TF_CPP_MIN_LOG_LEVEL (2 by default, set by runner/__init__.py before anything imports
   TensorFlow) keeps C++ errors and drops INFO and WARNING lines such as "Input of GeneratorDatasetOp
   will not be optimized".
@@ -59,17 +60,25 @@ def configure(verbose: bool) -> None:
 
 def load_tensorflow(verbose: bool) -> None:
     """Import TensorFlow and let it look for GPUs (where the CUDA probe prints), quietly unless verbose."""
-    if verbose:
-        import tensorflow as tf
-
-        tf.config.list_physical_devices("GPU")
-        return
-    with _filtered_stderr(lambda line: _LOADING_NOISE.match(line) is None):
+    with loading_tensorflow(verbose):
         import tensorflow as tf
 
         tf.config.list_physical_devices("GPU")  # initialises CUDA if there is any: its errors print now
-    for name in _PYTHON_LOGGERS:  # in case importing them reset their level
-        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@contextmanager
+def loading_tensorflow(verbose: bool) -> Iterator[None]:
+    """A block that may import TensorFlow, its loading lines filtered out unless verbose: load_tensorflow, and
+    the import of a user's `_target_` module that imports TensorFlow or tf_keras at its top."""
+    if verbose:
+        yield
+        return
+    try:
+        with _filtered_stderr(lambda line: _LOADING_NOISE.match(line) is None):
+            yield
+    finally:
+        for name in _PYTHON_LOGGERS:  # in case importing them reset their level
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @contextmanager
