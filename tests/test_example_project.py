@@ -237,6 +237,22 @@ def test_multi_worker_mirrored_on_a_local_cluster_trains_the_users_model_as_one_
 
 
 @pytest.mark.slow
+def test_the_tfrecord_shards_hold_the_npz_digits_and_the_reader_names_its_files(project, monkeypatch):
+    """What the streamed option gives the runner: the .npz's examples in order, their counts, the four files."""
+    monkeypatch.syspath_prepend(str(project))
+    from mylab.data import digits, digits_tfrecord
+
+    monkeypatch.chdir(project)  # the options' paths are relative to where the command runs
+    arrays, streamed = digits(), digits_tfrecord()
+    assert [Path(path).name for path in streamed.train_files] == [f"train-{k:05d}-of-00004.tfrecord" for k in range(4)]
+    assert (streamed.train_examples, streamed.test_examples, streamed.num_classes) == (1440, TEST_EXAMPLES, 10)
+    for (images, labels), dataset in ((arrays.train, streamed.train), (arrays.test, streamed.test)):
+        read = list(dataset.as_numpy_iterator())
+        np.testing.assert_array_equal(np.stack([image for image, _ in read]), images)
+        np.testing.assert_array_equal(np.array([label for _, label in read]), labels)
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not STREAMING, reason="streamed datasets (runner.data.streaming) have not landed yet")
 def test_multi_worker_mirrored_streams_the_tfrecord_shards(project):
     """Four training shards, two workers: the callable names its files, so the workers read distinct ones."""
