@@ -7,8 +7,7 @@ on separate channels, each quieted in its own way:
 - TensorFlow's C++ logging writes to file descriptor 2. While TensorFlow loads, absl prints every line
   whatever TF_CPP_MIN_LOG_LEVEL says (absl is not initialised yet), so a CPU-only machine always gets the
   CUDA probe ("Could not find cuda drivers", "failed call to cuInit") and the oneDNN notice:
-  load_tensorflow() imports TensorFlow and lets it probe for GPUs with those lines filtered out of fd 2 (as
-  loading_tensorflow() does around the import of a user's module, which may import TensorFlow itself).
+  load_tensorflow() imports TensorFlow and lets it probe for GPUs with those lines filtered out of fd 2.
   Afterwards TF_CPP_MIN_LOG_LEVEL (2 by default, set by runner/__init__.py before anything imports
   TensorFlow) keeps C++ errors and drops INFO and WARNING lines such as "Input of GeneratorDatasetOp
   will not be optimized".
