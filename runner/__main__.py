@@ -22,7 +22,7 @@ from runner.job_result import write_result
 from runner.settings import from_config, refuse_credentials_in_uri
 from runner.sweeps.callback import objective_name
 from runner.tracking.server_access import check_server
-from runner.verbosity import configure, is_verbose, load_tensorflow
+from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
 
 log = logging.getLogger("runner")
 
@@ -45,10 +45,12 @@ def main(cfg: DictConfig) -> float:
         objective = objective_name(config)
         verbose = is_verbose(settings.verbose, hydra_config.verbose)
         configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
-        # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow).
+        # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow; a
+        # user's module may import it at its top, so its loading lines are filtered here too).
         from runner.components import check_components
 
-        check_components(settings)
+        with loading_tensorflow(verbose):
+            check_components(settings)
         # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
         # user's credentials (401) or run (403), stops the job in a fraction of a second.
         check_server(settings.mlflow, registers=settings.mlflow.register)

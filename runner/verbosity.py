@@ -59,17 +59,25 @@ def configure(verbose: bool) -> None:
 
 def load_tensorflow(verbose: bool) -> None:
     """Import TensorFlow and let it look for GPUs (where the CUDA probe prints), quietly unless verbose."""
-    if verbose:
-        import tensorflow as tf
-
-        tf.config.list_physical_devices("GPU")
-        return
-    with _filtered_stderr(lambda line: _LOADING_NOISE.match(line) is None):
+    with loading_tensorflow(verbose):
         import tensorflow as tf
 
         tf.config.list_physical_devices("GPU")  # initialises CUDA if there is any: its errors print now
-    for name in _PYTHON_LOGGERS:  # in case importing them reset their level
-        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@contextmanager
+def loading_tensorflow(verbose: bool) -> Iterator[None]:
+    """A block that may import TensorFlow, its loading lines filtered out unless verbose: load_tensorflow, and
+    the import of a user's `_target_` module that imports TensorFlow or tf_keras at its top."""
+    if verbose:
+        yield
+        return
+    try:
+        with _filtered_stderr(lambda line: _LOADING_NOISE.match(line) is None):
+            yield
+    finally:
+        for name in _PYTHON_LOGGERS:  # in case importing them reset their level
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from runner.errors import RunnerError, report
 from runner.job_result import RESULT_FILE, read_result
+from runner.searchpath import searchpath_overrides
 from runner.settings import ClusterSettings, Settings
 from runner.tracking.common import RUN_ID_FILE
 
@@ -76,7 +77,8 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
     Raises RunnerError when another task brought the job down, SystemExit with the chief's status when
     the chief failed on its own (it printed its error paragraph itself)."""
     run_dir = os.path.abspath(str(hydra_config.runtime.output_dir))
-    command = [sys.executable, "-m", "runner", *_task_overrides(list(hydra_config.overrides.task), run_dir)]
+    command = [sys.executable, "-m", "runner", *searchpath_overrides(hydra_config),
+               *_task_overrides(list(hydra_config.overrides.task), run_dir)]
     tasks = _plan(settings.strategy.name, settings.cluster, os.path.join(run_dir, "tasks"))
     log.info("cluster=local: strategy=%s with %s; the other tasks log to %s", settings.strategy.name,
              ", ".join(f"{t.name} at {_address(t)}" for t in tasks), os.path.join(run_dir, "tasks"))

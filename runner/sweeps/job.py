@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
+from runner.searchpath import searchpath_overrides
 from runner.settings import sweep_seeds
 from runner.sweeps.callback import (
     CONFIGURATION_TAG, JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SLURM_JOB_ID_TAG,
@@ -136,7 +137,8 @@ class _Job:
         if run is not None and run.info.status == _FINISHED:
             log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
             return float(run.data.metrics.get(self.objective, self.worst))
-        command = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={_quoted(run_dir)}",
+        command = [sys.executable, "-m", "runner", *searchpath_overrides(self.hydra_config), *overrides,
+                   f"hydra.run.dir={_quoted(run_dir)}",
                    # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
                    # directory's .hydra/ stays the one the sweep wrote.
                    "hydra.mode=RUN", "hydra.output_subdir=null",

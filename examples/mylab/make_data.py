@@ -1,0 +1,57 @@
+"""Write the example's data into data/: scikit-learn's 1,797 handwritten digits (8x8 images, values 0-16,
+10 classes; shipped with scikit-learn, so no download), split once with a fixed seed into 1,440 training
+and 357 test images.
+
+    data/digits.npz                              x_train, y_train, x_test, y_test (uint8)
+    data/tfrecord/train-0000K-of-00004.tfrecord  the same training images in 4 shards of 360
+    data/tfrecord/test-00000-of-00001.tfrecord   the test images
+
+A TFRecord example holds `image` (the 64 raw uint8 values as bytes) and `label` (int64). Several training
+shards let the workers of a MultiWorkerMirrored cluster each read their own files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+TRAIN_EXAMPLES = 1440
+TRAIN_SHARDS = 4
+
+
+def main(out: Path = Path("data")) -> None:
+    digits = load_digits()
+    images = digits.images.astype(np.uint8)  # integers 0-16: the runner divides them by dataset.scale=16
+    labels = digits.target.astype(np.uint8)
+    order = np.random.default_rng(0).permutation(len(labels))
+    train, test = order[:TRAIN_EXAMPLES], order[TRAIN_EXAMPLES:]
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / "digits.npz", x_train=images[train], y_train=labels[train], x_test=images[test],
+                        y_test=labels[test])
+    print(f"{out / 'digits.npz'}: {len(train)} training and {len(test)} test images of 8x8, values 0-16")
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf  # only to write TFRecord files
+
+    def write(path: Path, indices: np.ndarray) -> None:
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for index in indices:
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[images[index].tobytes()])),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+    records = out / "tfrecord"
+    records.mkdir(exist_ok=True)
+    for shard, indices in enumerate(np.array_split(train, TRAIN_SHARDS)):
+        write(records / f"train-{shard:05d}-of-{TRAIN_SHARDS:05d}.tfrecord", indices)
+    write(records / "test-00000-of-00001.tfrecord", test)
+    print(f"{records}/: {TRAIN_SHARDS} training shards of {len(train) // TRAIN_SHARDS} and 1 test shard")
+
+
+if __name__ == "__main__":
+    main()

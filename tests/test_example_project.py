@@ -1,0 +1,320 @@
+"""The example project examples/mylab as a user runs it: copied to a directory of its own, its data written
+by its own make_data.py, then `python -m runner hydra.searchpath=[file://conf_mylab] model=my_mlp
+dataset=my_digits ...` run from that directory with it on PYTHONPATH (the runner comes from the environment).
+Real processes, a real MLflow store, real serving; and a user's Keras 3 model, refused before any run.
+
+Each slow scenario runs once: one device (its logged model served), two mirrored replicas (replica
+invariance against the one-device run), local MultiWorkerMirrored and ParameterServer clusters, and a seeded
+sweep over the model's own argument and the optimizer that registers a champion.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, metric_history, mlflow_client, run_cli
+from processes import stop_group
+from servers import free_port
+from test_model_logging import _post, _readme_command
+from test_sweep import children, parent_id_of
+
+EXAMPLE = REPO / "examples" / "mylab"
+# What every command of the example's README starts with.
+MYLAB = ["hydra.searchpath=[file://conf_mylab]", "model=my_mlp", "mlflow.experiment_name=mylab", "progress=false"]
+# The example's data, held in memory. With the built-in kind: ["dataset=npz", "dataset.path=data/digits.npz",
+# "dataset.name=digits", "dataset.scale=16"].
+DIGITS = ["dataset=my_digits"]
+# The same data streamed from its TFRecord shards. With the built-in kind: ["dataset=tfrecord",
+# "dataset.train_files=data/tfrecord/train-*.tfrecord", "dataset.test_files=data/tfrecord/test-*.tfrecord",
+# "dataset.image_key=image", "dataset.label_key=label", "dataset.image_shape=[8,8]", "dataset.image_encoding=raw",
+# "dataset.name=digits", "dataset.scale=16"].
+DIGITS_TFRECORD = ["dataset=my_digits_tfrecord"]
+# A dataset callable that returns tf.data datasets is streamed by runner.data.streaming.
+STREAMING = importlib.util.find_spec("runner.data.streaming") is not None
+NAME = "digits"  # the dataset option's name: the registered model's name
+TEST_EXAMPLES = 357  # make_data.py's split of scikit-learn's 1,797 digits
+EPOCHS = ["epochs=3"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A copy of examples/mylab with its data written by its own script, as a user's checkout would be."""
+    directory = tmp_path_factory.mktemp("user") / "mylab"
+    shutil.copytree(EXAMPLE, directory, ignore=shutil.ignore_patterns("data", "outputs", "multirun", "mlflow.db",
+                                                                       "__pycache__"))
+    done = subprocess.run([sys.executable, "make_data.py"], cwd=directory, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(path.name for path in (directory / "data" / "tfrecord").iterdir()) == [
+        "test-00000-of-00001.tfrecord", *(f"train-{shard:05d}-of-00004.tfrecord" for shard in range(4))]
+    return directory
+
+
+def _env(project: Path) -> dict[str, str]:
+    """The user's PYTHONPATH: their project first, then whatever gives this environment the runner."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))}
+
+
+def runner(project: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run_cli(*overrides, cwd=project, env=_env(project), timeout=timeout)
+
+
+def train(project: Path, name: str, *overrides: str) -> str:
+    """One run of the example in outputs/<name>; its MLflow run id."""
+    done = runner(project, *MYLAB, *DIGITS, *EPOCHS, f"hydra.run.dir=outputs/{name}", *overrides)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return (project / "outputs" / name / "mlflow_run_id.txt").read_text().strip()
+
+
+def _client(project: Path):
+    return mlflow_client(f"sqlite:///{project / 'mlflow.db'}")  # MLflow's default store, where the user ran
+
+
+def _losses(project: Path, run_id: str) -> list[float]:
+    return [value for _, value in metric_history(_client(project), run_id, "train_loss")]
+
+
+def _test_split(project: Path) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(project / "data" / "digits.npz") as data:
+        return data["x_test"], data["y_test"]
+
+
+def assert_same_losses(project: Path, run_id: str, reference_id: str, label: str) -> None:
+    """Replica invariance: the per-epoch train_loss of the run equals the reference's (relative difference
+    below 1e-3): the loss is averaged over the global batch, so 2 x 32 trains as 1 x 64 does."""
+    losses, expected = _losses(project, run_id), _losses(project, reference_id)
+    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
+    print(f"{label} vs one_device train_loss: {losses} vs {expected}, relative differences {differences}")
+    assert len(losses) == len(expected) == 3 and max(differences) < 1e-3, (losses, expected)
+    assert expected[-1] < expected[0]
+
+
+@pytest.fixture(scope="module")
+def one_device_run(project) -> str:
+    """The example on one device, logging its model; its run id."""
+    return train(project, "one_device", "strategy=one_device")
+
+
+def test_searchpath_is_passed_on_with_file_paths_made_absolute():
+    from omegaconf import OmegaConf
+
+    from runner.searchpath import searchpath_overrides
+
+    hydra = OmegaConf.create({"runtime": {"cwd": "/home/me/lab"},
+                              "searchpath": ["file://conf_mylab", "file:///opt/it's, here", "pkg://mylab.conf"]})
+    assert searchpath_overrides(hydra) == [
+        r"hydra.searchpath=['file:///home/me/lab/conf_mylab','file:///opt/it\'s, here','pkg://mylab.conf']"]
+    assert searchpath_overrides(OmegaConf.create({"runtime": {"cwd": "/x"}, "searchpath": []})) == []
+
+
+def test_swapping_the_default_models_target_keeps_its_arguments_which_the_example_model_accepts(monkeypatch):
+    """`model._target_=mylab.models.mlp +model.hidden=256` from the default cnn option: the cnn's weight_decay
+    stays in the config, and mlp takes it."""
+    from omegaconf import OmegaConf
+
+    from conftest import compose
+    from runner.components import check_components
+    from runner.data.source import DataSpec
+    from runner.settings import from_config
+    from runner.training.task import ClassificationTask
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    settings = from_config(OmegaConf.to_container(
+        compose(["dataset=synthetic", "model._target_=mylab.models.mlp", "+model.hidden=256"]), resolve=True))
+    assert dict(settings.model.arguments) == {"weight_decay": 1e-5, "hidden": 256}
+    check_components(settings)
+    spec = DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0)
+    model = ClassificationTask.from_settings(settings, spec).build_model()
+    assert [layer.units for layer in model.layers[1:]] == [256, 10] and len(model.losses) == 2
+
+
+@pytest.mark.slow
+def test_a_keras_3_model_is_refused_with_one_paragraph_before_any_run(tmp_path):
+    """A user's module that does `import keras` (Keras 3, even under the runner): exit 2, one paragraph on
+    stderr that says why and how to write it, and no MLflow run."""
+    (tmp_path / "k3lab.py").write_text(textwrap.dedent("""\
+        import keras
+
+
+        def mlp(input_shape, num_classes, weight_decay=0.0):
+            return keras.Sequential([keras.Input(shape=input_shape), keras.layers.Flatten(),
+                                     keras.layers.Dense(num_classes)])
+        """))
+    done = run_cli("model._target_=k3lab.mlp", "dataset=synthetic", "dataset.train_examples=256",
+                   "dataset.test_examples=64", "strategy=one_device", "epochs=1", "progress=false",
+                   f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path,
+                   env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 2, done.stderr[-3000:]
+    [paragraph] = done.stderr.strip().splitlines()  # TensorFlow's loading lines, printed by `import keras`, too
+    assert paragraph.startswith("error: model._target_='k3lab.mlp' built a Keras 3 model"), paragraph
+    for why_and_how in ("ParameterServerStrategy", "MultiWorkerMirrored", "import tf_keras as keras",
+                        "not `import keras`"):
+        assert why_and_how in paragraph
+    if (tmp_path / "mlflow.db").exists():
+        client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+@pytest.fixture
+def served(project, one_device_run):
+    """README's `mlflow models serve` command for the run's model, from the example's directory, with neither
+    the example nor the runner on PYTHONPATH (the model needs neither); its base URL."""
+    port = free_port()
+    command = _readme_command(f"runs:/{one_device_run}/model", port)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
+    log = project / "serve.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen(["bash", "-c", command], cwd=project, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, f"{command} exited:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{command} did not answer /ping:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield url
+    finally:
+        stop_group(process)
+
+
+@pytest.mark.slow
+def test_one_device_run_logs_a_model_that_serves_the_raw_digits_at_eval_accuracy(project, one_device_run, served):
+    run = _client(project).get_run(one_device_run)
+    assert run.info.status == "FINISHED"
+    assert _client(project).get_experiment(run.info.experiment_id).name == "mylab"
+    assert run.data.params["model._target_"] == "mylab.models.mlp" and run.data.params["model.hidden"] == "128"
+    eval_accuracy = run.data.metrics["eval_accuracy"]
+    print(f"one_device, {EPOCHS}: eval_accuracy {eval_accuracy:.4f}")
+    assert eval_accuracy > 0.8  # it learned: ten classes, chance is 0.1
+
+    images, labels = _test_split(project)  # as the files hold them: uint8 0-16, (357, 8, 8)
+    assert images.dtype == np.uint8 and images.shape == (TEST_EXAMPLES, 8, 8) and images.max() == 16
+    status, answer = _post(served, {"inputs": images.tolist()})
+    assert status == 200, answer
+    probabilities = np.array(answer["predictions"])
+    assert probabilities.shape == (TEST_EXAMPLES, 10)
+    correct = int(np.sum(probabilities.argmax(axis=1) == labels))
+    assert correct == round(eval_accuracy * TEST_EXAMPLES), (correct, eval_accuracy)
+    assert np.float32(correct / TEST_EXAMPLES) == np.float32(eval_accuracy)
+
+
+@pytest.mark.slow
+def test_two_mirrored_replicas_train_the_users_model_as_one_device_does(project, one_device_run):
+    run_id = train(project, "mirrored", "strategy=mirrored", "strategy.cpu_replicas=2", "batch=32",
+                   "mlflow.log_model=false")
+    assert _client(project).get_run(run_id).data.params["num_replicas"] == "2"
+    assert_same_losses(project, run_id, one_device_run, "mirrored, 2 replicas")
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_on_a_local_cluster_trains_the_users_model_as_one_device_does(project, one_device_run):
+    """Two worker processes that compose the config anew (the searchpath passed on) and import mylab."""
+    run_id = train(project, "multi_worker", "strategy=multi_worker_mirrored", "cluster=local", "batch=32",
+                   "mlflow.log_model=false")
+    run = _client(project).get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"
+    assert_same_losses(project, run_id, one_device_run, "multi_worker_mirrored, 2 workers")
+
+
+@pytest.mark.slow
+def test_the_tfrecord_shards_hold_the_npz_digits_and_the_reader_names_its_files(project, monkeypatch):
+    """What the streamed option gives the runner: the .npz's examples in order, their counts, the four files."""
+    monkeypatch.syspath_prepend(str(project))
+    from mylab.data import digits, digits_tfrecord
+
+    monkeypatch.chdir(project)  # the options' paths are relative to where the command runs
+    arrays, streamed = digits(), digits_tfrecord()
+    assert [Path(path).name for path in streamed.train_files] == [f"train-{k:05d}-of-00004.tfrecord" for k in range(4)]
+    assert (streamed.train_examples, streamed.test_examples, streamed.num_classes) == (1440, TEST_EXAMPLES, 10)
+    for (images, labels), dataset in ((arrays.train, streamed.train), (arrays.test, streamed.test)):
+        read = list(dataset.as_numpy_iterator())
+        np.testing.assert_array_equal(np.stack([image for image, _ in read]), images)
+        np.testing.assert_array_equal(np.array([label for _, label in read]), labels)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STREAMING, reason="streamed datasets (runner.data.streaming) have not landed yet")
+def test_multi_worker_mirrored_streams_the_tfrecord_shards(project):
+    """Four training shards, two workers: the callable names its files, so the workers read distinct ones."""
+    done = runner(project, *MYLAB, *DIGITS_TFRECORD, *EPOCHS, "hydra.run.dir=outputs/multi_worker_tfrecord",
+                  "strategy=multi_worker_mirrored", "cluster=local", "batch=32", "mlflow.log_model=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_id = (project / "outputs" / "multi_worker_tfrecord" / "mlflow_run_id.txt").read_text().strip()
+    run = _client(project).get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"
+    assert run.data.metrics["eval_accuracy"] > 0.8
+
+
+@pytest.mark.slow
+def test_parameter_server_on_a_local_cluster_trains_the_users_model(project):
+    run_id = train(project, "parameter_server", "strategy=parameter_server", "cluster=local",
+                   "loop.steps_per_epoch=20", "mlflow.log_model=false")
+    run = _client(project).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert [step for step, _ in metric_history(_client(project), run_id, "train_loss")] == [1, 2, 3]
+    assert run.data.metrics["eval_accuracy"] > 0.5
+
+
+@pytest.mark.slow
+def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_champion(project):
+    sweep_dir = project / "multirun" / "hidden-optimizer"
+    done = runner(project, "-m", *MYLAB, *DIGITS, "epochs=1", "model.hidden=16,64", "optimizer=adam,sgd",
+                  "sweep.seeds=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                  f"hydra.sweep.dir={sweep_dir.relative_to(project)}", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = _client(project)
+    parent_id = parent_id_of(sweep_dir)
+    runs = children(client, parent_id)
+    assert len(runs) == 8 and all(run.info.status == "FINISHED" for run in runs)
+    grouped: dict[str, list] = {}
+    for run in runs:
+        grouped.setdefault(run.data.tags["configuration"], []).append(run)
+    assert sorted(grouped) == sorted(f"model.hidden={hidden},optimizer={optimizer}"
+                                     for hidden in (16, 64) for optimizer in ("adam", "sgd"))
+    for group in grouped.values():
+        assert sorted(run.data.params["seed"] for run in group) == ["42", "43"]
+    for run in runs:  # each trained what its configuration says
+        hidden, optimizer = (part.split("=")[1] for part in run.data.tags["configuration"].split(","))
+        assert run.data.params["model.hidden"] == hidden
+        assert run.data.params["optimizer._target_"] == f"runner.builtins.optimizers.{optimizer}"
+
+    # The champion: the best job of the best configuration (by mean test_accuracy over its seeds).
+    means = {name: np.mean([run.data.metrics["test_accuracy"] for run in group]) for name, group in grouped.items()}
+    best = max(means, key=means.get)
+    assert client.get_run(parent_id).data.tags["best_configuration"] == best
+    champion = client.get_model_version_by_alias(NAME, "champion")
+    [winner] = [run for run in grouped[best] if run.info.run_id == champion.run_id]
+    assert winner.data.metrics["test_accuracy"] == max(run.data.metrics["test_accuracy"] for run in grouped[best])
+
+    # The champion loads from the registry and serves the raw digits at its run's eval_accuracy.
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    finally:
+        mlflow.set_tracking_uri(previous)
+    images, labels = _test_split(project)
+    correct = int(np.sum(np.asarray(model.predict(images)).argmax(axis=1) == labels))
+    assert correct == round(winner.data.metrics["eval_accuracy"] * TEST_EXAMPLES)
