@@ -10,7 +10,6 @@ sweep over the model's own argument and the optimizer that registers a champion.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -35,13 +34,12 @@ MYLAB = ["hydra.searchpath=[file://conf_mylab]", "model=my_mlp", "mlflow.experim
 # The example's data, held in memory. With the built-in kind: ["dataset=npz", "dataset.path=data/digits.npz",
 # "dataset.name=digits", "dataset.scale=16"].
 DIGITS = ["dataset=my_digits"]
-# The same data streamed from its TFRecord shards. With the built-in kind: ["dataset=tfrecord",
-# "dataset.train_files=data/tfrecord/train-*.tfrecord", "dataset.test_files=data/tfrecord/test-*.tfrecord",
-# "dataset.image_key=image", "dataset.label_key=label", "dataset.image_shape=[8,8]", "dataset.image_encoding=raw",
-# "dataset.name=digits", "dataset.scale=16"].
-DIGITS_TFRECORD = ["dataset=my_digits_tfrecord"]
-# A dataset callable that returns tf.data datasets is streamed by runner.data.streaming.
-STREAMING = importlib.util.find_spec("runner.data.streaming") is not None
+# The same data streamed from its TFRecord shards by the built-in kind (the example's own my_digits_tfrecord
+# option does the same through its callable).
+DIGITS_TFRECORD = ["dataset=tfrecord", "dataset.train_files=data/tfrecord/train-*.tfrecord",
+                   "dataset.test_files=data/tfrecord/test-*.tfrecord", "dataset.image_key=image",
+                   "dataset.label_key=label", "dataset.image_shape=[8,8]", "dataset.image_encoding=raw",
+                   "dataset.name=digits", "dataset.scale=16"]
 NAME = "digits"  # the dataset option's name: the registered model's name
 TEST_EXAMPLES = 357  # make_data.py's split of scikit-learn's 1,797 digits
 EPOCHS = ["epochs=3"]
@@ -253,12 +251,14 @@ def test_the_tfrecord_shards_hold_the_npz_digits_and_the_reader_names_its_files(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not STREAMING, reason="streamed datasets (runner.data.streaming) have not landed yet")
 def test_multi_worker_mirrored_streams_the_tfrecord_shards(project):
-    """Four training shards, two workers: the callable names its files, so the workers read distinct ones."""
+    """Four training shards, two workers: each worker reads its own files (auto-shard by FILE)."""
     done = runner(project, *MYLAB, *DIGITS_TFRECORD, *EPOCHS, "hydra.run.dir=outputs/multi_worker_tfrecord",
                   "strategy=multi_worker_mirrored", "cluster=local", "batch=32", "mlflow.log_model=false")
     assert done.returncode == 0, done.stderr[-3000:]
+    logs = "".join(path.read_text() for path in (project / "outputs" / "multi_worker_tfrecord").rglob("*.log"))
+    assert "dataset digits: 4 files for 2 workers, each worker reads its own files (auto-shard by FILE)" in \
+        done.stdout + done.stderr + logs
     run_id = (project / "outputs" / "multi_worker_tfrecord" / "mlflow_run_id.txt").read_text().strip()
     run = _client(project).get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"

@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from conftest import metric_history, mlflow_client
 from runner.settings import STRATEGIES
-from test_data import write_fashion_mnist
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
                  "learning_rate")

@@ -185,7 +185,7 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
         train = Split(None, train.dataset, examples=_prefixed(splits.train_examples, settings.train_examples))
     if splits.test_examples is not None and test.records is None and test.examples is None:
         test = Split(None, test.dataset, examples=_prefixed(splits.test_examples, settings.test_examples))
-    (train_shape, train_dtype), (test_shape, test_dtype) = _example(train, target), _example(test, target)
+    (train_shape, train_dtype), (test_shape, _) = _example(train, target), _example(test, target)
     if train_shape != test_shape:
         raise RunnerError(f"dataset._target_={target!r}: training inputs are shaped {train_shape} and test inputs "
                           f"{test_shape}. Fix: give both splits examples of one shape.")
