@@ -136,7 +136,7 @@ class Trainer:
             evaluate = make_evaluate(steps, test_batches, inline=True)
         else:
             loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
-                             settings.loop.steps_per_call, done_epochs)
+                             settings.loop.steps_per_call, done_epochs, int(checkpointer.partial.steps.numpy()))
             evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
         return cls(run_dir, task, strategy, training_data, experiment, state, loop, evaluate, test_batches,
                    checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr)
@@ -177,8 +177,8 @@ class Trainer:
                 log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
             log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
                      settings.strategy.name, replicas, self.global_batch, self.learning_rate, self.steps_per_epoch,
-                     f"; resuming after epoch {self.done_epochs} from {checkpointer.latest}" if self.done_epochs
-                     else "")
+                     f"; resuming after epoch {self.done_epochs}{_and_steps(checkpointer, self.loop)} from "
+                     f"{checkpointer.latest}" if checkpointer.latest else "")
             actions = self.end_actions(settings, config, tracker, run_id)
             controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
                                     EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
@@ -252,6 +252,16 @@ def _without_stack(message: str) -> str:
             in_stack = False
             kept.append(line)
     return "\n".join(kept)
+
+
+def _and_steps(checkpointer: Checkpointer, loop) -> str:
+    """The steps of the next epoch that a preemption checkpoint holds, as the resume message says them."""
+    steps = int(checkpointer.partial.steps.numpy())
+    if not steps:
+        return ""
+    if not getattr(loop, "resumes_mid_epoch", True):
+        return f" (the {steps} steps of the preempted epoch are trained again)"
+    return f" and {steps} step(s) of the next epoch"
 
 
 def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:
