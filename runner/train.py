@@ -26,7 +26,7 @@ from runner.errors import RunnerError
 from runner.training.loop import CoordinatorLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
-from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, Preempted, PreemptionGuard
 from runner.training.progress import EpochProgress
 from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
@@ -163,7 +163,9 @@ class Trainer:
     def train(self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
         task, checkpointer, replicas = self.task, self.checkpointer, self.strategy.num_replicas_in_sync
-        guard = PreemptionGuard()
+        # MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM.
+        coordinated = settings.strategy.name == "multi_worker_mirrored" and task.type is not None
+        guard = CoordinatedPreemption(self.strategy.cluster_resolver) if coordinated else PreemptionGuard()
         with guard.installed():
             with guard.deferred():
                 run_id = tracker.start(self.run_dir, {**flatten(config), "num_replicas": replicas,
@@ -183,6 +185,9 @@ class Trainer:
             controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
                                     EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
                                     settings.epochs, guard, end_actions=actions)
+            if coordinated:
+                guard.save = controller.save_for_preemption
+                guard.step = lambda: int(self.state.optimizer.iterations.numpy())
 
             def discard_model() -> None:
                 """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
@@ -194,6 +199,19 @@ class Trainer:
                     discard_run_model(tracker.tracking_uri, run_id)
 
             def explain(error: BaseException) -> BaseException:
+                if isinstance(error, AgreedStop) and not task.chief:
+                    return Preempted(
+                        f"{task.name} stopped at global step {error.step} for the preemption of {error.signalled} "
+                        f"(SIGTERM), in step with every worker; the chief saved "
+                        f"{os.path.join(checkpointer.directory, f'ckpt-{error.step}')} and marks the job's MLflow "
+                        f"run KILLED and resumable: start every task again with the same command and "
+                        f"hydra.run.dir={self.run_dir}")
+                if isinstance(error, AgreedStop):
+                    return Preempted(
+                        f"stopped at global step {error.step} for the preemption of {error.signalled} (SIGTERM), "
+                        f"every worker in step, after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
+                        f"and resumable: start every task again with the same command and "
+                        f"hydra.run.dir={self.run_dir}")
                 if isinstance(error, Preempted):
                     return Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is "
                                      f"KILLED and resumable: re-run the same command with hydra.run.dir={self.run_dir}")

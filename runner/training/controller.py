@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from runner.errors import RunnerError
 from runner.training.optimizer import current_learning_rate
-from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.clusters.preemption import AgreedStop, Preempted, PreemptionGuard
 from runner.training.steps import NON_FINITE_LOSS, TrainingState
 
 
@@ -62,7 +62,7 @@ class _StepBoundaries:
         self.steps += steps
         self.total = total
         self.progress.advance(steps, loss)
-        self.guard.check()
+        self.guard.at_step_boundary()
 
 
 class Controller:
@@ -156,6 +156,11 @@ class Controller:
                        tf.constant(correct, tf.float32) + self.state.train_accuracy.total.read_value(),
                        tf.constant(examples, tf.float32) + self.state.train_accuracy.count.read_value())
 
+    def save_for_preemption(self) -> None:
+        """The checkpoint a preemption stops with: the last epoch's counter and how far the next one got."""
+        self._record_partial_epoch()
+        self._save_checkpoint(int(self.state.epoch.numpy()))
+
     def _save_checkpoint(self, epoch: int) -> None:
         files = self.checkpointer.save()
         for listener in self.listeners:
@@ -179,11 +184,12 @@ class Controller:
                         listener.on_epoch_end(result)
                     if self.checkpointer.due(epoch):
                         self._save_checkpoint(epoch)
-        except Preempted:
-            with self.guard.deferred():
-                self._record_partial_epoch()
-                self._save_checkpoint(int(self.state.epoch.numpy()))
+        except Preempted as stop:
+            if not isinstance(stop, AgreedStop):  # which comes after its save (save_for_preemption)
+                with self.guard.deferred():
+                    self.save_for_preemption()
             raise
+        self.guard.training_done()
         with self.guard.deferred():
             for action in self.end_actions:
                 action(history)
