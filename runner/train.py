@@ -27,7 +27,7 @@ from runner.errors import RunnerError
 from runner.training.loop import CoordinatorLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
-from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, Preempted, PreemptionGuard
 from runner.training.progress import EpochProgress
 from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
@@ -143,7 +143,7 @@ class Trainer:
             evaluate = make_evaluate(steps, test_batches, inline=True)
         else:
             loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
-                             settings.loop.steps_per_call, done_epochs)
+                             settings.loop.steps_per_call, done_epochs, int(checkpointer.partial.steps.numpy()))
             evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
         return cls(run_dir, task, strategy, training_data, experiment, state, loop, evaluate, test_batches,
                    checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr,
@@ -171,7 +171,9 @@ class Trainer:
     def train(self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
         task, checkpointer, replicas = self.task, self.checkpointer, self.strategy.num_replicas_in_sync
-        guard = PreemptionGuard()
+        # MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM.
+        coordinated = settings.strategy.name == "multi_worker_mirrored" and task.type is not None
+        guard = CoordinatedPreemption(self.strategy.cluster_resolver) if coordinated else PreemptionGuard()
         with guard.installed():
             with guard.deferred():
                 run_id = tracker.start(self.run_dir, {**flatten(config), "num_replicas": replicas,
@@ -185,14 +187,17 @@ class Trainer:
                 log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
             log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
                      settings.strategy.name, replicas, self.global_batch, self.learning_rate, self.steps_per_epoch,
-                     f"; resuming after epoch {self.done_epochs} from {checkpointer.latest}" if self.done_epochs
-                     else "")
+                     f"; resuming after epoch {self.done_epochs}{_and_steps(checkpointer, self.loop)} from "
+                     f"{checkpointer.latest}" if checkpointer.latest else "")
             if self.input_workers > 1:
                 log.info("%s", sharding_line(settings.dataset.name, self.data, self.input_workers))
             actions = self.end_actions(settings, config, tracker, run_id)
             controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
                                     EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
                                     settings.epochs, guard, end_actions=actions)
+            if coordinated:
+                guard.save = controller.save_for_preemption
+                guard.step = lambda: int(self.state.optimizer.iterations.numpy())
 
             def discard_model() -> None:
                 """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
@@ -204,6 +209,19 @@ class Trainer:
                     discard_run_model(tracker.tracking_uri, run_id)
 
             def explain(error: BaseException) -> BaseException:
+                if isinstance(error, AgreedStop) and not task.chief:
+                    return Preempted(
+                        f"{task.name} stopped at global step {error.step} for the preemption of {error.signalled} "
+                        f"(SIGTERM), in step with every worker; the chief saved "
+                        f"{os.path.join(checkpointer.directory, f'ckpt-{error.step}')} and marks the job's MLflow "
+                        f"run KILLED and resumable: start every task again with the same command and "
+                        f"hydra.run.dir={self.run_dir}")
+                if isinstance(error, AgreedStop):
+                    return Preempted(
+                        f"stopped at global step {error.step} for the preemption of {error.signalled} (SIGTERM), "
+                        f"every worker in step, after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
+                        f"and resumable: start every task again with the same command and "
+                        f"hydra.run.dir={self.run_dir}")
                 if isinstance(error, Preempted):
                     return Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is "
                                      f"KILLED and resumable: re-run the same command with hydra.run.dir={self.run_dir}")
@@ -270,6 +288,16 @@ def _input_workers(settings: Settings, task: Task) -> int:
         return 1
     cluster = task.resolver.cluster_spec().as_dict()
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def _and_steps(checkpointer: Checkpointer, loop) -> str:
+    """The steps of the next epoch that a preemption checkpoint holds, as the resume message says them."""
+    steps = int(checkpointer.partial.steps.numpy())
+    if not steps:
+        return ""
+    if not getattr(loop, "resumes_mid_epoch", True):
+        return f" (the {steps} steps of the preempted epoch are trained again)"
+    return f" and {steps} step(s) of the next epoch"
 
 
 def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:

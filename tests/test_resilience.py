@@ -310,3 +310,42 @@ def test_bad_input_fails_fast_with_one_paragraph_and_leaves_nothing_running(tmp_
         client = _client(tmp_path)
         experiments = [e.experiment_id for e in client.search_experiments()]
         assert all(r.info.status != "RUNNING" for r in client.search_runs(experiments))
+
+
+# Enough steps per epoch (128) that a SIGTERM sent just after the first checkpoint lands inside epoch 2.
+DETERMINISTIC = ["dataset.train_examples=8192", "runtime.deterministic=true"]
+EXACT_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "learning_rate")
+
+
+@pytest.mark.parametrize("loop", ["for_in", "multi_step"])
+def test_sigterm_mid_epoch_then_resume_is_bit_identical_to_the_uninterrupted_run(tmp_path, loop):
+    """The preemption checkpoint holds the steps of epoch 2 already trained and their losses and accuracy:
+    the resume skips exactly the batches they consumed and epoch 2's metrics still cover all of its steps."""
+    args = [*DETERMINISTIC, f"loop={loop}", *(["loop.steps_per_call=4"] if loop == "multi_step" else [])]
+    reference = run_cli(*_args(tmp_path, "reference", *args), cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    process = start_cli(*_args(tmp_path, "run", *args), cwd=tmp_path)
+    _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
+    time.sleep(0.5)  # into epoch 2
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    client = _client(tmp_path)
+    run_id = _run_id(tmp_path, "run")
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"
+
+    resumed = run_cli(*_args(tmp_path, "run", *args), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    said = resumed.stdout + resumed.stderr
+    assert "resuming after epoch 1 and " in said, said[-3000:]
+    [done_steps] = re.findall(r"resuming after epoch 1 and (\d+) step\(s\) of the next epoch", said)
+    assert 0 < int(done_steps) < 128, said[-2000:]
+    if loop == "multi_step":
+        assert int(done_steps) % 4 == 0  # stopped between calls of 4 steps
+    _assert_each_epoch_logged_once(client, run_id)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    expected = client.get_run(_run_id(tmp_path, "reference")).info.run_id
+    for key in EXACT_METRICS:
+        assert metric_history(client, run_id, key) == metric_history(client, expected, key), key

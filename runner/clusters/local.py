@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
 from runner.errors import RunnerError, report
 from runner.job_result import RESULT_FILE, read_result
 from runner.searchpath import searchpath_overrides
@@ -224,16 +225,18 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 while chief.process.poll() is None and time.monotonic() < deadline:
                     time.sleep(POLL_SECONDS)
                 if _same_mistake(chief.process.returncode, status):
-                    return 2, None  # a mistake every task made, which the chief explained itself
+                    # A mistake every task made, or a preemption every worker stopped for: the chief said it.
+                    return chief.process.returncode, None
                 return chief.process.returncode or 1, _died(task, run_dir)
         time.sleep(POLL_SECONDS)
 
 
 def _same_mistake(chief_status: int | None, task_status: int) -> bool:
-    """Both exited 2 (a RunnerError paragraph): a mistake every task hit, which the chief explained. A
+    """Both exited 2 (a RunnerError paragraph): a mistake every task hit, which the chief explained; or both
+    143: a MultiWorkerMirrored preemption, every worker stopping at the same step after its save. A
     task that was killed, or crashed, is the cause even when the chief then stopped with status 2 (its
     paragraph on the lost peer)."""
-    return chief_status == 2 and task_status == 2
+    return chief_status == task_status and task_status in (2, _PREEMPTED)
 
 
 def _how(status: int) -> str:

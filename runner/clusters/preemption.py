@@ -47,6 +47,13 @@ class PreemptionGuard:
         if self.requested and not self._critical:
             raise Preempted("received SIGTERM")
 
+    def at_step_boundary(self) -> None:
+        """Where training may stop: after a step (or a call of steps)."""
+        self.check()
+
+    def training_done(self) -> None:
+        """Every step is trained (the end actions follow)."""
+
     @contextmanager
     def deferred(self):
         """Hold a SIGTERM until the block is done."""
@@ -56,3 +63,82 @@ class PreemptionGuard:
         finally:
             self._critical -= 1
         self.check()
+
+
+class AgreedStop(Preempted):
+    """Every worker of a MultiWorkerMirrored job stopped at one agreed step and took part in its checkpoint."""
+
+    def __init__(self, step: int, own: bool, signalled: str):
+        super().__init__(f"stopped at global step {step} for the preemption of {signalled}")
+        self.step = step
+        self.own = own  # this process received the SIGTERM
+        self.signalled = signalled  # the task that did
+
+
+class CoordinatedPreemption(PreemptionGuard):
+    """MultiWorkerMirrored: a SIGTERM to any one task stops every worker at the same step.
+
+    A save needs every worker, and a worker that stops alone leaves its peers failing on the next
+    collective. TensorFlow's PreemptionCheckpointHandler agrees on the step through the cluster's
+    coordination service: the signalled task names the next step, every worker saves there (through
+    `save`, the runner's own checkpoint) and stops with AgreedStop. A SIGTERM before the handler is
+    installed stops this process alone, as PreemptionGuard does.
+    """
+
+    def __init__(self, resolver):
+        super().__init__()
+        self.resolver = resolver
+        self.save = lambda: None  # set to the controller's preemption save once it exists
+        self.step = lambda: 0  # the global step, for the words of the stop
+        self.handler = None
+
+    @contextmanager
+    def installed(self):
+        import tempfile
+
+        import tensorflow as tf
+
+        with super().installed(), tempfile.TemporaryDirectory(prefix="runner-preemption-") as scratch:
+            if threading.current_thread() is not threading.main_thread():
+                yield self
+                return
+            # The handler restores from and counts its steps in a checkpoint of its own: an empty one here, since
+            # the runner's checkpoints are written by `save` and restored by the Checkpointer.
+            manager = tf.train.CheckpointManager(tf.train.Checkpoint(), scratch, max_to_keep=1)
+            config = tf.distribute.experimental.TerminationConfig(exit_fn=self._stop, grace_period=0,
+                                                                  save_fn=lambda: self.save())
+            self.handler = tf.distribute.experimental.PreemptionCheckpointHandler(self.resolver, manager,
+                                                                                  termination_config=config)
+            yield self  # the handler's SIGTERM handler replaced ours; super() restores the one before both
+
+    def at_step_boundary(self) -> None:
+        self.check()
+        if self.handler is not None:
+            self.handler.save_checkpoint_if_preempted()
+
+    def training_done(self) -> None:
+        """Every worker has trained its last step: stop watching for the peers' preemption notices (TensorFlow
+        does this only when the handler is garbage-collected, maybe after the coordination service is gone)."""
+        if self.handler is not None:
+            self.handler._stop_cluster_wise_termination_watcher_thread()  # noqa: SLF001 (no public API for it)
+            self.handler._stop_poll_termination_signal_thread()  # noqa: SLF001
+
+    def _stop(self) -> None:
+        """The handler's exit_fn, called by every worker right after the agreed step's save."""
+        from tensorflow.python.eager import context
+
+        own = self.handler._received_own_sigterm.is_set()  # noqa: SLF001
+        try:
+            signalled = _task_name(self.resolver, context.context().get_config_key_value("TERMINATED_WORKER"))
+        except Exception:  # noqa: BLE001 (the words only)
+            signalled = "a task of the cluster"
+        raise AgreedStop(self.step(), own, signalled)
+
+
+def _task_name(resolver, id_in_cluster: str) -> str:
+    """A task's name from TensorFlow's id_in_cluster (the chief is 0, then the workers in order)."""
+    jobs = resolver.cluster_spec().as_dict()
+    index = int(id_in_cluster)
+    if "chief" in jobs:
+        return "the chief" if index == 0 else f"worker {index - 1}"
+    return f"worker {index}"

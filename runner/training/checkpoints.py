@@ -20,6 +20,32 @@ from runner.training.steps import TrainingState
 log = logging.getLogger("runner")
 
 
+class PartialEpoch(tf.Module):
+    """How far the epoch after the checkpoint's epoch counter had got when the checkpoint was saved: written
+    by a preemption mid-epoch (zero at an epoch's end), so that a resume continues at the next batch and the
+    epoch's train_loss and train_accuracy still cover all of its steps.
+
+    Plain variables, created outside any strategy scope: the values are the job's (summed over replicas and
+    workers), the same in every process, whatever the strategy.
+    """
+
+    def __init__(self):
+        super().__init__(name="partial_epoch")
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")  # steps of the epoch trained
+        self.loss_total = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="loss_total")  # their losses' sum
+        self.correct = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="correct")  # train_accuracy's total
+        self.examples = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="examples")  # ... and its count
+
+    def record(self, steps: int, loss_total, correct, examples) -> None:
+        self.steps.assign(steps)
+        self.loss_total.assign(loss_total)
+        self.correct.assign(correct)
+        self.examples.assign(examples)
+
+    def clear(self) -> None:
+        self.record(0, 0.0, 0.0, 0.0)
+
+
 class Checkpointer:
     """Checkpoints named by global step (ckpt-<optimizer.iterations>), each holding the epoch counter.
 
@@ -36,7 +62,11 @@ class Checkpointer:
         self.state = state
         self.every_epochs = settings.every_epochs
         self.epochs = epochs
-        self.checkpoint = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch)
+        self.partial = PartialEpoch()
+        self.checkpoint = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch,
+                                              partial_epoch=self.partial)
+        # Checkpoints written before partial epochs were kept: restored without one (the epoch starts over).
+        self._without_partial = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch)
         self.listed = listed_checkpoints(directory, repair=not scratch)
         self.manager = None if scratch else tf.train.CheckpointManager(
             self.checkpoint, directory, max_to_keep=settings.max_to_keep)
@@ -69,7 +99,8 @@ class Checkpointer:
         return bool(self.listed)
 
     def restore(self) -> int:
-        """Restore the newest readable checkpoint; return its epoch (0 when there is none).
+        """Restore the newest readable checkpoint; return its epoch (0 when there is none). A checkpoint saved
+        mid-epoch also restores `partial` (the steps of the next epoch already trained).
 
         A checkpoint is restored only after every tensor in it has been read back in full
         (runner.training.checkpoints.unreadable): whatever reading raises (a data file cut short, a
@@ -82,8 +113,12 @@ class Checkpointer:
             if reason:
                 log.warning("checkpoint %s is unreadable (%s): skipped for the one before", path, reason)
                 continue
+            has_partial = any(name.startswith("partial_epoch/")
+                              for name in tf.train.load_checkpoint(path).get_variable_to_shape_map())
+            self.partial.clear()
             try:
-                self.checkpoint.restore(path).assert_existing_objects_matched()
+                (self.checkpoint if has_partial else self._without_partial).restore(path) \
+                    .assert_existing_objects_matched()
             except (ValueError, AssertionError) as error:
                 raise RunnerError(
                     f"the checkpoint {path} does not fit this model ({str(error).splitlines()[0][:300]}): it "

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from runner.errors import RunnerError
 from runner.training.optimizer import current_learning_rate
-from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.clusters.preemption import AgreedStop, Preempted, PreemptionGuard
 from runner.training.steps import NON_FINITE_LOSS, TrainingState
 
 
@@ -49,15 +49,20 @@ class Diverged(RunnerError):
 
 class _StepBoundaries:
     """What a loop reports after each step (or call of steps): the progress, then the safe point where a
-    SIGTERM stops training."""
+    SIGTERM stops training. It keeps how far the epoch has got (steps, the running sum of their losses),
+    what a preemption checkpoint records."""
 
-    def __init__(self, progress, guard: PreemptionGuard):
+    def __init__(self, progress, guard: PreemptionGuard, steps: int = 0, total=0.0):
         self.progress = progress
         self.guard = guard
+        self.steps = steps
+        self.total = total
 
-    def advance(self, steps: int, loss) -> None:
+    def advance(self, steps: int, loss, total) -> None:
+        self.steps += steps
+        self.total = total
         self.progress.advance(steps, loss)
-        self.guard.check()
+        self.guard.at_step_boundary()
 
 
 class Controller:
@@ -75,15 +80,32 @@ class Controller:
         self.guard = guard or PreemptionGuard()
         self.end_actions = list(end_actions)
         self.epoch: int | None = None  # the epoch being trained, once training has started
+        # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
+        # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
+        self.resumes_mid_epoch = getattr(loop, "resumes_mid_epoch", True)
+        self._boundaries: _StepBoundaries | None = None  # while an epoch's steps run
 
-    def train_one_epoch(self, epoch: int) -> EpochResult:
+    def _partial_accuracy(self, done_steps: int) -> tuple[float, float]:
+        """train_accuracy's (total, count) over the epoch's steps trained before the resume."""
+        partial = self.checkpointer.partial
+        if not done_steps:
+            return 0.0, 0.0
+        return float(partial.correct.numpy()), float(partial.examples.numpy())
+
+    def train_one_epoch(self, epoch: int, done_steps: int = 0) -> EpochResult:
+        """Train `epoch`, whose first `done_steps` steps were trained before a preemption (the
+        checkpointer's partial epoch holds their losses and accuracy, so the epoch's metrics cover every step)."""
         state = self.state
         state.reset_metrics()
         first_step = int(state.optimizer.iterations.numpy())
+        done_loss = float(self.checkpointer.partial.loss_total.numpy()) if done_steps else 0.0
+        done_correct, done_examples = self._partial_accuracy(done_steps)
         self.progress.start_epoch(epoch, self.loop.steps_per_epoch)
         started = time.perf_counter()
         try:
-            total_loss, steps = self.loop.train_epoch(epoch, _StepBoundaries(self.progress, self.guard))
+            self._boundaries = _StepBoundaries(self.progress, self.guard, done_steps, done_loss)
+            total_loss, steps = self.loop.train_epoch(epoch, self._boundaries, done_steps, done_loss)
+            self._boundaries = None
             train_loss = float(total_loss) / steps  # float() waits for the last step to finish
         except tf.errors.InvalidArgumentError as error:
             if NON_FINITE_LOSS not in str(error):
@@ -96,23 +118,48 @@ class Controller:
                 "(or use lr_scaling=warmup), then re-run."
             ) from None
         train_seconds = time.perf_counter() - started
-        examples = int(state.train_accuracy.count.numpy())
+        trained = int(state.train_accuracy.count.numpy())  # by this invocation
+        # Sums of 0/1 matches and of examples: exact in float32, so the epoch's accuracy is bit for bit the
+        # uninterrupted run's.
+        correct = tf.constant(done_correct, tf.float32) + state.train_accuracy.total.read_value()
+        examples = tf.constant(done_examples, tf.float32) + state.train_accuracy.count.read_value()
         self.evaluate()
         state.epoch.assign(epoch)
+        self.checkpointer.partial.clear()
         result = EpochResult(
             epoch=epoch,
             train_loss=train_loss,
-            train_accuracy=float(state.train_accuracy.result()),
+            train_accuracy=float(tf.math.divide_no_nan(correct, examples)),
             test_loss=float(state.test_loss.result()),
             test_accuracy=float(state.test_accuracy.result()),
-            examples_per_second=examples / train_seconds,
+            examples_per_second=trained / train_seconds,
             learning_rate=current_learning_rate(state.optimizer),
             steps=steps,
-            examples=examples,
+            examples=int(examples),
             train_seconds=train_seconds,
         )
         self.progress.end_epoch(result)
         return result
+
+    def _record_partial_epoch(self) -> None:
+        """Before a preemption's checkpoint: how far the epoch in progress got (nothing between epochs, where
+        the partial epoch is already right: cleared at the last epoch's end, or the one this run resumed)."""
+        boundaries, partial = self._boundaries, self.checkpointer.partial
+        if boundaries is None:
+            return
+        if not self.resumes_mid_epoch:
+            partial.clear()
+            return
+        resumed = int(partial.steps.numpy())  # non-zero: this epoch continues a preempted one
+        correct, examples = self._partial_accuracy(resumed)
+        partial.record(boundaries.steps, boundaries.total,
+                       tf.constant(correct, tf.float32) + self.state.train_accuracy.total.read_value(),
+                       tf.constant(examples, tf.float32) + self.state.train_accuracy.count.read_value())
+
+    def save_for_preemption(self) -> None:
+        """The checkpoint a preemption stops with: the last epoch's counter and how far the next one got."""
+        self._record_partial_epoch()
+        self._save_checkpoint(int(self.state.epoch.numpy()))
 
     def _save_checkpoint(self, epoch: int) -> None:
         files = self.checkpointer.save()
@@ -122,11 +169,13 @@ class Controller:
     def run(self) -> list[EpochResult]:
         """Train the epochs after the one the state holds (0 for a fresh run, the restored one on resume)."""
         history = []
+        done_steps = int(self.checkpointer.partial.steps.numpy()) if self.resumes_mid_epoch else 0
         try:
             for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
                 self.guard.check()
                 self.epoch = epoch
-                result = self.train_one_epoch(epoch)
+                result = self.train_one_epoch(epoch, done_steps)
+                done_steps = 0
                 # Metrics first, then the checkpoint: a run killed in between re-trains this epoch on
                 # resume, and the tracker does not log an epoch twice.
                 with self.guard.deferred():
@@ -135,10 +184,12 @@ class Controller:
                         listener.on_epoch_end(result)
                     if self.checkpointer.due(epoch):
                         self._save_checkpoint(epoch)
-        except Preempted:
-            with self.guard.deferred():
-                self._save_checkpoint(int(self.state.epoch.numpy()))
+        except Preempted as stop:
+            if not isinstance(stop, AgreedStop):  # which comes after its save (save_for_preemption)
+                with self.guard.deferred():
+                    self.save_for_preemption()
             raise
+        self.guard.training_done()
         with self.guard.deferred():
             for action in self.end_actions:
                 action(history)

@@ -1,8 +1,11 @@
 """The iteration styles: how the distributed train step is driven through one epoch.
 
 Each style wraps the same ReplicaSteps.distributed_train_step; none re-implements the step.
-`train_epoch(epoch, progress)` returns the sum of the per-step (replica-summed) losses and how many
-steps it sums. `make_dataset(first_epoch, epochs, skip_batches)` gives a distributed training dataset.
+`train_epoch(epoch, progress, done_steps, total)` trains an epoch whose first `done_steps` steps (summing to
+the loss `total`) were trained before a preemption, and returns the sum of the epoch's per-step
+(replica-summed) losses and how many steps it sums, those included. After each step (or call of steps)
+it reports `progress.advance(steps, loss, total)`, total being the running sum, the state a preemption
+checkpoint keeps. `make_dataset(first_epoch, epochs, skip_batches)` gives a distributed training dataset.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ log = logging.getLogger("runner")
 
 
 class Progress(Protocol):
-    def advance(self, steps: int, loss) -> None: ...
+    def advance(self, steps: int, loss, total) -> None: ...
 
 
 class ForInLoop:
@@ -30,13 +33,13 @@ class ForInLoop:
         self.steps_per_epoch = steps_per_epoch
         self.step = tf.function(steps.distributed_train_step)
 
-    def train_epoch(self, epoch: int, progress: Progress):
-        total, count = tf.constant(0.0), 0
-        for inputs in self.make_dataset(first_epoch=epoch, epochs=1):
+    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+        total, count = tf.constant(total, tf.float32), done_steps
+        for inputs in self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps):
             loss = self.step(inputs)
             total += loss
             count += 1
-            progress.advance(1, loss)
+            progress.advance(1, loss, total)
         return total, count
 
 
@@ -49,8 +52,8 @@ class InFunctionLoop:
         step = steps.distributed_train_step
 
         @tf.function
-        def train_whole_epoch(dataset):
-            total, count = tf.constant(0.0), tf.constant(0)
+        def train_whole_epoch(dataset, total):
+            count = tf.constant(0)
             for inputs in dataset:
                 total += step(inputs)
                 count += 1
@@ -58,21 +61,26 @@ class InFunctionLoop:
 
         self.train_whole_epoch = train_whole_epoch
 
-    def train_epoch(self, epoch: int, progress: Progress):
-        total, count = self.train_whole_epoch(self.make_dataset(first_epoch=epoch, epochs=1))
-        progress.advance(int(count), total / tf.cast(count, tf.float32))
-        return total, int(count)
+    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+        started = tf.constant(total, tf.float32)
+        total, count = self.train_whole_epoch(
+            self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps), started)
+        count = int(count)
+        progress.advance(count, (total - started) / max(count, 1), total)
+        return total, done_steps + count
 
 
 class IteratorLoop:
     """Explicit iter/next for `steps_per_epoch` steps, over one endless dataset and iterator per run.
 
-    A run resumed after `done_epochs` skips the batches those epochs consumed, so it continues
-    exactly where an uninterrupted run would be.
+    A run resumed after `done_epochs` and `done_steps` steps of the next epoch skips the batches they
+    consumed, so it continues exactly where an uninterrupted run would be.
     """
 
-    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int = 0):
-        self.dataset = make_dataset(first_epoch=1, epochs=None, skip_batches=done_epochs * steps_per_epoch)
+    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int = 0,
+                 done_steps: int = 0):
+        self.dataset = make_dataset(first_epoch=1, epochs=None,
+                                    skip_batches=done_epochs * steps_per_epoch + done_steps)
         self.steps_per_epoch = steps_per_epoch
         self.step = tf.function(steps.distributed_train_step)
         self._iterator = None
@@ -83,12 +91,12 @@ class IteratorLoop:
             self._iterator = iter(self.dataset)
         return self._iterator
 
-    def train_epoch(self, epoch: int, progress: Progress):
-        total = tf.constant(0.0)
-        for _ in range(self.steps_per_epoch):
+    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+        total = tf.constant(total, tf.float32)
+        for _ in range(done_steps, self.steps_per_epoch):
             loss = self.step(next(self.iterator))
             total += loss
-            progress.advance(1, loss)
+            progress.advance(1, loss, total)
         return total, self.steps_per_epoch
 
 
@@ -97,8 +105,8 @@ class MultiStepLoop(IteratorLoop):
     steps_per_loop): Python and dispatch overhead is paid once per call instead of once per step."""
 
     def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int,
-                 steps_per_call: int):
-        super().__init__(steps, make_dataset, steps_per_epoch, done_epochs)
+                 steps_per_call: int, done_steps: int = 0):
+        super().__init__(steps, make_dataset, steps_per_epoch, done_epochs, done_steps)
         self.steps_per_call = steps_per_call
         step = steps.distributed_train_step
 
@@ -111,21 +119,27 @@ class MultiStepLoop(IteratorLoop):
 
         self.train_steps = train_steps
 
-    def train_epoch(self, epoch: int, progress: Progress):
-        total, done = tf.constant(0.0), 0
+    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+        # A preemption stops between calls, so a resumed epoch's calls cover the same steps as an uninterrupted one's.
+        total, done = tf.constant(total, tf.float32), done_steps
         while done < self.steps_per_epoch:
             count = min(self.steps_per_call, self.steps_per_epoch - done)
             chunk = self.train_steps(self.iterator, tf.constant(count))
             total += chunk
             done += count
-            progress.advance(count, chunk / count)
+            progress.advance(count, chunk / count, total)
         return total, done
 
 
 class CoordinatorLoop:
     """ParameterServerStrategy: the coordinator schedules each step on whichever worker is free
     (ClusterCoordinator.schedule), every worker reading its own endless dataset, and joins once per
-    epoch of `steps_per_epoch` steps. Variables live on the parameter servers; updates are asynchronous."""
+    epoch of `steps_per_epoch` steps. Variables live on the parameter servers; updates are asynchronous.
+
+    A preempted epoch starts over on resume (steps already scheduled may still be running when the
+    checkpoint is saved): `done_steps` is always 0 here."""
+
+    resumes_mid_epoch = False
 
     def __init__(self, steps: ReplicaSteps, coordinator, dataset_fn, steps_per_epoch: int):
         self.coordinator = coordinator
@@ -142,7 +156,7 @@ class CoordinatorLoop:
 
         self.train_step = train_step
 
-    def train_epoch(self, epoch: int, progress: Progress):
+    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         losses = [self.coordinator.schedule(self.train_step, args=(self.iterator,))
                   for _ in range(self.steps_per_epoch)]
         total, read, value = 0.0, 0, 0.0
@@ -157,7 +171,7 @@ class CoordinatorLoop:
                 # servers), its loss is gone. A parameter server's failure is the job's.
                 if "/job:ps" in str(error):
                     raise
-            progress.advance(1, value)
+            progress.advance(1, value, total)
         self.coordinator.join()
         if read < len(losses):
             log.warning("epoch %d: the losses of %d steps were lost with a worker that died before they were read; "
@@ -167,14 +181,15 @@ class CoordinatorLoop:
 
 
 def make_loop(style: str, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int,
-              steps_per_call: int, done_epochs: int = 0):
-    """The loop for `style`, ready to train epoch done_epochs + 1 onwards."""
+              steps_per_call: int, done_epochs: int = 0, done_steps: int = 0):
+    """The loop for `style`, ready to train epoch done_epochs + 1 onwards, whose first `done_steps` steps
+    were trained before a preemption."""
     if style == "for_in":
         return ForInLoop(steps, make_dataset, steps_per_epoch)
     if style == "iterator":
-        return IteratorLoop(steps, make_dataset, steps_per_epoch, done_epochs)
+        return IteratorLoop(steps, make_dataset, steps_per_epoch, done_epochs, done_steps)
     if style == "in_function":
         return InFunctionLoop(steps, make_dataset, steps_per_epoch)
     if style == "multi_step":
-        return MultiStepLoop(steps, make_dataset, steps_per_epoch, done_epochs, steps_per_call)
+        return MultiStepLoop(steps, make_dataset, steps_per_epoch, done_epochs, steps_per_call, done_steps)
     raise ValueError(f"unknown loop style {style!r}")
