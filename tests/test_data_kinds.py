@@ -335,3 +335,16 @@ def test_the_benchmark_writes_the_workload_as_the_files_a_variant_reads(tmp_path
     data = load_data(dataset_settings("tfrecord", train_files=f"'{where}/train-*.tfrecord'",
                                       test_files=f"'{where}/test-*.tfrecord'"), seed=0)
     assert data.train_examples == 200 and len(data.train_files) == 8
+
+
+def test_a_streamed_global_batch_splits_into_replica_batches(tmp_path):
+    """experimental_distribute_dataset cuts each global batch into per-replica batches by rewriting the
+    pipeline's batch ops (_LegacyRebatchDataset, as the in-memory pipeline's batch size is unknown too); the
+    streamed pipeline, which batches 1,024 records to decode them and then cuts batches, splits the same way."""
+    from tensorflow.python.data.experimental.ops import distribute
+
+    write_tfrecords(tmp_path, "train", files=2, per_file=40)
+    write_tfrecords(tmp_path, "test", files=1, per_file=4)
+    data = tfrecord_data(tmp_path)
+    replica_batches = distribute._LegacyRebatchDataset(data.train_dataset(16, 0), 2)
+    assert [len(labels) for _, labels in replica_batches] == [8] * 10

@@ -18,7 +18,7 @@ from runner.errors import RunnerError
 
 ENCODINGS = ("raw", "png", "jpeg")
 READ_BUFFER_BYTES = 4 << 20  # per file: large sequential reads
-_SCAN_BATCH = 8192
+_SCAN_BATCH = 1024  # records parsed at once per file: bounded memory, whatever the file size
 
 
 def tfrecord(train_files: str | Sequence[str], test_files: str | Sequence[str], image_key: str = "image",
@@ -177,7 +177,7 @@ def _scan(where: str, files: list[str], image_key: str, label_key: str, shape: t
         batches = tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES).batch(_SCAN_BATCH).map(per_batch)
         return batches.reduce(tf.constant([0, big, -big, big, -big], tf.int64), combine)
 
-    summaries = tf.data.Dataset.from_tensor_slices(files).map(summarise, num_parallel_calls=tf.data.AUTOTUNE,
+    summaries = tf.data.Dataset.from_tensor_slices(files).map(summarise, num_parallel_calls=2,
                                                              deterministic=True)
     try:
         rows = [row.numpy().tolist() for row in summaries]
