@@ -20,7 +20,7 @@ from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
 from runner.settings import from_config, refuse_credentials_in_uri
-from runner.sweeps.callback import objective_name
+from runner.sweeps.terms import objective_name
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
 

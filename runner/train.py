@@ -161,7 +161,7 @@ class Trainer:
             actions.append(LogModel(restored, self.experiment.export_model, self.data.raw_examples(5), tracker, run_id,
                                     settings.epochs))
         if settings.mlflow.register:
-            from runner.sweeps.callback import lower_is_better, objective_name
+            from runner.sweeps.terms import lower_is_better, objective_name
 
             objective = objective_name(config)
             actions.append(RegisterModel(settings.mlflow.registered_model_name, objective, lower_is_better(objective),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import WITH_MODEL, mlflow_client
-from runner.sweeps.callback import PARENT_RUN_ID_FILE
+from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.registry import CHAMPION, champion_version, register_run_model
 from test_sweep import sweep
 

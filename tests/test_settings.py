@@ -12,7 +12,7 @@ from conftest import CONF, compose
 from runner.components import check_components
 from runner.errors import RunnerError
 from runner.settings import from_config
-from runner.sweeps.callback import objective_name
+from runner.sweeps.terms import objective_name
 
 
 def _options(group: str) -> list[str]:

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.job_result import RESULT_KEYS, read_result
-from runner.sweeps.callback import PARENT_RUN_ID_FILE
+from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.tracking.common import RUN_ID_FILE
 

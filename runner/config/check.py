@@ -227,7 +227,7 @@ class _Composer:
 def settings_refusal(config: dict, override) -> RunnerError | None:
     """What runner.settings says of `config` with the override's value set in it, if it is about that key."""
     from runner.settings import from_config
-    from runner.sweeps.callback import objective_name
+    from runner.sweeps.terms import objective_name
 
     config = copy.deepcopy(config)
     *parents, last = override.key_or_group.split(".")

@@ -15,81 +15,26 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError, report
-from runner.job_result import RESULT_KEYS
 from runner.settings import mlflow_settings, sweep_seeds
 from runner.sweeps.launchers import check_before_sweep
+from runner.sweeps.terms import (
+    BEST_CONFIGURATION_TAG, OVERRIDES_TAG, PARENT_RUN_ID_FILE, REGISTERED_VERSION_TAG, SWEEP_DIR_TAG, SWEPT_KEYS_TAG,
+    lower_is_better, objective_name, read_parent_run_id, run_name_for,
+)
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose
 
 log = logging.getLogger("runner")
 
-PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
-# Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
-# Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId), the launcher
-# that ran it (basic, joblib, submitit_slurm, submitit_local, ray), under SLURM the SLURM job id, and on Ray the
-# node id (ray_node_id, see runner.sweeps.ray_worker).
-OVERRIDES_TAG = "overrides"
-SWEPT_KEYS_TAG = "swept_keys"
-SWEEP_DIR_TAG = "sweep_dir"
-JOB_NUMBER_TAG = "job_number"
-# Each child's configuration (its swept values without `seed`) and seed; on the parent, the configuration
-# with the best mean objective.
-CONFIGURATION_TAG = "configuration"
-SEED_TAG = "seed"
-SEED_KEY = "seed"
-BEST_CONFIGURATION_TAG = "best_configuration"
-LAUNCHER_TAG = "launcher"
-SLURM_JOB_ID_TAG = "slurm_job_id"
-WALL_SECONDS = "wall_seconds"
-# On the parent: the registered model version the sweep's best job became (`fashion_mnist/3`).
-REGISTERED_VERSION_TAG = "registered_model_version"
-
-
-def objective_name(config: Any) -> str:
-    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
-    sweep = config.get("sweep")
-    if not isinstance(sweep, Mapping):
-        raise RunnerError(f"sweep={sweep!r} is not valid: it is a group of settings, not a value. Fix: set its "
-                          "keys one at a time, e.g. sweep.objective=test_accuracy.")
-    name = sweep.get("objective")
-    if name not in RESULT_KEYS:
-        raise RunnerError(
-            f"sweep.objective={name!r} is not valid: a sweep job can only return one of its final numbers, "
-            f"{', '.join(RESULT_KEYS)}. Fix: pass e.g. sweep.objective=test_accuracy.")
-    return name
-
-
-def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
-    """The sweeper's direction when it has one (optuna), else what the metric's name says."""
-    direction = getattr(sweeper_direction, "name", sweeper_direction)
-    if isinstance(direction, str) and direction in ("minimize", "maximize"):
-        return direction == "minimize"
-    return objective.endswith("loss")
-
-
-def worst_value(objective: str, sweeper_direction: Any = None) -> float:
-    """What a failed job returns. optuna 2.10 rejects NaN (and hydra-optuna-sweeper then stops the
-    whole study), while an infinite value is a completed trial that can never be the best one."""
-    return float("inf") if lower_is_better(objective, sweeper_direction) else float("-inf")
-
-
 def sweep_dir_of(config: DictConfig) -> str:
     return os.path.abspath(str(config.hydra.sweep.dir))
-
-
-def read_parent_run_id(sweep_dir: str) -> str | None:
-    path = os.path.join(sweep_dir, PARENT_RUN_ID_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        return handle.read().strip() or None
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -102,12 +47,6 @@ def swept_keys(config: DictConfig) -> list[str]:
         if key not in keys:
             keys.append(str(key))
     return keys
-
-
-def run_name_for(path: str) -> str:
-    """A directory as the user sees it: relative to where the command ran, if it lies below it."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
 
 
 def _exit_with(error: RunnerError, code: int) -> None:

@@ -37,7 +37,7 @@ from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
 from runner.searchpath import searchpath_overrides
 from runner.settings import sweep_seeds
-from runner.sweeps.callback import (
+from runner.sweeps.terms import (
     CONFIGURATION_TAG, JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SLURM_JOB_ID_TAG,
     SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id, worst_value,
 )

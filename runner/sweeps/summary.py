@@ -16,7 +16,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.job_result import RESULT_KEYS
 from runner.plots import plot_sweep_curves
-from runner.sweeps.callback import (
+from runner.sweeps.terms import (
     CONFIGURATION_TAG, JOB_NUMBER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SWEEP_DIR_TAG, WALL_SECONDS, run_name_for,
 )
 from runner.tracking.common import ERROR_TAG
