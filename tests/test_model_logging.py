@@ -1,6 +1,7 @@
 """Every finished run logs its model: one real `python -m runner` run on small IDX files (raw 0-255 pixels),
-its model loaded in a fresh process and served by README's own `mlflow models serve` command over HTTP,
-and the runs that must keep exactly one model (re-run) or none (stopped while logging it)."""
+its model loaded in fresh processes without TF_USE_LEGACY_KERAS (one of them imports Keras 3 first) and served
+by README's own `mlflow models serve` command over HTTP without it, and the runs that must keep exactly one
+model (re-run) or none (stopped while logging it)."""
 
 from __future__ import annotations
 
@@ -72,10 +73,11 @@ def _readme_command(model_uri: str, port: int) -> str:
 
 @pytest.fixture(scope="module")
 def served(workdir, finished_run):
-    """The run's model served by README's command in a shell (no TF_USE_LEGACY_KERAS inherited: the command
-    must set it), from the directory holding mlflow.db as README says; its base URL."""
+    """The run's model served by README's command in a shell whose environment lacks TF_USE_LEGACY_KERAS (and
+    the command does not set it), from the directory holding mlflow.db as README says; its base URL."""
     port = free_port()
     command = _readme_command(f"runs:/{finished_run}/model", port)
+    assert "TF_USE_LEGACY_KERAS" not in command
     env = {key: value for key, value in os.environ.items()
            if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
@@ -129,21 +131,32 @@ def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metr
     mlmodel = yaml.safe_load((local / "MLmodel").read_text())
     assert set(mlmodel["flavors"]) == {"tensorflow", "python_function"}
     assert mlmodel["flavors"]["python_function"]["loader_module"] == "mlflow.tensorflow"
+    # A SavedModel of a tf.Module, which tf.saved_model.load reads without Keras; TensorFlow Serving's signature.
+    assert mlmodel["flavors"]["tensorflow"]["model_type"] == "tf2-module"
+    saved_model = local / mlmodel["flavors"]["tensorflow"]["saved_model_dir"]
+    import tensorflow as tf
+    serving = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
+    assert serving.structured_input_signature[1]["images"].dtype == tf.uint8
+    assert set(serving.structured_outputs) == {"probabilities"}
     assert json.loads(mlmodel["signature"]["inputs"]) == [
         {"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 28, 28]}}]
     assert json.loads(mlmodel["signature"]["outputs"]) == [
         {"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 10]}}]
     requirements = (local / "requirements.txt").read_text().split()
     assert f"tensorflow=={version('tensorflow')}" in requirements
-    assert f"tf-keras=={version('tf-keras')}" in requirements
+    assert not [line for line in requirements if line.startswith("tf-keras")]  # loading it needs no Keras
     example = np.array(json.loads((local / "input_example.json").read_text()))
     assert example.shape[1:] == (28, 28) and example.max() > 1  # raw pixels, not scaled ones
 
 
+# README's Python, as a new user runs it: no TF_USE_LEGACY_KERAS anywhere (the test's environment drops it).
 _PREDICT = """
 import json, os, sys
 import numpy as np
-os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow is imported, as README says
+assert "TF_USE_LEGACY_KERAS" not in os.environ
+if sys.argv[3] == "keras-first":
+    import keras  # Keras 3, imported before MLflow and TensorFlow load the model
+    assert keras.__version__.startswith("3."), keras.__version__
 import mlflow
 model = mlflow.pyfunc.load_model(sys.argv[1])
 images = np.load(sys.argv[2])
@@ -151,14 +164,28 @@ print(json.dumps(np.asarray(model.predict(images)).tolist()))
 """
 
 
-def _predict_in_fresh_process(workdir: Path, model_uri: str, images: np.ndarray) -> np.ndarray:
+def _predict_in_fresh_process(workdir: Path, model_uri: str, images: np.ndarray, variant: str) -> np.ndarray:
+    """Predictions of `mlflow.pyfunc.load_model(model_uri)` in a fresh Python whose environment has neither
+    TF_USE_LEGACY_KERAS nor this repository on its path."""
     np.save(workdir / "images.npy", images)
-    env = {key: value for key, value in os.environ.items() if key != "TF_USE_LEGACY_KERAS"}
+    env = {key: value for key, value in os.environ.items() if key not in ("TF_USE_LEGACY_KERAS", "PYTHONPATH")}
     env["MLFLOW_TRACKING_URI"] = _store(workdir)
-    done = subprocess.run([sys.executable, "-c", _PREDICT, model_uri, str(workdir / "images.npy")], cwd=workdir,
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _PREDICT, model_uri, str(workdir / "images.npy"), variant],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("variant", ["plain", "keras-first"])
+def test_a_fresh_python_without_the_variable_loads_the_model_at_the_runs_eval_accuracy(
+        workdir, idx, finished_run, variant):
+    images, labels = idx["test_images"].astype(np.uint8), idx["test_labels"]
+    assert images.dtype == np.uint8 and images.max() > 1  # raw pixels
+    probabilities = _predict_in_fresh_process(workdir, f"runs:/{finished_run}/model", images, variant)
+    assert probabilities.shape == (TEST_IMAGES, 10)
+    eval_accuracy = mlflow_client(_store(workdir)).get_run(finished_run).data.metrics["eval_accuracy"]
+    correct = int(np.sum(probabilities.argmax(axis=1) == labels))
+    assert np.float32(correct / TEST_IMAGES) == np.float32(eval_accuracy)
 
 
 def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same_model(
@@ -175,7 +202,7 @@ def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same
     assert correct == round(eval_accuracy * TEST_IMAGES)
     assert np.float32(correct / TEST_IMAGES) == np.float32(eval_accuracy)
 
-    loaded = _predict_in_fresh_process(workdir, f"runs:/{finished_run}/model", images)
+    loaded = _predict_in_fresh_process(workdir, f"runs:/{finished_run}/model", images, "plain")
     np.testing.assert_allclose(loaded, probabilities, rtol=1e-5, atol=1e-7)
 
     # What the model refuses: another shape, pixels that are not 0-255 integers.

@@ -241,6 +241,42 @@ def test_a_resumed_run_keeps_its_own_checkpoint_and_says_init_from_is_ignored(so
     assert not any(m.startswith("initialised the model from") for m in messages)
 
 
+def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source, tracking_uri):
+    """Runs logged their model as a saved tf_keras model (the raw-input wrapper) before the runner logged
+    SavedModels: such a model, logged here the way the runner did then, still gives its trained network's weights."""
+    import mlflow
+    import mlflow.tensorflow
+    from omegaconf import OmegaConf
+
+    from runner.builtins.models import cnn
+    from runner.data.source import DataSpec
+    from runner.settings import from_config
+    from runner.training.task import ClassificationTask
+
+    client = mlflow_client(tracking_uri)
+    experiment_id = client.get_run(source.run_id).info.experiment_id
+    old_run = client.create_run(experiment_id, run_name="logged-before-savedmodels").info.run_id
+    trained = _source_weights(source.checkpoint)
+    network = cnn((28, 28, 1), 10)
+    for variable, value in zip(network.weights, trained):
+        variable.assign(value)
+    settings = from_config(OmegaConf.to_container(compose([*TINY]), resolve=True))
+    spec = DataSpec(name="synthetic", raw_shape=(28, 28), raw_dtype="uint8", input_shape=(28, 28, 1),
+                    num_classes=10, scale=255.0)
+    wrapper = ClassificationTask.from_settings(settings, spec).export_model(network)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    info = mlflow.tensorflow.log_model(wrapper, name="model", run_id=old_run, pip_requirements=["tensorflow"])
+    assert info.flavors["tensorflow"]["model_type"] == "keras"  # the old form: a saved tf_keras model
+    client.set_terminated(old_run)
+
+    model = cnn((28, 28, 1), 10)
+    origin = warm_start(init_settings({"from": f"runs:/{old_run}/model"}), model, tracking_uri, resumed_from=None)
+    assert origin.variables == 8 and origin.tags[SOURCE_RUN_TAG] == old_run
+    for variable, value in zip(model.weights, trained):
+        np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.name)
+
+
 def _run_ids(client) -> set[tuple[str, str]]:
     experiments = [e.experiment_id for e in client.search_experiments()]
     return {(run.info.run_id, run.info.status) for run in client.search_runs(experiments)}

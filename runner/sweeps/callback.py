@@ -72,7 +72,8 @@ class SweepCallback(Callback):
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)
-        log.info("sweep %s: MLflow parent run %s", run_name_for(sweep_dir_of(config)), parent_id)
+        log.info("sweep %s: MLflow parent run %s; MLflow UI: %s", run_name_for(sweep_dir_of(config)), parent_id,
+                 parent_ui_link(config, parent_id))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -96,6 +97,17 @@ def check_sweep_config(config: DictConfig) -> None:
                    if not any(key == group or key.startswith(group + ".") for key in swept))
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in groups}
     check_targets(target_components(plain, groups))
+
+
+def parent_ui_link(config: DictConfig, parent_id: str) -> str:
+    """Where the MLflow UI shows the sweep's experiment (its runs table) and its parent run."""
+    from runner.tracking.common import ui_link
+    from runner.tracking.store import open_client, sqlite_file
+
+    client = open_client(config.mlflow.tracking_uri or None)
+    database = sqlite_file(client.tracking_uri)
+    tracking_uri = f"sqlite:///{database}" if database else client.tracking_uri
+    return ui_link(tracking_uri, client.get_run(parent_id).info.experiment_id, parent_id)
 
 
 def start_parent_run(config: DictConfig) -> str:

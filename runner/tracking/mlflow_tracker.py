@@ -27,10 +27,11 @@ from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal
 from runner.tracking.common import (
-    ERROR_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, failure_message, write_run_id,
+    ERROR_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, failure_message, ui_link,
+    write_run_id,
 )
 from runner.tracking.provenance import run_tags as provenance_tags
-from runner.tracking.store import open_client
+from runner.tracking.store import open_client, sqlite_file
 
 log = logging.getLogger("runner")
 
@@ -70,11 +71,13 @@ def _millis() -> int:
 
 
 def get_or_create_experiment(client: MlflowClient, name: str) -> str:
+    """The experiment's id; one the runner creates is tagged as model training, so that MLflow's UI opens it on
+    its runs table (an existing experiment keeps its own tags)."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name)
+        return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException:  # another process created it between our two calls
         return client.get_experiment_by_name(name).experiment_id
 
@@ -150,6 +153,10 @@ class MlflowTracker:
         self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)) for key, value in all_tags.items()])
         self._log_params(values)
         self._start_system_metrics()
+        experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        database = sqlite_file(self.tracking_uri)
+        store = f"sqlite:///{database}" if database else self.tracking_uri
+        log.info("MLflow UI: %s", ui_link(store, experiment_id, self.run_id))
         return self.run_id
 
     def attach(self, run_id: str) -> None:

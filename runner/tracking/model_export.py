@@ -1,15 +1,20 @@
 """A run's trained model as an MLflow Model: the LoggedModel named `model` whose source run is the run.
 
+The model is a TensorFlow SavedModel of a `tf.Module` (MLflow's TensorFlow flavor, model_type `tf2-module`),
+not a saved tf_keras model: `tf.saved_model.load` reads it without Keras, so it loads and serves with or
+without TF_USE_LEGACY_KERAS, in a process that imported Keras 3, and in TensorFlow Serving (signature
+`serving_default`). The module keeps the trained network as its attribute `network`, so a warm start restores
+it by object path from the SavedModel's variables/ checkpoint (runner.training.warm_start).
+
 The one module of runner.tracking that imports TensorFlow. It runs in the training process after the last
-epoch, so neither TensorFlow's export nor the import of MLflow's TensorFlow flavor (`mlflow.tensorflow`,
-the flavor for tf_keras models; `mlflow.keras` is for Keras 3) delays the start of training or its steps.
+epoch, so neither TensorFlow's export nor the import of MLflow's TensorFlow flavor delays the start of
+training or its steps.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 
@@ -22,6 +27,35 @@ log = logging.getLogger("runner")
 
 # The metric that says how long logging the model took (seconds, at the run's last step).
 LOG_SECONDS = "model_log_seconds"
+# The trained network's attribute in the logged module: its variables are under `network/` in the SavedModel's
+# variables/ checkpoint.
+NETWORK = "network"
+# The SavedModel's signature for TensorFlow Serving, and its output's name.
+SERVING_SIGNATURE = "serving_default"
+SERVING_OUTPUT = "probabilities"
+
+
+def served_module(network: tf.keras.Model, classifier: tf.keras.Model) -> tf.Module:
+    """A tf.Module around `classifier` (raw inputs in, probabilities out) that a SavedModel can hold without
+    Keras: calling it, or its `serve` signature, runs the classifier; `network` (the trained model inside the
+    classifier, its variables shared) is tracked under its own name for warm starts."""
+    images = tf.TensorSpec((None, *classifier.input_shape[1:]), classifier.inputs[0].dtype, name="images")
+
+    class ServedModel(tf.Module):
+        def __init__(self):
+            super().__init__(name="served_model")
+            setattr(self, NETWORK, network)
+            self.classifier = classifier
+
+        @tf.function(input_signature=[images])
+        def __call__(self, raw):  # what mlflow.pyfunc's predict calls
+            return self.classifier(raw, training=False)
+
+        @tf.function(input_signature=[images])
+        def serve(self, raw):  # TensorFlow Serving's signature: named outputs
+            return {SERVING_OUTPUT: self.classifier(raw, training=False)}
+
+    return ServedModel()
 
 
 @dataclass(frozen=True)
@@ -32,10 +66,10 @@ class ExportedModel:
     logged: bool  # False: the run already had its model (a resumed run that had logged it before), or no server
 
 
-def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: int,
+def log_run_model(network: tf.keras.Model, classifier: tf.keras.Model, tracking_uri: str, run_id: str, step: int,
                   example_images: np.ndarray) -> ExportedModel:
-    """Log `model` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model) as the
-    run's model, linked to the run's metrics at `step` (its last epoch), unless the run has one already;
+    """Log `classifier` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model
+    of the trained `network`) as the run's model, linked to the run's metrics at `step` (its last epoch), unless the run has one already;
     `example_images` are a few raw inputs, as the data holds them. A tracking server that does not answer gets no
     model now (MLflow would retry for minutes, then fail the run): the run's next invocation logs it."""
     started = time.perf_counter()
@@ -58,20 +92,20 @@ def log_run_model(model: tf.keras.Model, tracking_uri: str, run_id: str, step: i
         log.info("MLflow run %s already has its model %s: not logged again", run_id, existing.model_id)
         return ExportedModel(existing.model_id, run_id, 0.0, logged=False)
     signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(example_images.dtype), (-1, *model.input_shape[1:]))]),
-        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, *model.output_shape[1:]))]),
+        inputs=Schema([TensorSpec(np.dtype(example_images.dtype), (-1, *classifier.input_shape[1:]))]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, *classifier.output_shape[1:]))]),
     )
     # Model.log takes the tracking store and the LoggedModel's experiment from MLflow's globals even when
     # given a run id (without an active experiment the model would land in experiment 0).
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
-    with _quiet_keras():  # MLflow checks the input example by predicting it: no progress bar in the run's log
-        info = mlflow.tensorflow.log_model(
-            model, name=MODEL_NAME, run_id=run_id, step=step, signature=signature,
-            input_example=example_images,
-            # Given, so that MLflow does not start a process to infer them (which would pin only tensorflow).
-            pip_requirements=[f"tensorflow=={version('tensorflow')}", f"tf-keras=={version('tf-keras')}"],
-        )
+    module = served_module(network, classifier)
+    info = mlflow.tensorflow.log_model(
+        module, name=MODEL_NAME, run_id=run_id, step=step, signature=signature, input_example=example_images,
+        saved_model_kwargs={"signatures": {SERVING_SIGNATURE: module.serve}},
+        # Given, so that MLflow does not start a process to infer them. The SavedModel needs no tf-keras.
+        pip_requirements=[f"tensorflow=={version('tensorflow')}"],
+    )
     seconds = time.perf_counter() - started
     log.info("logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s",
              info.model_id, run_id, run_id, MODEL_NAME, seconds)
@@ -103,14 +137,3 @@ def _answers(tracking_uri: str, timeout: float = 5.0) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-@contextmanager
-def _quiet_keras():
-    was_on = tf.keras.utils.is_interactive_logging_enabled()
-    tf.keras.utils.disable_interactive_logging()
-    try:
-        yield
-    finally:
-        if was_on:
-            tf.keras.utils.enable_interactive_logging()

@@ -65,7 +65,8 @@ class LogModel:
         # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
         from runner.tracking.model_export import LOG_SECONDS, log_run_model
 
-        self.logged = log_run_model(self.export(self.restored.model), self.tracker.tracking_uri, self.run_id,
+        network = self.restored.model
+        self.logged = log_run_model(network, self.export(network), self.tracker.tracking_uri, self.run_id,
                                     self.step, self.raw_examples)
         if self.logged.logged:
             self.tracker.log_metrics({LOG_SECONDS: self.logged.seconds}, step=self.step)

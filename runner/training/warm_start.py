@@ -105,16 +105,15 @@ def _readable_checkpoint(source: str) -> str:
                       "Fix: point init.from at another run directory, or at runs:/<run id>/model of that run.")
 
 
-def _checkpoint_keys(path: str, model: tf.keras.Model) -> dict[int, str]:
-    """id(variable) -> its key in the checkpoint, for the model's variables the checkpoint holds: the model's
-    trackable children walked alongside the checkpoint's object graph (the matching a restore does)."""
+def _checkpoint_keys(path: str, model: tf.keras.Model, root: str = "model") -> dict[int, str]:
+    """id(variable) -> its key in the checkpoint, for the model's variables the checkpoint holds under `root`: the
+    model's trackable children walked alongside the checkpoint's object graph (the matching a restore does)."""
     from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
 
     graph = TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    root = tf.train.Checkpoint(model=model)
     keys: dict[int, str] = {}
-    queue, visited = deque([(root, 0)]), set()
+    queue, visited = deque([(tf.train.Checkpoint(**{root: model}), 0)]), set()
     while queue:
         trackable, node_id = queue.popleft()
         if (id(trackable), node_id) in visited:
@@ -134,8 +133,10 @@ def _checkpoint_keys(path: str, model: tf.keras.Model) -> dict[int, str]:
 
 
 def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -> Origin:
-    """runs:/<run id>/<name> or models:/<name>@<alias> | models:/<name>/<version>: the logged model (the raw-input
-    wrapper of ClassificationTask.export_model), whose inner trained network's variables are copied in order."""
+    """runs:/<run id>/<name> or models:/<name>@<alias> | models:/<name>/<version>: the logged model. The runner's
+    SavedModel (runner.tracking.model_export) holds the trained network under `network`: restored by object path
+    from its variables/ checkpoint. A tf_keras model logged before (the raw-input wrapper of
+    ClassificationTask.export_model): its inner trained network's variables are copied in order."""
     import mlflow.artifacts
     import mlflow.tensorflow
     from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
@@ -148,22 +149,31 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"  # no download bar in the run's log
     try:
         with tempfile.TemporaryDirectory(prefix="runner-init-") as scratch:
-            local = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=scratch,
-                                                        tracking_uri=client.tracking_uri)
-            loaded = mlflow.tensorflow.load_model(local)  # outside the run's strategy: a plain copy to read
-    except Exception as error:  # noqa: BLE001 (a download or a load that fails means one thing here)
-        raise RunnerError(
-            f"init.from={source!r} resolved to {location}, but its model could not be loaded "
-            f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). Fix: check that it is a model logged "
-            "by the runner (a tf_keras model in MLflow's TensorFlow flavor) and that its artifacts are reachable "
-            "from here.") from None
+            try:
+                local = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=scratch,
+                                                            tracking_uri=client.tracking_uri)
+                saved_model = _saved_model_dir(local)
+                # A model logged before the runner logged SavedModels: a tf_keras model, loaded (outside the run's
+                # strategy: a plain copy to read) and copied from in order.
+                loaded = None if saved_model else mlflow.tensorflow.load_model(local)
+            except RunnerError:
+                raise
+            except Exception as error:  # noqa: BLE001 (a download or a load that fails means one thing here)
+                raise RunnerError(
+                    f"init.from={source!r} resolved to {location}, but its model could not be loaded "
+                    f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). Fix: check that it is a "
+                    "model logged by the runner (MLflow's TensorFlow flavor) and that its artifacts are reachable "
+                    "from here.") from None
+            where = f"init.from={source!r}"
+            if saved_model:
+                _restore_network(where, os.path.join(saved_model, "variables", "variables"), model)
+                return Origin(description, len(model.weights), {FROM_TAG: source, **tags})
     finally:
         if was is None:
             os.environ.pop(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, None)
         else:
             os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = was
     trained = _trained_network(source, loaded)
-    where = f"init.from={source!r}"
     sources, targets = trained.weights, model.weights
     for index, variable in enumerate(targets):
         if index >= len(sources):
@@ -179,6 +189,64 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     for variable, value in zip(targets, [weight.numpy() for weight in sources]):
         variable.assign(tf.cast(value, variable.dtype))
     return Origin(description, len(targets), {FROM_TAG: source, **tags})
+
+
+def _variables_under(path: str, child: str) -> int:
+    """How many variables the checkpoint's object graph holds below the root's child `child`."""
+    from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
+
+    graph = TrackableObjectGraph()
+    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    start = [node.node_id for node in graph.nodes[0].children if node.local_name == child]
+    keys, queue, visited = set(), deque(start), set()
+    while queue:
+        node_id = queue.popleft()
+        if node_id in visited:
+            continue
+        visited.add(node_id)
+        node = graph.nodes[node_id]
+        keys.update(a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE")
+        queue.extend(reference.node_id for reference in node.children)
+    return len(keys)
+
+
+def _saved_model_dir(local: str) -> str | None:
+    """The SavedModel directory of a downloaded MLflow Model in the TensorFlow flavor's `tf2-module` form (what
+    the runner logs), or None for a tf_keras model (what it logged before)."""
+    import yaml
+
+    with open(os.path.join(local, "MLmodel")) as handle:
+        flavor = (yaml.safe_load(handle).get("flavors") or {}).get("tensorflow") or {}
+    if flavor.get("model_type") != "tf2-module":
+        return None
+    return os.path.join(local, flavor["saved_model_dir"])
+
+
+def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
+    """The variables of `model` from the checkpoint `path` of a logged SavedModel, matched by object path under
+    its `network` (the trained network): every variable must be found there with its shape, and the source
+    network must have no more variables than this model."""
+    from runner.tracking.model_export import NETWORK
+
+    keys = _checkpoint_keys(path, model, root=NETWORK)
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    for index, variable in enumerate(model.weights):
+        key = keys.get(id(variable))
+        if key is None:
+            raise RunnerError(f"{where}: the logged model has no value for this model's variable {variable.name} "
+                              f"(number {index + 1} of {len(model.weights)}). " + _FIX_SHAPES)
+        if tuple(shapes[key]) != tuple(variable.shape):
+            raise _mismatch(where, variable, tuple(shapes[key]))
+    network = _variables_under(path, NETWORK)
+    if network == 0:
+        raise RunnerError(f"{where}: the logged model holds no trained network under `{NETWORK}`, so it was not "
+                          "logged by the runner. Fix: start from a model logged by the runner, or from a run "
+                          "directory's checkpoint.")
+    if network > len(model.weights):
+        raise RunnerError(f"{where}: the source model has {network} variables and this model only "
+                          f"{len(model.weights)}, so it is another architecture. " + _FIX_SHAPES)
+    # Assigned from the cross-replica context: a distributed variable updates every replica's copy.
+    tf.train.Checkpoint(**{NETWORK: model}).restore(path).expect_partial()
 
 
 def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
