@@ -11,7 +11,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute import input_ops
 
-from conftest import dataset_settings, mlflow_client, run_cli
+from helpers.cli import run_cli
+from helpers.config import dataset_settings
+from helpers.tracking import mlflow_client
 from runner.data.loading import load_data
 from runner.data.source import DataSplits
 from runner.errors import RunnerError

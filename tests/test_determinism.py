@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY, metric_history, mlflow_client, run_cli, start_cli
-from test_resilience import _wait_for
+from helpers.cli import run_cli, start_cli, wait_for
+from helpers.presets import TINY
+from helpers.tracking import metric_history, mlflow_client
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,7 @@ def test_kill_9_after_epoch_2_and_resume_equals_the_uninterrupted_run(tmp_path):
 
     process = start_cli(*_args(tmp_path, "killed", *overrides), cwd=tmp_path)
     # TensorFlow writes the `checkpoint` file that lists the checkpoints once a save is complete.
-    _wait_for(lambda: (tmp_path / "killed" / "checkpoints" / "checkpoint").exists(),
+    wait_for(lambda: (tmp_path / "killed" / "checkpoints" / "checkpoint").exists(),
               what="the checkpoint after epoch 2")
     process.kill()
     process.wait()

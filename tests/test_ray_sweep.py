@@ -21,7 +21,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from conftest import TINY
+from helpers.presets import TINY
 from runner.sweeps.callback import PARENT_RUN_ID_FILE
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
 

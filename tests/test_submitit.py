@@ -16,11 +16,12 @@ import time
 
 import pytest
 
-from conftest import REPO
-from processes import find_process
-from slurm import free_port_run, running_slurm
-from test_sweep import (
-    TINY, _command, all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep,
+from helpers.config import REPO
+from helpers.presets import SWEEP_JOB
+from helpers.processes import find_process
+from helpers.slurm import free_port_run, running_slurm
+from helpers.sweeps import (
+    all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep, sweep_command,
 )
 
 pytestmark = pytest.mark.slow
@@ -63,7 +64,7 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
     FINISHED; the same command again trains only the killed job, into its own run."""
     sweep_dir = tmp_path / "sweep"
     overrides = (*ON_SLURM, "batch=32,64")
-    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=subprocess.PIPE,
+    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         # Job 1 created its child run and is starting to train: kill its SLURM task's process outright, as
@@ -105,7 +106,7 @@ def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp
     job is FAILED with the time limit named, and the sweep ends instead of waiting or aborting."""
     sweep_dir = tmp_path / "sweep"
     started = time.monotonic()
-    result = subprocess.run(_command(tmp_path, sweep_dir, (*ON_SLURM, "hydra.launcher.timeout_min=2",
+    result = subprocess.run(sweep_command(tmp_path, sweep_dir, (*ON_SLURM, "hydra.launcher.timeout_min=2",
                                                            "hydra.launcher.signal_delay_s=30", "epochs=100000")),
                             cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert result.returncode != 0 and time.monotonic() - started < 240, result.stderr[-3000:]
@@ -146,7 +147,7 @@ def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
 def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(slurm, tmp_path):
     """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it."""
     sweep_dir = tmp_path / "sweep"
-    single = [item for item in TINY if not item.startswith("strategy=")]
+    single = [item for item in SWEEP_JOB if not item.startswith("strategy=")]
     command = [sys.executable, "-m", "runner", "-m", *single, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
                f"hydra.sweep.dir={sweep_dir}", *ON_SLURM, "hydra.launcher.tasks_per_node=2",
                # Two jobs on one node would share ports: one at a time.

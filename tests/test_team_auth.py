@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, WITH_MODEL, mlflow_client, run_cli
-from servers import BasicAuth, MlflowServer, Postgres
+from helpers.cli import run_cli
+from helpers.presets import TINY, WITH_MODEL
+from helpers.servers import BasicAuth, MlflowServer, Postgres
+from helpers.tracking import mlflow_client
 
 pytestmark = pytest.mark.server
 

@@ -8,8 +8,11 @@ import subprocess
 
 import pytest
 
-from conftest import TINY, mlflow_client, mlflow_settings, run_cli
-from servers import MlflowServer
+from helpers.cli import run_cli
+from helpers.config import mlflow_settings
+from helpers.presets import TINY
+from helpers.servers import MlflowServer
+from helpers.tracking import mlflow_client
 
 pytestmark = pytest.mark.server
 

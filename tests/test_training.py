@@ -12,7 +12,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from conftest import metric_history, mlflow_client
+from helpers.tracking import metric_history, mlflow_client
 from runner.settings import STRATEGIES
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
