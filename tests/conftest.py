@@ -8,6 +8,7 @@ import pytest
 
 from helpers.config import compose
 from helpers.presets import TINY
+from helpers.requires import missing, on_ci
 from runner.entry import prepare_for_tensorflow
 
 prepare_for_tensorflow()  # the tests train in this process: tf_keras, before anything imports TensorFlow
@@ -32,3 +33,15 @@ def train(tmp_path, tracking_uri):
         return run(from_config(config), config, str(run_dir or tmp_path / "run"), args)
 
     return _train
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """@requires(...): skip a test whose tools are missing here, naming what to install, before any of its
+    fixtures starts a server; under CI=true fail it instead (CI installs them all)."""
+    for marker in item.iter_markers("requires"):
+        reasons = missing(marker.args)
+        if reasons:
+            if on_ci():
+                pytest.fail("CI=true, and " + "; ".join(reasons), pytrace=False)
+            pytest.skip("; ".join(reasons))

@@ -198,6 +198,7 @@ def served(project, one_device_run):
 
 
 @pytest.mark.slow
+@pytest.mark.server
 def test_one_device_run_logs_a_model_that_serves_the_raw_digits_at_eval_accuracy(project, one_device_run, served):
     run = _client(project).get_run(one_device_run)
     assert run.info.status == "FINISHED"

@@ -145,6 +145,7 @@ def _predict_in_fresh_process(workdir: Path, model_uri: str, images: np.ndarray)
     return np.array(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.server  # `mlflow models serve`
 def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same_model(
         workdir, idx, finished_run, served):
     images, labels = idx["test_images"].astype(np.uint8), idx["test_labels"]

@@ -1,5 +1,5 @@
 """Training under a real SLURM: the shipped sbatch scripts (slurm/*.sbatch), submitted with sbatch to a
-one-node slurmctld + slurmd that this module starts (tests/slurm.py), each task a real `python -m runner`.
+one-node slurmctld + slurmd that this module starts (tests/helpers/slurm.py), each task a real `python -m runner`.
 
 Without accounting there is no sacct: a job's end state is read with `scontrol show job` (ended jobs stay
 visible for the test SLURM's MinJobAge).
@@ -20,10 +20,11 @@ from helpers.cluster import assert_losses_match_two_mirrored_replicas
 from helpers.config import REPO
 from helpers.presets import TWO_EPOCHS
 from helpers.processes import find_process
+from helpers.requires import requires
 from helpers.slurm import free_port_run, running_slurm, Slurm
 from helpers.tracking import metric_history, only_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
 
 SCRIPTS = REPO / "slurm"
 MULTI_WORKER = SCRIPTS / "train_multi_worker.sbatch"

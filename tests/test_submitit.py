@@ -1,5 +1,5 @@
 """Sweeps through hydra-submitit-launcher: `hydra/launcher=submitit_slurm` against a real one-node SLURM that
-this module starts (tests/slurm.py), and `hydra/launcher=submitit_local` without one.
+this module starts (tests/helpers/slurm.py), and `hydra/launcher=submitit_local` without one.
 
 The SLURM has no accounting, so submitit's sacct calls fail: the sweep must still end, from the jobs'
 result files and `scontrol show job`, also when SLURM kills a job before it wrote its result.
@@ -19,6 +19,7 @@ import pytest
 from helpers.config import REPO
 from helpers.presets import SWEEP_JOB
 from helpers.processes import find_process
+from helpers.requires import requires
 from helpers.slurm import free_port_run, running_slurm
 from helpers.sweeps import (
     all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep, sweep_command,
@@ -58,6 +59,8 @@ def _slurm_tags_match_the_jobs(jobs) -> None:
     assert [job_id.split("_")[1] for job_id in ids] == [str(n) for n in range(len(jobs))]  # one array
 
 
+@pytest.mark.server
+@requires("slurm")
 def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slurm, tmp_path):
     """Each job is a SLURM array task. One is killed outright (as a node failure or the OOM killer would)
     before it wrote a result: without sacct the sweep still ends, with that job FAILED and the other
@@ -100,6 +103,8 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
     assert (sweep_dir / ".submitit").is_dir()  # each SLURM job's script and logs
 
 
+@pytest.mark.server
+@requires("slurm")
 def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp_path):
     """hydra.launcher.timeout_min=2: submitit's time-out signal (signal_delay_s before the limit) reaches a job
     still training. The training process is stopped as preemption stops it (it saves and is resumable), the
@@ -144,6 +149,8 @@ def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
     assert not any("slurm_job_id" in run.data.tags for run in jobs)
 
 
+@pytest.mark.server
+@requires("slurm")
 def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(slurm, tmp_path):
     """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it."""
     sweep_dir = tmp_path / "sweep"

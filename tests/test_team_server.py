@@ -12,10 +12,11 @@ import pytest
 from helpers.browser import Chromium
 from helpers.cli import run_cli
 from helpers.presets import SWEEP_JOB, WITH_MODEL
+from helpers.requires import requires
 from helpers.servers import MlflowServer, Postgres
 from helpers.tracking import metric_history, mlflow_client
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.slow, pytest.mark.server, requires("postgresql")]
 
 # Two epochs, with the MLflow Model the server stores.
 SHORT = [*SWEEP_JOB, "epochs=2", WITH_MODEL]
@@ -122,6 +123,7 @@ def test_a_sweep_is_one_parent_run_with_a_child_run_per_job(sweep):
     assert parent.info.status == "FINISHED"
 
 
+@requires("chromium")
 def test_the_ui_lists_the_run_and_the_sweep_parent_with_its_children(
         mlflow_server, client, experiment_id, training_run, sweep, workdir):
     parent, children = sweep
