@@ -11,6 +11,8 @@ import sys
 import termios
 import threading
 
+import pytest
+
 from helpers.cli import cli_env, run_cli
 from helpers.config import compose, mlflow_settings
 from helpers.presets import TINY
@@ -52,6 +54,7 @@ def _run_on_a_terminal(*args: str, cwd) -> tuple[int, str]:
     return status, received.decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_a_run_draws_its_bar_on_a_terminal_and_none_into_a_pipe(tmp_path):
     args = [*TINY, DEFAULT_PROGRESS, "strategy=one_device", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}"]
     piped = run_cli(*args, "hydra.run.dir=piped", cwd=tmp_path)

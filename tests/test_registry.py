@@ -33,6 +33,7 @@ def two_sweeps(tmp_path_factory):
     return workdir, parents, outputs
 
 
+@pytest.mark.slow
 def test_a_worse_sweep_registers_a_version_and_leaves_the_champion(two_sweeps):
     workdir, parents, outputs = two_sweeps
     client = mlflow_client(f"sqlite:///{workdir}/mlflow.db")
@@ -52,6 +53,7 @@ def test_a_worse_sweep_registers_a_version_and_leaves_the_champion(two_sweeps):
     assert "now @champion" in outputs[0] and "@champion stays on version 1" in outputs[1]
 
 
+@pytest.mark.slow
 def test_the_champion_loads_from_the_registry(two_sweeps):
     workdir, _, _ = two_sweeps
     previous = mlflow.get_tracking_uri()
