@@ -6,10 +6,9 @@ import re
 
 import pytest
 
-from conftest import TINY, metric_history, mlflow_client, run_cli
-
-SMALL = [*TINY, "dataset.train_examples=1024", "epochs=2", "seed=7"]
-
+from helpers.cli import run_cli
+from helpers.presets import SMALL, TINY
+from helpers.tracking import metric_history, mlflow_client
 
 # What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
 # note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers, and

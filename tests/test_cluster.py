@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, WITH_MODEL, compose, metric_history, mlflow_client, run_cli
-from processes import children
+from helpers.cluster import assert_losses_match_two_mirrored_replicas, train_losses
+from helpers.config import compose
+from helpers.presets import TWO_EPOCHS, WITH_MODEL
+from helpers.processes import children
+from helpers.tracking import metric_history, only_run
 from runner.errors import RunnerError
 from runner.settings import from_config
-
-SMALL = [*TINY, "epochs=2"]
-
 
 def _settings(*overrides: str):
     from omegaconf import OmegaConf
@@ -40,41 +40,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _cli(tmp_path: Path, name: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return subprocess.run([sys.executable, "-m", "runner", *SMALL, f"mlflow.tracking_uri={uri}",
+    return subprocess.run([sys.executable, "-m", "runner", *TWO_EPOCHS, f"mlflow.tracking_uri={uri}",
                            f"hydra.run.dir={tmp_path / name}", *overrides],
                           cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
-
-
-def _only_run(tmp_path: Path):
-    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert len(runs) == 1, [r.info.run_id for r in runs]
-    return client, runs[0]
 
 
 def _models(client, run) -> list[str]:
     """The ids of the models the run logged (a finished chief logs one)."""
     return [model.model_id for model in client.search_logged_models([run.info.experiment_id])
             if model.source_run_id == run.info.run_id]
-
-
-def _losses(client, run_id: str) -> list[float]:
-    return [value for _, value in metric_history(client, run_id, "train_loss")]
-
-
-def assert_losses_match_two_mirrored_replicas(client, run_id: str, tmp_path: Path, label: str) -> None:
-    """The run's per-epoch train_loss equals that of `strategy=mirrored strategy.cpu_replicas=2` with the same
-    seed and global batch (SMALL, batch 32 per replica), trained here as the reference."""
-    reference = run_cli(*SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
-                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
-                        "batch=32", cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
-    expected = _losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
-    losses = _losses(client, run_id)
-    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
-    print(f"{label} vs mirrored train_loss: {losses} vs {expected}, relative differences {differences}")
-    assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)
 
 
 def _task_of(pid: int) -> dict | None:
@@ -116,7 +90,7 @@ class _Launcher:
         self.run_dir = tmp_path / "run"
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runner", *SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={self.run_dir}",
+            [sys.executable, "-m", "runner", *TWO_EPOCHS, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={self.run_dir}",
              "cluster=local", *overrides],
             cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
@@ -352,7 +326,7 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     done = _cli(tmp_path, "mwms", "strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=2", "batch=32",
                 WITH_MODEL, TMPDIR=str(scratch))
     assert done.returncode == 0, done.stderr[-3000:]
-    client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief
+    client, run = only_run(tmp_path)  # one MLflow run for the job, from the chief
     assert run.info.status == "FINISHED"
     assert len(_models(client, run)) == 1  # the chief's trained model
     assert run.info.run_id == (tmp_path / "mwms" / "mlflow_run_id.txt").read_text().strip()
@@ -390,10 +364,10 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
         log = (launcher.run_dir / "tasks" / f"{name}.log").read_text()
         assert f"the chief is done (finished): {name.replace('-', ' ')} ends with status 0" in log, log[-2000:]
 
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"
     assert len(_models(client, run)) == 1  # the coordinator's model, its variables gathered from the ps
-    losses = _losses(client, run.info.run_id)
+    losses = train_losses(client, run.info.run_id)
     assert len(losses) == 3 and losses[-1] < losses[0], losses
     assert run.data.params["loop.steps_per_epoch"] == "30"
 
@@ -404,7 +378,7 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
     from runner.training.checkpoints import evaluate_without_strategy
     from runner.training.task import ClassificationTask
 
-    settings = _settings(*SMALL, "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=30")
+    settings = _settings(*TWO_EPOCHS, "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=30")
     latest = tf.train.latest_checkpoint(str(launcher.run_dir / "checkpoints"))
     training_data = load_data(settings.dataset, settings.seed)
     task = ClassificationTask.from_settings(settings, training_data.spec)
@@ -434,7 +408,7 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     # No task outlives the job: not the killed one, not the chief the launcher stopped.
     assert not [pid for pid in tasks.values() if _alive(pid)]
     assert _processes_mentioning(str(launcher.run_dir)) == []
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "FAILED"
     assert "worker 1 of the local cluster" in run.data.tags["error"]
     assert _models(client, run) == []
@@ -470,7 +444,7 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     workers = [f"localhost:{port}" for port in free_ports(2)]
     logs = [open(tmp_path / f"worker-{index}.err", "w") for index in range(2)]
     processes = [subprocess.Popen(
-        [sys.executable, "-m", "runner", *SMALL, "strategy=multi_worker_mirrored", "cluster=tf_config", "epochs=50",
+        [sys.executable, "-m", "runner", *TWO_EPOCHS, "strategy=multi_worker_mirrored", "cluster=tf_config", "epochs=50",
          "dataset.train_examples=2048", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={run_dir}"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
         env=_env(TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})))
@@ -493,7 +467,7 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     assert error.startswith("error: another task of the cluster failed or stopped answering during epoch "), error
     assert "/job:worker/replica:0/task:1" in error and "the checkpoints up to " in error
     assert f"hydra.run.dir={run_dir}" in error and "Traceback" not in stderr
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
 
 
@@ -527,14 +501,14 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_the_rerun_fini
     assert f"worker 1 stopped at global step {step} for the preemption of worker 1" in worker_log, worker_log[-2000:]
     assert (launcher.run_dir / "checkpoints" / f"ckpt-{step}.index").exists()
     assert not [pid for pid in tasks.values() if _alive(pid)]
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"
 
     again = _Launcher(tmp_path, *args)
     output = again.finish(timeout=300)
     assert again.process.returncode == 0, output[-3000:]
     assert re.search(rf"resuming after epoch \d+ and \d+ step\(s\) of the next epoch from .*ckpt-{step}", output)
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"
     for key in ("train_loss", "test_accuracy"):
         assert [s for s, _ in metric_history(client, run.info.run_id, key)] == [1, 2, 3, 4], key

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF, REPO, TINY, compose, run_cli
+from helpers.cli import run_cli
+from helpers.config import CONF, REPO, compose, overridden
+from helpers.presets import TINY
 from runner.config.check import check_command_line, unknown_keys
 from runner.config.schema import RunnerConfig
 from runner.errors import RunnerError
 from runner.settings import from_config
-from test_settings import _overridden
 
 
 def _refusal(*arguments: str) -> str:
@@ -123,7 +124,7 @@ def defaults() -> dict:
 ])
 def test_a_value_the_schema_refuses_gets_the_settings_paragraph(defaults, override):
     with pytest.raises(RunnerError) as expected:
-        from_config(_overridden(defaults, override))
+        from_config(overridden(defaults, override))
     assert _refusal(override) == str(expected.value)
 
 
@@ -135,7 +136,7 @@ def test_omegaconf_does_not_coerce_what_the_settings_refuse(defaults, override):
     with pytest.raises(RunnerError) as composed:
         from_config(config)
     with pytest.raises(RunnerError) as plain:
-        from_config(_overridden(defaults, override))
+        from_config(overridden(defaults, override))
     assert str(composed.value) == str(plain.value)
 
 

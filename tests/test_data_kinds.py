@@ -11,7 +11,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute import input_ops
 
-from conftest import dataset_settings, mlflow_client, run_cli
+from helpers.cli import run_cli
+from helpers.config import dataset_settings
+from helpers.tracking import mlflow_client
 from runner.data.loading import load_data
 from runner.data.source import DataSplits
 from runner.errors import RunnerError
@@ -96,6 +98,7 @@ def _inputs(tracking_uri, run_id) -> dict[str, dict]:
                                 "source_type": item.dataset.source_type} for item in run.inputs.dataset_inputs}
 
 
+@pytest.mark.slow
 def test_npz_trains_and_logs_its_file(tmp_path, train, tracking_uri):
     write_npz(tmp_path / "data.npz")
     result = train("strategy=one_device", "dataset=npz", f"dataset.path={tmp_path / 'data.npz'}")
@@ -104,6 +107,7 @@ def test_npz_trains_and_logs_its_file(tmp_path, train, tracking_uri):
     assert inputs["npz-train"]["source"] == {"uri": str(tmp_path / "data.npz")}
 
 
+@pytest.mark.slow
 def test_tfrecord_trains_streamed_and_logs_files_as_its_source(tmp_path, train, tracking_uri):
     write_tfrecords(tmp_path, "train", files=3, per_file=20)
     write_tfrecords(tmp_path, "test", files=1, per_file=10)
@@ -115,6 +119,7 @@ def test_tfrecord_trains_streamed_and_logs_files_as_its_source(tmp_path, train, 
     assert inputs["tfrecord-train"]["digest"] != inputs["tfrecord-test"]["digest"]
 
 
+@pytest.mark.slow
 def test_image_folder_trains_and_its_model_takes_uint8_images(tmp_path, train, tracking_uri):
     """The logged model serves what the files hold: uint8 (height, width, channels), scaled inside."""
     import mlflow

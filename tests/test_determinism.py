@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY, metric_history, mlflow_client, run_cli, start_cli
-from test_resilience import _wait_for
+from helpers.cli import run_cli, start_cli, wait_for
+from helpers.presets import TINY
+from helpers.tracking import metric_history, mlflow_client
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +60,36 @@ def _assert_identical(first: dict, second: dict, epochs: int = 3) -> None:
         assert np.array_equal(value, second["weights"][key]), key
 
 
+# A loss in a module of the run's directory (`python -m runner` puts its working directory on sys.path) that
+# notes, each time the training traces it, whether TensorFlow's op determinism is on in that process.
+OP_DETERMINISM_PROBE = """
+from tensorflow.python.framework import config
+
+from runner.builtins.losses import sparse_categorical_crossentropy
+
+
+def loss_noting_op_determinism(labels, logits):
+    with open({notes!r}, "a") as notes:
+        notes.write(f"{{config.is_op_determinism_enabled()}}\\n")
+    return sparse_categorical_crossentropy(labels, logits)
+"""
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_runtime_deterministic_turns_on_op_determinism_in_the_training_process(tmp_path, deterministic):
+    """Runs on this CPU are bit-identical even without op determinism: what the flag changes is that
+    TensorFlow's op determinism is on while the model trains (and off without it)."""
+    notes = tmp_path / "op_determinism.txt"
+    (tmp_path / "determinism_probe.py").write_text(OP_DETERMINISM_PROBE.format(notes=str(notes)))
+    done = run_cli(*TINY, "strategy=one_device", f"runtime.deterministic={str(deterministic).lower()}",
+                   "loss._target_=determinism_probe.loss_noting_op_determinism",
+                   f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / 'run'}",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    traces = notes.read_text().split()
+    assert traces and set(traces) == {str(deterministic)}, traces
+
+
 # Between them: one device and two replicas, the tutorial's loop and many steps per tf.function call.
 @pytest.mark.parametrize("overrides", [
     ("strategy=mirrored", "strategy.cpu_replicas=2", "batch=32"),
@@ -81,7 +112,7 @@ def test_kill_9_after_epoch_2_and_resume_equals_the_uninterrupted_run(tmp_path):
 
     process = start_cli(*_args(tmp_path, "killed", *overrides), cwd=tmp_path)
     # TensorFlow writes the `checkpoint` file that lists the checkpoints once a save is complete.
-    _wait_for(lambda: (tmp_path / "killed" / "checkpoints" / "checkpoint").exists(),
+    wait_for(lambda: (tmp_path / "killed" / "checkpoints" / "checkpoint").exists(),
               what="the checkpoint after epoch 2")
     process.kill()
     process.wait()

@@ -22,11 +22,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, metric_history, mlflow_client, run_cli
-from processes import stop_group
-from servers import free_port
-from test_model_logging import _post, _readme_command
-from test_sweep import children, parent_id_of
+from helpers.cli import run_cli
+from helpers.config import REPO
+from helpers.processes import stop_group
+from helpers.servers import free_port
+from helpers.serving import post_invocations, readme_serve_command
+from helpers.sweeps import children, parent_id_of
+from helpers.tracking import metric_history, mlflow_client
 
 EXAMPLE = REPO / "examples" / "mylab"
 # What every command of the example's README starts with.
@@ -121,7 +123,7 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     stays in the config, and mlp takes it."""
     from omegaconf import OmegaConf
 
-    from conftest import compose
+    from helpers.config import compose
     from runner.components import check_components
     from runner.data.source import DataSpec
     from runner.settings import from_config
@@ -169,7 +171,7 @@ def served(project, one_device_run):
     """README's `mlflow models serve` command for the run's model, from the example's directory, with neither
     the example nor the runner on PYTHONPATH (the model needs neither); its base URL."""
     port = free_port()
-    command = _readme_command(f"runs:/{one_device_run}/model", port)
+    command = readme_serve_command(f"runs:/{one_device_run}/model", port)
     env = {key: value for key, value in os.environ.items()
            if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
@@ -196,6 +198,7 @@ def served(project, one_device_run):
 
 
 @pytest.mark.slow
+@pytest.mark.server
 def test_one_device_run_logs_a_model_that_serves_the_raw_digits_at_eval_accuracy(project, one_device_run, served):
     run = _client(project).get_run(one_device_run)
     assert run.info.status == "FINISHED"
@@ -207,7 +210,7 @@ def test_one_device_run_logs_a_model_that_serves_the_raw_digits_at_eval_accuracy
 
     images, labels = _test_split(project)  # as the files hold them: uint8 0-16, (357, 8, 8)
     assert images.dtype == np.uint8 and images.shape == (TEST_EXAMPLES, 8, 8) and images.max() == 16
-    status, answer = _post(served, {"inputs": images.tolist()})
+    status, answer = post_invocations(served, {"inputs": images.tolist()})
     assert status == 200, answer
     probabilities = np.array(answer["predictions"])
     assert probabilities.shape == (TEST_EXAMPLES, 10)

@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from conftest import mlflow_client, mlflow_settings
+from helpers.config import mlflow_settings
+from helpers.tracking import mlflow_client
 from runner.clusters.preemption import Preempted
 from runner.errors import RunnerError
 from runner.tracking.lifecycle import RunLifecycle

@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from concurrent_tracking import log_inputs_at_the_barrier
-from conftest import dataset_settings, metric_history, mlflow_client, mlflow_settings
+from helpers.concurrent_tracking import log_inputs_at_the_barrier
+from helpers.config import dataset_settings, mlflow_settings
+from helpers.data import write_fashion_mnist
+from helpers.tracking import metric_history, mlflow_client
 from runner.data.loading import load_data
-from test_data import write_fashion_mnist
 
 SAMPLED = ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes")
 

@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from browser import Chromium
-from conftest import TINY, mlflow_client, run_cli
-from processes import stop_group
-from servers import free_port
+from helpers.browser import Chromium
+from helpers.cli import run_cli
+from helpers.presets import TINY
+from helpers.processes import stop_group
+from helpers.requires import requires
+from helpers.servers import free_port
+from helpers.tracking import mlflow_client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server, requires("chromium")]
 
 LINE = re.compile(r"MLflow UI: `(mlflow ui --backend-store-uri \S+)`, then (http://127\.0\.0\.1:5000/\S+) "
                   r"\(the run: (http://127\.0\.0\.1:5000/\S+)\)")

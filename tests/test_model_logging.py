@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, mlflow_client, run_cli, start_cli
-from processes import stop_group
-from servers import free_port
-from test_data import write_fashion_mnist
+from helpers.cli import run_cli, start_cli
+from helpers.data import write_fashion_mnist
+from helpers.processes import stop_group
+from helpers.servers import free_port
+from helpers.serving import post_invocations, readme_serve_command
+from helpers.tracking import mlflow_client
 
 pytestmark = pytest.mark.slow
 
@@ -63,20 +65,12 @@ def finished_run(workdir, idx) -> str:
     return (workdir / "run" / "mlflow_run_id.txt").read_text().strip()
 
 
-def _readme_command(model_uri: str, port: int) -> str:
-    """README's serve command for runs:/..., exactly as written there, with the run id and port filled in."""
-    readme = (REPO / "README.md").read_text()
-    [line] = [line for line in readme.splitlines() if "mlflow models serve -m runs:/<run id>/model" in line]
-    assert "--port 5001" in line
-    return line.replace("runs:/<run id>/model", model_uri).replace("--port 5001", f"--port {port}")
-
-
 @pytest.fixture(scope="module")
 def served(workdir, finished_run):
     """The run's model served by README's command in a shell whose environment lacks TF_USE_LEGACY_KERAS (and
     the command does not set it), from the directory holding mlflow.db as README says; its base URL."""
     port = free_port()
-    command = _readme_command(f"runs:/{finished_run}/model", port)
+    command = readme_serve_command(f"runs:/{finished_run}/model", port)
     assert "TF_USE_LEGACY_KERAS" not in command
     env = {key: value for key, value in os.environ.items()
            if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
@@ -101,16 +95,6 @@ def served(workdir, finished_run):
         yield url
     finally:
         stop_group(process)
-
-
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}/invocations", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
 
 
 def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metrics(workdir, finished_run):
@@ -188,10 +172,11 @@ def test_a_fresh_python_without_the_variable_loads_the_model_at_the_runs_eval_ac
     assert np.float32(correct / TEST_IMAGES) == np.float32(eval_accuracy)
 
 
+@pytest.mark.server  # `mlflow models serve`
 def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same_model(
         workdir, idx, finished_run, served):
     images, labels = idx["test_images"].astype(np.uint8), idx["test_labels"]
-    status, answer = _post(served, {"inputs": images.tolist()})
+    status, answer = post_invocations(served, {"inputs": images.tolist()})
     assert status == 200, answer
     probabilities = np.array(answer["predictions"])
     assert probabilities.shape == (TEST_IMAGES, 10)
@@ -206,8 +191,8 @@ def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same
     np.testing.assert_allclose(loaded, probabilities, rtol=1e-5, atol=1e-7)
 
     # What the model refuses: another shape, pixels that are not 0-255 integers.
-    assert _post(served, {"inputs": images[:, :27].tolist()})[0] == 400
-    assert _post(served, {"inputs": (images[:2] * 1.5).tolist()})[0] == 400
+    assert post_invocations(served, {"inputs": images[:, :27].tolist()})[0] == 400
+    assert post_invocations(served, {"inputs": (images[:2] * 1.5).tolist()})[0] == 400
 
 
 def test_the_registered_run_is_the_champion_and_loads_from_the_registry(workdir, finished_run):

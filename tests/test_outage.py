@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, WITH_MODEL, _cli_env, metric_history, mlflow_client
-from processes import children, is_running, wait_group
-from servers import MlflowServer
+from helpers.cli import cli_env
+from helpers.presets import TINY, WITH_MODEL
+from helpers.processes import children, is_running, wait_group
+from helpers.servers import MlflowServer
+from helpers.tracking import metric_history, mlflow_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
@@ -88,7 +90,7 @@ class Training:
     def start(self) -> "Training":
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "runner", *self.args], cwd=self.tmp_path,
-                                            env=_cli_env(), stdout=out, stderr=subprocess.STDOUT)
+                                            env=cli_env(), stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def wait(self, timeout: float = 300) -> int:
@@ -214,12 +216,12 @@ def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_deliv
     assert ops[-1] == "end" and ops.count("log_metrics") >= 3, ops
 
     replay = [sys.executable, "-m", "runner.tracking.replay", str(training.run_dir)]
-    down = subprocess.run(replay, capture_output=True, text=True, timeout=120, env=_cli_env())
+    down = subprocess.run(replay, capture_output=True, text=True, timeout=120, env=cli_env())
     assert down.returncode == 2 and down.stderr.startswith("error: the tracking server") and \
         "does not answer" in down.stderr and "Traceback" not in down.stderr, down.stderr
     assert journal.exists()
     up.start()
-    done = subprocess.run(replay, capture_output=True, text=True, timeout=120, env=_cli_env())
+    done = subprocess.run(replay, capture_output=True, text=True, timeout=120, env=cli_env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the run is FINISHED" in done.stdout, done.stdout
     _assert_the_run_is_whole(client, training.run_id, 4, training.run_dir)

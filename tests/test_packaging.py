@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.presets import SWEEP_JOB
+
 REPO = Path(__file__).resolve().parents[1]
 
 # What runner.entry sets, and what other parts of the runner set in their own processes.
@@ -111,8 +113,6 @@ def test_an_unrelated_hydra_app_in_the_same_environment_is_untouched(tmp_path):
 
 # What the wheel is built from: the files a checkout has under version control that setuptools reads.
 SOURCES = ("pyproject.toml", "README.md", "runner", "conf", "hydra_plugins")
-TRAIN = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=1", "progress=false",
-         "mlflow.log_model=false", "strategy=one_device"]
 
 
 def _expected_wheel_files() -> set[str]:
@@ -165,9 +165,9 @@ def test_the_wheel_installed_in_a_fresh_venv_trains_and_sweeps_from_another_dire
     assert "name: one_device" in job.stdout and "fashion_mnist" in job.stdout, job.stdout
 
     store = f"mlflow.tracking_uri=sqlite:///{elsewhere / 'mlflow.db'}"
-    trained = _run([str(venv / "bin" / "runner"), *TRAIN, store, "hydra.run.dir=run"], elsewhere, env, 300)
+    trained = _run([str(venv / "bin" / "runner"), *SWEEP_JOB, store, "hydra.run.dir=run"], elsewhere, env, 300)
     assert "done: test_accuracy" in trained.stdout + trained.stderr, trained.stderr[-3000:]
     assert (elsewhere / "run" / "mlflow_run_id.txt").is_file()
-    swept = _run([str(venv / "bin" / "runner"), "-m", "batch=16,32", *TRAIN, store, "hydra.sweep.dir=sweep"],
+    swept = _run([str(venv / "bin" / "runner"), "-m", "batch=16,32", *SWEEP_JOB, store, "hydra.sweep.dir=sweep"],
                  elsewhere, env, 600)
     assert "2 jobs, 2 finished, 0 failed" in swept.stdout, swept.stdout[-3000:] + swept.stderr[-3000:]

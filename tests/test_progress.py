@@ -11,7 +11,11 @@ import sys
 import termios
 import threading
 
-from conftest import TINY, _cli_env, compose, mlflow_settings, run_cli
+import pytest
+
+from helpers.cli import cli_env, run_cli
+from helpers.config import compose, mlflow_settings
+from helpers.presets import TINY
 
 # After TINY, whose progress=false the last value overrides.
 DEFAULT_PROGRESS = "progress=null"
@@ -23,7 +27,7 @@ def _run_on_a_terminal(*args: str, cwd) -> tuple[int, str]:
     controller, terminal = os.openpty()
     # A terminal of 24 rows and 120 columns (a new pseudo-terminal has 0 columns, in which tqdm draws nothing).
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=cwd, env=_cli_env(),
+    process = subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=cwd, env=cli_env(),
                                stdout=subprocess.DEVNULL, stderr=terminal, stdin=subprocess.DEVNULL)
     os.close(terminal)
     received = bytearray()
@@ -50,6 +54,7 @@ def _run_on_a_terminal(*args: str, cwd) -> tuple[int, str]:
     return status, received.decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 def test_a_run_draws_its_bar_on_a_terminal_and_none_into_a_pipe(tmp_path):
     args = [*TINY, DEFAULT_PROGRESS, "strategy=one_device", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}"]
     piped = run_cli(*args, "hydra.run.dir=piped", cwd=tmp_path)

@@ -11,7 +11,10 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, TINY, mlflow_client, run_cli
+from helpers.cli import run_cli
+from helpers.config import REPO
+from helpers.presets import TINY
+from helpers.tracking import mlflow_client
 
 pytestmark = pytest.mark.slow
 

@@ -21,11 +21,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from conftest import TINY
+from helpers.presets import TINY
+from helpers.requires import requires
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires("iproute2")]  # each command runs in its own network namespace
 
 PORT = 6379  # the namespace has its own ports: nothing else can hold this one
 SWEEP = [*TINY, "strategy=one_device", "hydra/launcher=ray"]
@@ -110,6 +111,8 @@ def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.server
+@requires("ray")
 def test_a_sweep_runs_its_jobs_as_tasks_on_an_existing_cluster_and_isolates_a_failing_job(ray_session):
     work, _ = ray_session
     assert read(work / "cluster.rc").strip() == "1", read(work / "cluster.err")[-4000:]
@@ -149,6 +152,8 @@ def test_a_sweep_runs_its_jobs_as_tasks_on_an_existing_cluster_and_isolates_a_fa
     assert line.startswith("error: 1 of 3 sweep jobs failed: job 2 (batch=0): batch=0 is not valid")
 
 
+@pytest.mark.server
+@requires("ray")
 def test_an_address_that_does_not_answer_is_one_paragraph_before_anything_starts(ray_session):
     work, _ = ray_session
     err = read(work / "unreachable.err")
@@ -163,6 +168,8 @@ def test_an_address_that_does_not_answer_is_one_paragraph_before_anything_starts
     assert not (work / "unreachable" / PARENT_RUN_ID_FILE).exists()
 
 
+@pytest.mark.server
+@requires("ray")
 def test_without_an_address_the_sweep_starts_its_own_ray(ray_session):
     work, _ = ray_session
     assert read(work / "local.rc").strip() == "0", read(work / "local.err")[-4000:]
@@ -172,6 +179,8 @@ def test_without_an_address_the_sweep_starts_its_own_ray(ray_session):
     assert "Started a local Ray instance" in read(work / "local.err")
 
 
+@pytest.mark.server
+@requires("ray")
 def test_no_ray_process_outlives_the_namespace(ray_session):
     work, survivors = ray_session
     assert survivors == []

@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY, WITH_MODEL, metric_history, mlflow_client, run_cli, start_cli
-from processes import children, is_running
-from test_data import write_fashion_mnist
+from helpers.cli import run_cli, start_cli, wait_for
+from helpers.data import write_fashion_mnist
+from helpers.presets import TINY, WITH_MODEL
+from helpers.processes import children, is_running
+from helpers.tracking import metric_history, mlflow_client
 
 pytestmark = pytest.mark.slow
 
@@ -40,13 +42,6 @@ def _client(tmp_path: Path):
 
 def _run_id(tmp_path: Path, name: str) -> str:
     return (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
-
-
-def _wait_for(condition, timeout: float = 120.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _checkpoints(run_dir: Path) -> list[Path]:
@@ -125,7 +120,7 @@ def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterru
     """A second process in the run directory is refused while the first holds it; once the first is killed
     outright its hold is gone with it, and the same command resumes."""
     process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
-    _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
+    wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(1.0)  # into epoch 2
     helpers = children(process.pid)  # the MLflow tracker process (runner.tracking.tracker_process) among them
     assert helpers
@@ -134,14 +129,14 @@ def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterru
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    _wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=30,
+    wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=30,
               what="the training process's helpers to end with it")
     _resume_and_check(tmp_path, "run", uninterrupted)
 
 
 def test_kill_9_before_the_first_checkpoint_starts_over_in_the_same_run(tmp_path, uninterrupted):
     process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
-    _wait_for(lambda: (tmp_path / "run" / "mlflow_run_id.txt").exists(), what="the MLflow run")
+    wait_for(lambda: (tmp_path / "run" / "mlflow_run_id.txt").exists(), what="the MLflow run")
     process.kill()
     process.wait()
     assert not _checkpoints(tmp_path / "run")
@@ -207,7 +202,7 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     # Enough epochs that the signal lands mid-run however fast the machine trains one.
     args = _args(tmp_path, "run", "epochs=8")
     process = start_cli(*args, cwd=tmp_path)
-    _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
+    wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(1.0)
     before = len(_checkpoints(tmp_path / "run"))
     sent = time.monotonic()
@@ -325,7 +320,7 @@ def test_sigterm_mid_epoch_then_resume_is_bit_identical_to_the_uninterrupted_run
     assert reference.returncode == 0, reference.stderr[-3000:]
 
     process = start_cli(*_args(tmp_path, "run", *args), cwd=tmp_path)
-    _wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
+    wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
     time.sleep(0.5)  # into epoch 2
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)

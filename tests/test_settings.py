@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import CONF, compose
+from helpers.config import CONF, compose, overridden
 from runner.components import check_components
 from runner.errors import RunnerError
 from runner.settings import from_config
@@ -26,21 +24,6 @@ def _settings(*overrides: str):
 @pytest.fixture(scope="module")
 def defaults() -> dict:
     return OmegaConf.to_container(compose([]), resolve=True)
-
-
-def _overridden(config: dict, override: str) -> dict:
-    """`config` with one key=value (or ~key) override applied as Hydra parses it, without composing anew."""
-    [parsed] = OverridesParser.create().parse_overrides([override])
-    config = copy.deepcopy(config)
-    *parents, key = parsed.key_or_group.split(".")
-    node = config
-    for parent in parents:
-        node = node[parent]
-    if parsed.is_delete():
-        del node[key]
-    else:
-        node[key] = parsed.value()
-    return config
 
 
 # What an option needs besides itself: the multi-process strategies run on a cluster (test_cluster.py).
@@ -198,7 +181,7 @@ def test_any_positive_batch_is_accepted(batch):
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
     with pytest.raises(RunnerError) as raised:
-        from_config(_overridden(defaults, override))
+        from_config(overridden(defaults, override))
     message = str(raised.value)
     assert message.startswith(named + " is not valid"), message
     assert "Fix:" in message and "\n" not in message
@@ -233,7 +216,7 @@ def test_cpu_replicas_and_explicit_devices_conflict():
                                             ("sweep.objective=speed", "sweep.objective='speed'")])
 def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):
     with pytest.raises(RunnerError) as raised:
-        objective_name(_overridden(defaults, override))
+        objective_name(overridden(defaults, override))
     message = str(raised.value)
     assert message.startswith(named + " is not valid") and "Fix:" in message and "\n" not in message, message
 
@@ -312,7 +295,7 @@ def test_tracking_uris_of_installed_store_plugins_are_accepted(defaults, tmp_pat
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-mlflow-store\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[mlflow.tracking_store]\nacme = acme_mlflow_store:AcmeStore\n")
-    config = _overridden(defaults, "mlflow.tracking_uri=acme://tracking.example/team")
+    config = overridden(defaults, "mlflow.tracking_uri=acme://tracking.example/team")
     with pytest.raises(RunnerError, match="schemes: sqlite"):
         from_config(config)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,5 +1,5 @@
 """Training under a real SLURM: the shipped sbatch scripts (slurm/*.sbatch), submitted with sbatch to a
-one-node slurmctld + slurmd that this module starts (tests/slurm.py), each task a real `python -m runner`.
+one-node slurmctld + slurmd that this module starts (tests/helpers/slurm.py), each task a real `python -m runner`.
 
 Without accounting there is no sacct: a job's end state is read with `scontrol show job` (ended jobs stay
 visible for the test SLURM's MinJobAge).
@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, metric_history
-from processes import find_process
-from slurm import Slurm, free_port_run, running_slurm
-from test_cluster import SMALL, _only_run, assert_losses_match_two_mirrored_replicas
+from helpers.cluster import assert_losses_match_two_mirrored_replicas
+from helpers.config import REPO
+from helpers.presets import TWO_EPOCHS
+from helpers.processes import find_process
+from helpers.requires import requires
+from helpers.slurm import free_port_run, running_slurm, Slurm
+from helpers.tracking import metric_history, only_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
 
 SCRIPTS = REPO / "slurm"
 MULTI_WORKER = SCRIPTS / "train_multi_worker.sbatch"
@@ -43,7 +46,7 @@ def _submit(slurm: Slurm, tmp_path: Path, script: Path, tasks: int, *overrides: 
     # A resumed run must be submitted with the same overrides as the first: the same ports too.
     if not any(item.startswith("cluster.port_base=") for item in overrides):
         overrides = (f"cluster.port_base={free_port_run(tasks)}", *overrides)
-    return slurm.sbatch(script, *SMALL, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides,
+    return slurm.sbatch(script, *TWO_EPOCHS, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides,
                         options=("--cpus-per-task=1",), cwd=tmp_path, env=environment)
 
 
@@ -77,7 +80,7 @@ def test_multi_worker_mirrored_job_matches_two_mirrored_replicas(slurm, tmp_path
     state = slurm.wait_job(job)
     output = _output(tmp_path, MULTI_WORKER, job)
     assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output[-3000:]
-    client, run = _only_run(tmp_path)  # one MLflow run for the job, from the chief (task 0)
+    client, run = only_run(tmp_path)  # one MLflow run for the job, from the chief (task 0)
     assert run.info.status == "FINISHED"
     assert run.info.run_id == (tmp_path / "run" / "mlflow_run_id.txt").read_text().strip()
     assert (run.data.params["num_replicas"], run.data.params["global_batch_size"]) == ("2", "64")
@@ -102,7 +105,7 @@ def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, 
     state = slurm.wait_job(first, timeout=120)
     output = _output(tmp_path, PARAMETER_SERVER, first)
     assert state["JobState"] == "FAILED", (state, output[-3000:])  # the tasks exited 143: preempted
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "KILLED", output[-3000:]
     assert run.data.tags["resumable"] == "true"
     assert "preempted: stopped by SIGTERM after saving" in output
@@ -118,7 +121,7 @@ def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, 
     assert "resuming after epoch" in output
     assert "the chief is done (finished): ps 0 ends with status 0" in output
     assert "the chief is done (finished): worker 0 ends with status 0" in output
-    client, resumed = _only_run(tmp_path)  # the same run, continued
+    client, resumed = only_run(tmp_path)  # the same run, continued
     assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
     for key in ("train_loss", "test_accuracy", "examples_per_second"):
         assert [step for step, _ in metric_history(client, run.info.run_id, key)] == [1, 2, 3, 4], key
@@ -152,7 +155,7 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     # --open-mode=append: the requeued run's output follows the first run's.
     assert output.count(f"runner: job {job}, 2 tasks") == 2, output[-3000:]
     assert re.search(r"^0: .*resuming after epoch \d+ from ", output, re.MULTILINE), output[-3000:]
-    client, run = _only_run(tmp_path)  # the same run, continued, not a second one
+    client, run = only_run(tmp_path)  # the same run, continued, not a second one
     assert run.info.status == "FINISHED"
     assert [step for step, _ in metric_history(client, run.info.run_id, "train_loss")] == list(range(1, 9))
     assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
@@ -173,12 +176,12 @@ def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(s
     assert error.startswith("0: error: another task of the cluster failed or stopped answering during epoch "), error
     assert "/job:worker/replica:0/task:1" in error and "Fix:" in error
     assert f"hydra.run.dir={tmp_path / 'run'}" in error
-    client, run = _only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
 
 
 def test_more_slurm_tasks_than_a_one_process_strategy_can_use_is_one_paragraph(slurm, tmp_path):
-    done = slurm.run("srun", "--ntasks=2", "--cpus-per-task=1", sys.executable, "-m", "runner", *SMALL,
+    done = slurm.run("srun", "--ntasks=2", "--cpus-per-task=1", sys.executable, "-m", "runner", *TWO_EPOCHS,
                      "strategy=one_device", f"hydra.run.dir={tmp_path / 'run'}", check=False, cwd=tmp_path,
                      timeout=120)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]

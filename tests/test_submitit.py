@@ -1,5 +1,5 @@
 """Sweeps through hydra-submitit-launcher: `hydra/launcher=submitit_slurm` against a real one-node SLURM that
-this module starts (tests/slurm.py), and `hydra/launcher=submitit_local` without one.
+this module starts (tests/helpers/slurm.py), and `hydra/launcher=submitit_local` without one.
 
 The SLURM has no accounting, so submitit's sacct calls fail: the sweep must still end, from the jobs'
 result files and `scontrol show job`, also when SLURM kills a job before it wrote its result.
@@ -16,11 +16,13 @@ import time
 
 import pytest
 
-from conftest import REPO
-from processes import find_process
-from slurm import free_port_run, running_slurm
-from test_sweep import (
-    TINY, _command, all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep,
+from helpers.config import REPO
+from helpers.presets import SWEEP_JOB
+from helpers.processes import find_process
+from helpers.requires import requires
+from helpers.slurm import free_port_run, running_slurm
+from helpers.sweeps import (
+    all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep, sweep_command,
 )
 
 pytestmark = pytest.mark.slow
@@ -57,13 +59,15 @@ def _slurm_tags_match_the_jobs(jobs) -> None:
     assert [job_id.split("_")[1] for job_id in ids] == [str(n) for n in range(len(jobs))]  # one array
 
 
+@pytest.mark.server
+@requires("slurm")
 def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slurm, tmp_path):
     """Each job is a SLURM array task. One is killed outright (as a node failure or the OOM killer would)
     before it wrote a result: without sacct the sweep still ends, with that job FAILED and the other
     FINISHED; the same command again trains only the killed job, into its own run."""
     sweep_dir = tmp_path / "sweep"
     overrides = (*ON_SLURM, "batch=32,64")
-    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=subprocess.PIPE,
+    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         # Job 1 created its child run and is starting to train: kill its SLURM task's process outright, as
@@ -99,13 +103,15 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
     assert (sweep_dir / ".submitit").is_dir()  # each SLURM job's script and logs
 
 
+@pytest.mark.server
+@requires("slurm")
 def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp_path):
     """hydra.launcher.timeout_min=2: submitit's time-out signal (signal_delay_s before the limit) reaches a job
     still training. The training process is stopped as preemption stops it (it saves and is resumable), the
     job is FAILED with the time limit named, and the sweep ends instead of waiting or aborting."""
     sweep_dir = tmp_path / "sweep"
     started = time.monotonic()
-    result = subprocess.run(_command(tmp_path, sweep_dir, (*ON_SLURM, "hydra.launcher.timeout_min=2",
+    result = subprocess.run(sweep_command(tmp_path, sweep_dir, (*ON_SLURM, "hydra.launcher.timeout_min=2",
                                                            "hydra.launcher.signal_delay_s=30", "epochs=100000")),
                             cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert result.returncode != 0 and time.monotonic() - started < 240, result.stderr[-3000:]
@@ -143,10 +149,12 @@ def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
     assert not any("slurm_job_id" in run.data.tags for run in jobs)
 
 
+@pytest.mark.server
+@requires("slurm")
 def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(slurm, tmp_path):
     """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it."""
     sweep_dir = tmp_path / "sweep"
-    single = [item for item in TINY if not item.startswith("strategy=")]
+    single = [item for item in SWEEP_JOB if not item.startswith("strategy=")]
     command = [sys.executable, "-m", "runner", "-m", *single, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
                f"hydra.sweep.dir={sweep_dir}", *ON_SLURM, "hydra.launcher.tasks_per_node=2",
                # Two jobs on one node would share ports: one at a time.

@@ -5,118 +5,20 @@ Every job trains the real model on tiny synthetic data for one epoch, so a job t
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.job_result import RESULT_KEYS, read_result
-from runner.sweeps.terms import PARENT_RUN_ID_FILE
-from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
-from runner.tracking.common import RUN_ID_FILE
+from helpers.sweeps import (
+    all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep, sweep_command,
+)
 
 pytestmark = pytest.mark.slow
-
-# No MLflow Model per job (seconds each): the registry's own tests cover what a sweep does with them.
-TINY = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=1",
-        "progress=False", "strategy=one_device", "mlflow.log_model=False"]
-
-
-def _command(tmp_path, sweep_dir, overrides):
-    return [sys.executable, "-m", "runner", "-m", *TINY, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-            f"hydra.sweep.dir={sweep_dir}", *overrides]
-
-
-def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
-
-
-def client_for(tmp_path) -> MlflowClient:
-    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-
-
-def all_runs(client):
-    return client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
-
-
-def children(client, parent_id):
-    runs = [run for run in all_runs(client) if run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent_id]
-    return sorted(runs, key=lambda run: int(run.data.tags["job_number"]))
-
-
-def parent_id_of(sweep_dir) -> str:
-    return (sweep_dir / PARENT_RUN_ID_FILE).read_text().strip()
-
-
-def summary_rows(sweep_dir, name=JOBS_CSV_FILE):
-    """The per-job table (name=CSV_FILE: the per-configuration one)."""
-    with open(sweep_dir / name) as handle:
-        return list(csv.DictReader(handle))
-
-
-def job_overrides(*swept):
-    """The `overrides` tag a job gets: Hydra lists the command's fixed overrides in the given order and
-    puts the swept ones where their sweep was on the command line (last, here)."""
-    return ",".join([*TINY, "mlflow.tracking_uri=sqlite\\:///{db}", *swept])
-
-
-def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic"):
-    """One parent, one FINISHED child per point with the right tags, metrics and summary row."""
-    assert result.returncode == 0, result.stderr[-3000:]
-    client = client_for(tmp_path)
-    parent_id = parent_id_of(sweep_dir)
-    parents = [run for run in all_runs(client) if MLFLOW_PARENT_RUN_ID not in run.data.tags]
-    assert [run.info.run_id for run in parents] == [parent_id]
-    parent = client.get_run(parent_id)
-    assert parent.info.status == "FINISHED"
-    assert parent.info.run_name == "sweep"  # the sweep directory, relative to where the command ran
-
-    jobs = children(client, parent_id)
-    assert [run.data.tags["job_number"] for run in jobs] == [str(n) for n in range(len(points))]
-    db = f"{tmp_path}/mlflow.db"
-    for number, (run, point) in enumerate(zip(jobs, points)):
-        assert run.info.status == "FINISHED"
-        assert run.data.tags["overrides"] == job_overrides(*point).format(db=db)
-        assert run.info.run_name == ",".join(point)
-        assert run.data.tags["launcher"] == launcher
-        job_dir = sweep_dir / str(number)
-        assert (job_dir / RUN_ID_FILE).read_text().strip() == run.info.run_id
-        result_file = read_result(str(job_dir))
-        assert result_file["run_id"] == run.info.run_id
-        for key in RESULT_KEYS:
-            assert run.data.metrics[key] == pytest.approx(result_file[key])
-        assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
-        assert run.data.metrics["train_loss"] > 0
-        # One epoch, logged once: no lost and no duplicated metric.
-        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
-
-    rows = summary_rows(sweep_dir)
-    assert [row["job"] for row in rows] == [str(n) for n in range(len(points))]
-    for row, run, point in zip(rows, jobs, points):
-        assert row["overrides"] == ",".join(point)
-        assert row["status"] == "FINISHED"
-        assert row["run_id"] == run.info.run_id
-        assert float(row["test_accuracy"]) == pytest.approx(run.data.metrics["test_accuracy"])
-        assert float(row["wall_seconds"]) > 1.0
-    artifacts = {info.path for info in client.list_artifacts(parent_id)}
-    assert {CSV_FILE, MARKDOWN_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, CURVES_FILE} <= artifacts
-    markdown = (sweep_dir / MARKDOWN_FILE).read_text()
-    assert markdown in result.stdout  # the table printed at the end is the logged one
-    assert sum(line.startswith("| ") for line in markdown.splitlines()) == 1 + len(points)
-    best = max(jobs, key=lambda run: run.data.metrics["test_accuracy"])
-    assert f"best test_accuracy: {best.data.metrics['test_accuracy']:.4f}" in markdown
-    assert parent.data.metrics["best_test_accuracy"] == pytest.approx(best.data.metrics["test_accuracy"])
-    return parent_id, jobs
-
 
 GRID = [("batch=32", "lr_scaling=none"), ("batch=32", "lr_scaling=linear"),
         ("batch=64", "lr_scaling=none"), ("batch=64", "lr_scaling=linear")]
@@ -124,7 +26,7 @@ GRID = [("batch=32", "lr_scaling=none"), ("batch=32", "lr_scaling=linear"),
 
 def start_and_kill_during_job(tmp_path, sweep_dir, overrides, job: int) -> None:
     """Run a sweep and kill it all (Hydra's process and the training process) while `job` trains."""
-    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
+    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     job_log = sweep_dir / str(job) / "runner.log"
     deadline = time.monotonic() + 240
@@ -158,7 +60,7 @@ def test_serial_sweep_has_one_parent_four_children_and_a_summary(serial_sweep):
     tmp_path, sweep_dir, _, _, _, _, result = serial_sweep
     assert_finished_sweep(tmp_path, sweep_dir, result, GRID)
     assert "4 jobs, 4 finished, 0 failed" in result.stdout
-    # TINY's mlflow.log_model=false: the jobs logged no model, and the sweep registered none.
+    # SWEEP_JOB's mlflow.log_model=false: the jobs logged no model, and the sweep registered none.
     client = client_for(tmp_path)
     experiment_id = client.get_experiment_by_name("fashion_mnist").experiment_id
     assert client.search_logged_models([experiment_id]) == []

@@ -16,14 +16,14 @@ import yaml
 
 from runner.job_result import RESULT_KEYS
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
-from test_sweep import _command, children, client_for, parent_id_of, summary_rows
+from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep_command
 
 pytestmark = pytest.mark.slow
 
 
 def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
     # Up to six training processes one after another (two at a time with joblib) on a busy machine.
-    return subprocess.run(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
+    return subprocess.run(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
                           timeout=900)
 
 
@@ -106,7 +106,7 @@ def test_a_rerun_trains_only_the_seeds_that_did_not_finish(tmp_path):
     sweep_dir = tmp_path / "sweep"
     overrides = ("batch=32", "sweep.seeds=3", "seed=7")
     # Kill the whole sweep while the second seed (8) trains: seed 7 is done, 8 is cut short, 9 never began.
-    process = subprocess.Popen(_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
+    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = sweep_dir / "0" / "seed-8" / "runner.log"
     deadline = time.monotonic() + 240

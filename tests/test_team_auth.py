@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, WITH_MODEL, mlflow_client, run_cli
-from servers import BasicAuth, MlflowServer, Postgres
+from helpers.cli import run_cli
+from helpers.presets import TINY, WITH_MODEL
+from helpers.requires import requires
+from helpers.servers import BasicAuth, MlflowServer, Postgres
+from helpers.tracking import mlflow_client
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.slow, pytest.mark.server, requires("postgresql")]
 
 EXPERIMENT = "fashion_mnist"  # conf/config.yaml's mlflow.experiment_name
 MODEL = "synthetic"  # its mlflow.registered_model_name: the dataset's name

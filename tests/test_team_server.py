@@ -9,14 +9,17 @@ import filecmp
 import psycopg2
 import pytest
 
-from browser import Chromium
-from conftest import metric_history, mlflow_client, run_cli
-from servers import MlflowServer, Postgres
+from helpers.browser import Chromium
+from helpers.cli import run_cli
+from helpers.presets import SWEEP_JOB, WITH_MODEL
+from helpers.requires import requires
+from helpers.servers import MlflowServer, Postgres
+from helpers.tracking import metric_history, mlflow_client
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.slow, pytest.mark.server, requires("postgresql")]
 
-SHORT = ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128", "epochs=2",
-         "progress=false", "strategy=one_device"]
+# Two epochs, with the MLflow Model the server stores.
+SHORT = [*SWEEP_JOB, "epochs=2", WITH_MODEL]
 EXPERIMENT = "fashion_mnist"  # conf/config.yaml's mlflow.experiment_name
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -120,6 +123,7 @@ def test_a_sweep_is_one_parent_run_with_a_child_run_per_job(sweep):
     assert parent.info.status == "FINISHED"
 
 
+@requires("chromium")
 def test_the_ui_lists_the_run_and_the_sweep_parent_with_its_children(
         mlflow_server, client, experiment_id, training_run, sweep, workdir):
     parent, children = sweep
@@ -145,7 +149,7 @@ def test_the_ui_lists_the_run_and_the_sweep_parent_with_its_children(
 
 def test_the_sweep_registers_its_best_job_and_parallel_registrations_settle_on_the_server(
         client, sweep, mlflow_server):
-    from test_registry import assert_parallel_registrations_settled, register_in_parallel
+    from helpers.registry import assert_parallel_registrations_settled, register_in_parallel
 
     parent, children = sweep
     [version] = client.search_model_versions("name = 'synthetic'")  # conf's registered_model_name: the dataset's

@@ -8,8 +8,11 @@ import subprocess
 
 import pytest
 
-from conftest import TINY, mlflow_client, mlflow_settings, run_cli
-from servers import MlflowServer
+from helpers.cli import run_cli
+from helpers.config import mlflow_settings
+from helpers.presets import TINY
+from helpers.servers import MlflowServer
+from helpers.tracking import mlflow_client
 
 pytestmark = pytest.mark.server
 
@@ -44,6 +47,7 @@ def tls_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_server_signed_by_a_private_ca_that_mlflow_trusts_is_not_called_down(tls_server, tmp_path, monkeypatch):
     server, ca = tls_server
     done = run_cli(*TINY, "strategy=one_device", f"mlflow.tracking_uri={server.url}", cwd=tmp_path,
@@ -55,6 +59,7 @@ def test_a_server_signed_by_a_private_ca_that_mlflow_trusts_is_not_called_down(t
     assert run.info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_an_untrusted_certificate_names_the_variables_and_tracks_nothing(tls_server, tmp_path):
     server, _ = tls_server
     done = run_cli(*TINY, "strategy=one_device", f"mlflow.tracking_uri={server.url}", cwd=tmp_path)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import metric_history, mlflow_client, mlflow_settings
-from processes import is_running
+from helpers.config import mlflow_settings
+from helpers.processes import is_running
+from helpers.tracking import metric_history, mlflow_client
 from runner.errors import RunnerError
 from runner.tracking.common import RUN_ID_FILE
 

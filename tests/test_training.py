@@ -12,7 +12,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from conftest import metric_history, mlflow_client
+from helpers.config import CONF
+from helpers.tracking import metric_history, mlflow_client
 from runner.settings import STRATEGIES
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
@@ -45,9 +46,9 @@ def test_each_single_machine_strategy_trains(train, strategy):
     assert result.history[0].examples == 512
 
 
-def test_the_seven_strategies_are_the_public_interface():
-    assert set(STRATEGIES) == {"default", "one_device", "mirrored", "central_storage",
-                               "multi_worker_mirrored", "parameter_server", "tpu"}
+def test_every_strategy_option_of_the_config_is_one_the_settings_accept_and_no_other():
+    """`strategy=<name>` on the command line picks conf/strategy/<name>.yaml; the settings build exactly those."""
+    assert {path.stem for path in (CONF / "strategy").glob("*.yaml")} == set(STRATEGIES)
 
 
 def test_loop_styles_see_the_same_batches_and_agree(train, tmp_path):
@@ -148,9 +149,31 @@ def test_a_failure_mid_run_marks_the_run_failed_with_the_error(train, tmp_path, 
     assert "InvalidArgumentError" in run.data.tags["error"] and "out of range" in run.data.tags["error"]
 
 
-def test_jit_compile_gives_the_same_training(train, tmp_path):
-    plain = train("epochs=2", "strategy=one_device", run_dir=tmp_path / "plain")
-    compiled = train("epochs=2", "strategy=one_device", "runtime.jit_compile=true", run_dir=tmp_path / "xla")
+# Whether each trace of the loss was inside a function XLA compiles (tf.function(jit_compile=True) traces
+# its body in an XLA context), in the order the training traced it.
+LOSS_TRACES_IN_XLA: list[bool] = []
+
+
+def loss_noting_xla(labels, logits):
+    """The tutorial's loss, noting whether XLA compiles the function it is traced into."""
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+
+    from runner.builtins.losses import sparse_categorical_crossentropy
+
+    LOSS_TRACES_IN_XLA.append(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+    return sparse_categorical_crossentropy(labels, logits)
+
+
+def test_jit_compile_compiles_the_training_step_with_xla_and_gives_the_same_training(train, tmp_path):
+    probe = f"loss._target_={__name__}.loss_noting_xla"
+    LOSS_TRACES_IN_XLA.clear()
+    plain = train("epochs=2", "strategy=one_device", probe, run_dir=tmp_path / "plain")
+    plain_traces = list(LOSS_TRACES_IN_XLA)
+    LOSS_TRACES_IN_XLA.clear()
+    compiled = train("epochs=2", "strategy=one_device", "runtime.jit_compile=true", probe, run_dir=tmp_path / "xla")
+    assert plain_traces and not any(plain_traces)  # the probe traced, and saw no XLA without the flag
+    assert any(LOSS_TRACES_IN_XLA), LOSS_TRACES_IN_XLA  # the forward/backward step was compiled with XLA
     for ours, theirs in zip(compiled.history, plain.history):
         assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-3)
 

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY, WITH_MODEL, compose, mlflow_client, run_cli
+from helpers.cli import run_cli
+from helpers.config import REPO, compose
+from helpers.presets import TINY, WITH_MODEL
+from helpers.tracking import mlflow_client
 from runner.errors import RunnerError
 from runner.settings import from_config, init_settings
 from runner.training.warm_start import FROM_TAG, MODEL_VERSION_TAG, SOURCE_RUN_TAG, warm_start

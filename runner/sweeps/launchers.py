@@ -115,7 +115,7 @@ def rename_launcher_schemas() -> None:
     process's ConfigStore, so that `hydra/launcher=<option>` finds conf/hydra/launcher/<option>.yaml, which names
     that schema in its defaults list (Hydra's migration from automatic schema matching: rename one of the two).
 
-    Called by whatever composes the runner's config (runner/__main__.py, tests/conftest.py), never on import:
+    Called by whatever composes the runner's config (runner/__main__.py, tests/helpers/config.py), never on import:
     other Hydra apps in the environment keep the plugins' configs as they are. Launchers carry the ConfigStore
     to their jobs (Hydra's Singleton state), so a job composes the same way. A plugin that is not installed
     is skipped (check_launcher says what to install); calling this again changes nothing."""

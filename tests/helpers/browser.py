@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from processes import stop_group, wait_group
+from helpers.processes import stop_group, wait_group
 
 # The machine has no outside network: without these, Chromium keeps trying to reach Google's services.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

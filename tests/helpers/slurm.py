@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from processes import is_running
+from helpers.processes import is_running
 from runner.clusters.local import free_ports
 
 INSTALL_HINT = ("install Debian's SLURM as .ci/run does: "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import mlflow_settings
+from helpers.config import mlflow_settings
 
 
 def log_inputs_at_the_barrier(uri: str, run_dir: str, rounds, barrier, results) -> None:

@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from processes import is_running, stop_group
+from helpers.processes import is_running, stop_group
 
 INSTALL_HINT = ("install Debian's packages as .ci/run does: "
                 "apt-get install -y --no-install-recommends postgresql chromium")

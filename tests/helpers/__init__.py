@@ -1,0 +1,18 @@
+"""Plain functions and run presets the tests share; fixtures and pytest hooks live in tests/conftest.py.
+
+A test imports what it uses from the module that holds it (tests/ is on sys.path, as pytest puts it there):
+
+    from helpers.presets import TINY, WITH_MODEL              # named run overrides, each documented once
+    from helpers.config import REPO, compose, mlflow_settings  # real Hydra composition of conf/
+    from helpers.cli import run_cli, start_cli, wait_for       # `python -m runner ...` in a fresh process
+    from helpers.tracking import metric_history, mlflow_client
+    from helpers.sweeps import children, parent_id_of, sweep   # `python -m runner -m ...` and its runs
+    from helpers.data import write_fashion_mnist               # IDX files of random images
+    from helpers.requires import requires                      # @requires("postgresql"): skip (fail under CI=true)
+    from helpers.processes import stop_group                   # process groups, children, waiting
+    from helpers.servers import MlflowServer, Postgres, free_port
+    from helpers.browser import Chromium
+    from helpers.slurm import running_slurm
+
+No test module imports another test module or conftest.py.
+"""

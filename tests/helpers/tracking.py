@@ -1,0 +1,22 @@
+"""Reading what a run recorded in MLflow."""
+
+from __future__ import annotations
+
+
+def mlflow_client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of each logged value of `key`, by step."""
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def only_run(tmp_path):
+    """The client of `sqlite:///<tmp_path>/mlflow.db` and the one run it holds (fails unless exactly one)."""
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1, [r.info.run_id for r in runs]
+    return client, runs[0]
