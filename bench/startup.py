@@ -31,8 +31,8 @@ PHASES = (
      "from mlflow.tracking import MlflowClient"),
     ("mlflow store", "open an existing sqlite store (SQLAlchemy, Alembic's schema check)",
      "MlflowClient('sqlite:///{db}').search_experiments()"),
-    ("hydra", "import Hydra and compose the runner's config",
-     "from hydra import compose, initialize_config_dir\n"
+    ("hydra", "import Hydra and compose the runner's config (its schema registered first, as the command does)",
+     "import runner.config.schema\nfrom hydra import compose, initialize_config_dir\n"
      "with initialize_config_dir(config_dir='{conf}', version_base='1.3'): compose('config')"),
 )
 DESCRIPTIONS = {name: what for name, what, _ in PHASES}
