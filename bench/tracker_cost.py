@@ -38,7 +38,9 @@ def measure_tracker(tracking_uri: str, run_dir: str, params: dict, checkpoint_di
     from runner.settings import mlflow_settings
     from runner.tracking.mlflow_tracker import MlflowTracker
 
-    config = compose_config([f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=bench-tracker"])
+    # mlflow.checkpoints=all: each save is logged as it is written, the most a run's checkpoints can cost.
+    config = compose_config([f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=bench-tracker",
+                             "mlflow.checkpoints=all"])
     tracker = MlflowTracker(mlflow_settings(OmegaConf.to_container(config, resolve=True)))
     os.makedirs(run_dir, exist_ok=True)
     start_ms = _timed_ms(lambda: tracker.start(run_dir, params))

@@ -34,6 +34,7 @@ TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset")
 LR_RULES = ("none", "linear", "sqrt")
 LOOP_STYLES = ("for_in", "iterator", "in_function", "multi_step")
 RESUME_MODES = ("auto", "never")
+CHECKPOINT_UPLOADS = ("last", "all", "none")  # mlflow.checkpoints: which checkpoints the MLflow run's artifacts hold
 MIXED_PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
@@ -131,6 +132,8 @@ class MlflowSettings:
     register: bool  # a single run registers its own model
     log_model: bool  # the run ends by logging its trained model as an MLflow Model
     system_metrics: SystemMetricsSettings
+    # Which checkpoints go to the run's artifacts: last (the newest, when the run ends), all (each save), none.
+    checkpoints: str
     # How long the tracking server may stop answering before a process that ends with data undelivered stops
     # waiting for it (the data then stays in the run directory's journal: runner.tracking.journal).
     outage_seconds: float
@@ -473,6 +476,9 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
                 fix="pass the seconds between two samples of CPU and memory, e.g. "
                     "mlflow.system_metrics.interval_seconds=10"),
         ),
+        checkpoints=_choice("mlflow.checkpoints", node.get("checkpoints"), CHECKPOINT_UPLOADS,
+                            "pass mlflow.checkpoints=last to keep the run's newest checkpoint in MLflow, all to keep "
+                            "every save, or none to keep checkpoints only in the run directory"),
         outage_seconds=_number("mlflow.outage_seconds", node.get("outage_seconds"), minimum=0,
                                fix="pass how many seconds a run may wait at its end for a tracking server that "
                                    "stopped answering, e.g. mlflow.outage_seconds=3600 (0: do not wait)"),

@@ -31,9 +31,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.server]
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
                  "learning_rate")
 # One device, a checkpoint after every epoch (each one an artifact handed over while the server may be down),
-# system metrics every second (sampled and journaled in the tracker process throughout).
+# system metrics every second (sampled and journaled in the tracker process throughout). mlflow.checkpoints=all:
+# every save goes to the run as it is written, also those rotated away in the run directory during the outage.
 RUN = [*TINY, "strategy=one_device", "checkpoint.every_epochs=1", "mlflow.system_metrics.interval_seconds=1",
-       "seed=5"]
+       "mlflow.checkpoints=all", "seed=5"]
 
 
 @pytest.fixture(scope="module")

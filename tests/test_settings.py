@@ -166,6 +166,10 @@ def test_any_positive_batch_is_accepted(batch):
         ("mlflow.system_metrics.interval_seconds=often", "mlflow.system_metrics.interval_seconds='often'"),
         ("mlflow.system_metrics.interval_seconds=nan", "mlflow.system_metrics.interval_seconds=nan"),
         ("mlflow.system_metrics=5", "mlflow.system_metrics=5"),
+        ("mlflow.checkpoints=some", "mlflow.checkpoints='some'"),
+        ("mlflow.checkpoints=", "mlflow.checkpoints=''"),
+        ("mlflow.checkpoints=null", "mlflow.checkpoints=None"),
+        ("mlflow.checkpoints=[last]", "mlflow.checkpoints=['last']"),
         ("mlflow.outage_seconds=-1", "mlflow.outage_seconds=-1"),
         ("mlflow.outage_seconds=forever", "mlflow.outage_seconds='forever'"),
         ("mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:5000",
@@ -193,6 +197,14 @@ def test_a_run_logs_its_model_unless_told_not_to_and_cannot_register_without_it(
     assert _settings("mlflow.log_model=false").mlflow.log_model is False
     with pytest.raises(RunnerError, match=r"^mlflow.register=true needs the run's model, but mlflow.log_model=false"):
         _settings("mlflow.register=true", "mlflow.log_model=false")
+
+
+def test_the_mlflow_run_keeps_the_last_checkpoint_unless_told_otherwise():
+    assert _settings().mlflow.checkpoints == "last"
+    assert [_settings(f"mlflow.checkpoints={choice}").mlflow.checkpoints for choice in ("all", "none", "last")] == [
+        "all", "none", "last"]
+    with pytest.raises(RunnerError, match=r"^mlflow.checkpoints='some' is not valid: the options are last, all, none\."):
+        _settings("mlflow.checkpoints=some")
 
 
 def test_system_metrics_are_on_every_ten_seconds_unless_turned_off():

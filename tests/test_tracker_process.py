@@ -65,6 +65,41 @@ def test_a_run_tracked_through_the_process_holds_params_metrics_artifacts_and_it
     assert run.data.tags["error"] == "ZeroDivisionError: the loss was divided by zero"
 
 
+@pytest.mark.parametrize("choice,logged", [
+    ("last", ["ckpt-2.index"]), ("all", ["ckpt-1.data", "ckpt-1.index", "ckpt-2.data", "ckpt-2.index"]), ("none", [])])
+def test_the_checkpoints_a_run_ends_with_follow_mlflow_checkpoints(tmp_path, choice, logged):
+    """last: only the newest checkpoint, journaled when the run ends (here KILLED and resumable), without the
+    files rotated away by then; all: each save as it comes (journaled: it stays when rotated away); none: nothing."""
+    from runner.tracking.tracker_process import TrackerProcess
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = TrackerProcess(mlflow_settings(uri, f"mlflow.checkpoints={choice}", "mlflow.system_metrics.enabled=false"))
+    try:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        files = {name: run_dir / name for name in ("ckpt-1.index", "ckpt-1.data", "ckpt-2.index", "ckpt-2.data")}
+        for path in files.values():
+            path.write_bytes(b"weights")
+        run_id = tracker.start(str(run_dir), {"batch": 64})
+        tracker.on_checkpoint_saved(1, [str(files["ckpt-1.data"]), str(files["ckpt-1.index"])])
+        if choice == "all":
+            tracker.metric_histories()  # waits until the save is delivered: its files may go now
+        for name in ("ckpt-1.index", "ckpt-1.data"):
+            files[name].unlink()  # rotated away
+        tracker.on_checkpoint_saved(2, [str(files["ckpt-2.data"]), str(files["ckpt-2.index"])])
+        if choice == "all":
+            tracker.metric_histories()
+        files["ckpt-2.data"].unlink()  # gone before the run ends
+        tracker.finish(RuntimeError("preempted"), resumable=True)
+    finally:
+        tracker.close()
+    client = mlflow_client(uri)
+    assert client.get_run(run_id).info.status == "KILLED"
+    top = {item.path for item in client.list_artifacts(run_id)}
+    assert sorted(item.path.split("/")[-1] for item in client.list_artifacts(run_id, "checkpoints")) == logged
+    assert ("checkpoints" in top) == bool(logged)
+
+
 def test_an_error_in_the_child_is_raised_where_the_call_was_made(tmp_path, tracker):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -103,8 +103,32 @@ def test_checkpoints_at_the_right_epochs_and_restore_without_strategy(train, tmp
     assert reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE") == 5
     client = mlflow_client(tracking_uri)
     logged = {os.path.basename(f.path) for f in client.list_artifacts(result.run_id, "checkpoints")}
-    assert {"ckpt-16.index", "ckpt-32.index", "ckpt-40.index", "checkpoint"} <= logged
-    assert any(name.startswith("ckpt-40.data-") for name in logged)
+    assert logged == {"ckpt-40.index", "ckpt-40.data-00000-of-00001", "checkpoint"}  # mlflow.checkpoints=last
+
+
+def _logged_checkpoints(client, run_id: str) -> list[str]:
+    """The ckpt-N files among the run's `checkpoints/` artifacts, sorted."""
+    top = {item.path for item in client.list_artifacts(run_id)}
+    if "checkpoints" not in top:
+        return []
+    return sorted(os.path.basename(item.path) for item in client.list_artifacts(run_id, "checkpoints")
+                  if os.path.basename(item.path).startswith("ckpt-"))
+
+
+@pytest.mark.parametrize("choice,steps", [(None, [24]), ("last", [24]), ("all", [8, 16, 24]), ("none", [])])
+def test_mlflow_checkpoints_says_which_checkpoints_the_run_keeps(train, tmp_path, tracking_uri, choice, steps):
+    run_dir = tmp_path / "run"
+    result = train("epochs=3", "checkpoint.every_epochs=1", *([f"mlflow.checkpoints={choice}"] if choice else []),
+                   run_dir=run_dir)
+    newest = os.path.basename(tf.train.get_checkpoint_state(str(run_dir / "checkpoints")).model_checkpoint_path)
+    assert newest == "ckpt-24"  # 8 steps per epoch; the one eval_accuracy measured
+    client = mlflow_client(tracking_uri)
+    assert client.get_run(result.run_id).info.status == "FINISHED"
+    assert _logged_checkpoints(client, result.run_id) == sorted(
+        name for step in steps for name in (f"ckpt-{step}.index", f"ckpt-{step}.data-00000-of-00001"))
+    # The run directory keeps checkpoint.max_to_keep (3) whatever the run's artifacts hold.
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.index")) == [
+        "ckpt-16.index", "ckpt-24.index", "ckpt-8.index"]
 
 
 def test_the_mlflow_run_holds_the_whole_contract(train, tracking_uri):

@@ -117,6 +117,10 @@ class MlflowConfig:
     register: Any = False  # true: a single run registers its own model as a new version
     log_model: Any = True  # false: no MLflow Model at the end of a run (quick smoke runs); a sweep registers none
     system_metrics: SystemMetricsConfig = field(default_factory=SystemMetricsConfig)
+    # Which checkpoints the run's MLflow artifacts hold (under checkpoints/): last = only the newest one (the one
+    # eval_accuracy measures), uploaded when the run ends (FINISHED, KILLED or FAILED); all = every save, as it is
+    # written; none = no checkpoint artifacts. Either way <run dir>/checkpoints/ keeps checkpoint.max_to_keep.
+    checkpoints: str = "last"
     # Training never waits for the tracking server: what it logs is queued, journaled in the run directory and
     # delivered in order. A process that ends while the server is down waits until the server has been down this
     # long, then leaves the rest in <run dir>/mlflow_journal.jsonl for the next invocation (or the replay command).

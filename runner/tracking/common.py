@@ -21,6 +21,8 @@ MODEL_NAME = "model"
 # in its GenAI mode ("Traces"), which MLflow 3's UI otherwise picks.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+# Where a run's checkpoint files go among its MLflow artifacts (mlflow.checkpoints says which).
+CHECKPOINTS_ARTIFACT_PATH = "checkpoints"
 # mlflow ui's default address, for a store that no server serves.
 UI_ADDRESS = "http://127.0.0.1:5000"
 
@@ -84,3 +86,8 @@ class NullTracker:
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         return {}
+
+
+def existing_files(paths: list[str]) -> list[str]:
+    """The files of `paths` that are still there (a checkpoint may have been rotated away since it was saved)."""
+    return [path for path in paths if os.path.isfile(path)]

@@ -1,5 +1,8 @@
 """The MLflow tracker: one run per training job, with params, per-epoch metrics, checkpoints and curves.
 
+Which checkpoints the run's artifacts hold is mlflow.checkpoints: the newest one, logged when the run ends (last),
+every save as it is written (all), or none.
+
 Uses MlflowClient with an explicit run id (no fluent global state), so the tracker is a plain
 listener on the controller's events and several trackers can live in one process. The training
 process drives it in a process of its own (runner.tracking.tracker_process), which hands it the records of
@@ -27,8 +30,8 @@ from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal
 from runner.tracking.common import (
-    ERROR_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, failure_message, ui_link,
-    write_run_id,
+    CHECKPOINTS_ARTIFACT_PATH, ERROR_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, existing_files, failure_message,
+    ui_link, write_run_id,
 )
 from runner.tracking.provenance import run_tags as provenance_tags
 from runner.tracking.store import open_client, sqlite_file
@@ -102,6 +105,8 @@ class MlflowTracker:
         self.system_metrics_sink: Callable[[dict[str, float], int, int], None] | None = None
         # Every metric of the run as start() found it: {key: [(step, value), ...]} (empty for a new run).
         self.history_at_start: dict[str, list[tuple[int, float]]] = {}
+        # mlflow.checkpoints=last: the newest checkpoint's files, logged when the run ends (end()).
+        self.last_checkpoint: list[str] = []
 
     @property
     def tracking_uri(self) -> str:
@@ -274,8 +279,12 @@ class MlflowTracker:
         self.log_metrics(result.metrics(), step=result.epoch)
 
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
-        for path in files:
-            self.log_artifact(path, "checkpoints")
+        """mlflow.checkpoints: all logs each save now; last remembers the newest for end(); none logs nothing."""
+        if self.settings.checkpoints == "all":
+            for path in files:
+                self.log_artifact(path, CHECKPOINTS_ARTIFACT_PATH)
+        elif self.settings.checkpoints == "last":
+            self.last_checkpoint = list(files)
 
     def finish(self, error: BaseException | None = None, resumable: bool = False) -> None:
         """FINISHED without an error; KILLED and tagged resumable after a preemption; FAILED otherwise."""
@@ -286,6 +295,7 @@ class MlflowTracker:
         if self.run_id is None:
             return
         self.stop_system_metrics()
+        self._log_last_checkpoint()
         if message is None:
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FINISHED))
             return
@@ -296,6 +306,18 @@ class MlflowTracker:
             return
         self.client.set_tag(self.run_id, ERROR_TAG, message[:5000])
         self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FAILED))
+
+
+    def _log_last_checkpoint(self) -> None:
+        """mlflow.checkpoints=last: the newest checkpoint's files (those still there), before the run's status is
+        set; a file that cannot be logged is reported and never keeps the run from ending."""
+        files, self.last_checkpoint = self.last_checkpoint, []
+        for path in existing_files(files):
+            try:
+                self.log_artifact(path, CHECKPOINTS_ARTIFACT_PATH)
+            except Exception as error:
+                log.warning("could not log the checkpoint file %s to MLflow run %s (%s: %s); it stays in the run "
+                            "directory", path, self.run_id, type(error).__name__, " ".join(str(error).split())[:300])
 
 
 def _dataset_entity(description: Mapping[str, Any]) -> Dataset:

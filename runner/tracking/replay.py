@@ -39,7 +39,7 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     # Only the store matters here: the journal holds the run's own records (no new run, model or registration).
     settings = MlflowSettings(uri, "replay", None, registered_model_name="replay", register=False, log_model=False,
                               system_metrics=SystemMetricsSettings(enabled=False, interval_seconds=10.0),
-                              outage_seconds=0.0)
+                              checkpoints="all", outage_seconds=0.0)
     tracker = MlflowTracker(settings)
     try:
         tracker.client.get_run(header.run_id)

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal
-from runner.tracking.common import failure_message
+from runner.tracking.common import CHECKPOINTS_ARTIFACT_PATH, existing_files, failure_message
 
 log = logging.getLogger("runner")
 
@@ -79,6 +79,7 @@ class TrackerProcess:
         self.run_id: str | None = None
         self.tracking_uri: str | None = None
         self._run_dir: str | None = None
+        self._last_checkpoint: list[str] = []  # mlflow.checkpoints=last: the newest checkpoint's files
 
     @property
     def pid(self) -> int:
@@ -167,10 +168,19 @@ class TrackerProcess:
         self.log_metrics(result.metrics(), step=result.epoch)
 
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
-        for path in files:
-            self.log_artifact(path, "checkpoints")
+        """As MlflowTracker.on_checkpoint_saved; `last` is remembered here, so that only the newest checkpoint's
+        files are journaled (copied), when the run ends."""
+        if self._settings.checkpoints == "all":
+            for path in files:
+                self.log_artifact(path, CHECKPOINTS_ARTIFACT_PATH)
+        elif self._settings.checkpoints == "last":
+            self._last_checkpoint = list(files)
 
     def finish(self, error: BaseException | None = None, resumable: bool = False) -> None:
+        # mlflow.checkpoints=last: the newest checkpoint's files (those still there) go before the run's end.
+        files, self._last_checkpoint = self._last_checkpoint, []
+        for path in existing_files(files):
+            self.log_artifact(path, CHECKPOINTS_ARTIFACT_PATH)
         # The error is put in words here: its object (a TensorFlow error) may not cross the pipe.
         self._record("end", message=None if error is None else failure_message(error, resumable), resumable=resumable)
 
