@@ -37,7 +37,15 @@ class RunLifecycle:
         resumable = isinstance(explained, Preempted)
         _reported("ending the MLflow run", lambda: self.tracker.finish(explained, resumable=resumable))
         if explained is not error:
-            raise explained from None
+            # Nothing may keep the replaced error's frames alive (the raised error's context, this frame's
+            # arguments): TensorFlow's aborted all-reduce holds a thread pool there, which collected at interpreter
+            # exit prints its own traceback after the paragraph.
+            error.__traceback__ = None
+            del error, traceback
+            try:
+                raise explained from None
+            finally:
+                explained.__context__ = None
         return False
 
 
