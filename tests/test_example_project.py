@@ -15,8 +15,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +22,7 @@ import pytest
 
 from helpers.cli import run_cli
 from helpers.config import REPO
-from helpers.processes import stop_group
-from helpers.servers import free_port
-from helpers.serving import post_invocations, readme_serve_command
+from helpers.serving import post_invocations, serving
 from helpers.sweeps import children, parent_id_of
 from helpers.tracking import metric_history, mlflow_client
 
@@ -170,31 +166,8 @@ def test_a_keras_3_model_is_refused_with_one_paragraph_before_any_run(tmp_path):
 def served(project, one_device_run):
     """README's `mlflow models serve` command for the run's model, from the example's directory, with neither
     the example nor the runner on PYTHONPATH (the model needs neither); its base URL."""
-    port = free_port()
-    command = readme_serve_command(f"runs:/{one_device_run}/model", port)
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
-    log = project / "serve.log"
-    with open(log, "wb") as output:
-        process = subprocess.Popen(["bash", "-c", command], cwd=project, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, f"{command} exited:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(f"{url}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"{command} did not answer /ping:\n{log.read_text()[-3000:]}"
-            time.sleep(0.5)
+    with serving(f"runs:/{one_device_run}/model", project) as url:
         yield url
-    finally:
-        stop_group(process)
 
 
 @pytest.mark.slow

@@ -11,9 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 
@@ -24,9 +21,7 @@ import yaml
 
 from helpers.cli import run_cli, start_cli
 from helpers.data import write_fashion_mnist
-from helpers.processes import stop_group
-from helpers.servers import free_port
-from helpers.serving import post_invocations, readme_serve_command
+from helpers.serving import post_invocations, serving
 from helpers.tracking import mlflow_client
 
 pytestmark = pytest.mark.slow
@@ -69,32 +64,8 @@ def finished_run(workdir, idx) -> str:
 def served(workdir, finished_run):
     """The run's model served by README's command in a shell whose environment lacks TF_USE_LEGACY_KERAS (and
     the command does not set it), from the directory holding mlflow.db as README says; its base URL."""
-    port = free_port()
-    command = readme_serve_command(f"runs:/{finished_run}/model", port)
-    assert "TF_USE_LEGACY_KERAS" not in command
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
-    log = workdir / "serve.log"
-    with open(log, "wb") as output:
-        process = subprocess.Popen(["bash", "-c", command], cwd=workdir, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, f"{command} exited:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(f"{url}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"{command} did not answer /ping:\n{log.read_text()[-3000:]}"
-            time.sleep(0.5)
+    with serving(f"runs:/{finished_run}/model", workdir) as url:
         yield url
-    finally:
-        stop_group(process)
 
 
 def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metrics(workdir, finished_run):

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 from helpers.config import REPO
+from helpers.processes import stop_group
+from helpers.servers import free_port
 
 
 def readme_serve_command(model_uri: str, port: int) -> str:
@@ -26,3 +35,36 @@ def post_invocations(url: str, body: dict) -> tuple[int, dict]:
             return response.status, json.load(response)
     except urllib.error.HTTPError as error:
         return error.code, json.load(error)
+
+
+@contextmanager
+def serving(model_uri: str, cwd: Path) -> Iterator[str]:
+    """README's serve command for `model_uri`, run from `cwd` in a shell whose environment lacks TF_USE_LEGACY_KERAS,
+    MLFLOW_TRACKING_URI and PYTHONPATH (the logged model needs none of them, and the command sets none); the
+    served model's base URL once it answers /ping."""
+    port = free_port()
+    command = readme_serve_command(model_uri, port)
+    assert "TF_USE_LEGACY_KERAS" not in command
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
+    log = cwd / "serve.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, f"{command} exited:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"{command} did not answer /ping:\n{log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield url
+    finally:
+        stop_group(process)
