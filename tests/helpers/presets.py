@@ -27,7 +27,9 @@ SWEEP_JOB = [
     "dataset.train_examples=256",
     "dataset.test_examples=128",
     "epochs=1",
-    "progress=false",
+    # Spelled as Hydra writes a sweep job's overrides back into its `overrides` tag (False, not false), so that
+    # the tests can compare that tag with the command line.
+    "progress=False",
     "strategy=one_device",
-    "mlflow.log_model=false",
+    "mlflow.log_model=False",
 ]
