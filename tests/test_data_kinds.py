@@ -278,11 +278,11 @@ def test_png_records_decode_to_the_images_written(tmp_path):
 
 # ---- sharding across workers ------------------------------------------------------------------------------
 
-def _worker_examples(data, workers: int, seed: int = 1) -> list[list[tuple[int, int]]]:
+def _worker_examples(data, workers: int, seed: int = 1, epoch: int = 1) -> list[list[tuple[int, int]]]:
     """What each MultiWorkerMirrored worker reads of one epoch: tf.data's auto-shard rewrite, as
     experimental_distribute_dataset applies it to each worker's copy (input_ops.auto_shard_dataset), under
     the policy the dataset's options carry."""
-    dataset = data.train_dataset(8, seed, first_epoch=1, epochs=1)
+    dataset = data.train_dataset(8, seed, first_epoch=epoch, epochs=1)
     return [[item for x, _ in input_ops.auto_shard_dataset(dataset, workers, index, workers) for item in origin(x)]
             for index in range(workers)]
 
@@ -299,9 +299,7 @@ def test_workers_read_disjoint_files_that_together_are_all_of_them(tmp_path):
     for examples, mine in zip(read, files):
         assert sorted(examples) == sorted((file, record) for file in mine for record in range(6))
     for epoch in (2, 3):  # another epoch, other files per worker, still a partition
-        dataset = data.train_dataset(8, 1, first_epoch=epoch, epochs=1)
-        sets = [{file for x, _ in input_ops.auto_shard_dataset(dataset, 2, i, 2) for file, _ in origin(x)}
-                for i in range(2)]
+        sets = [{file for file, _ in examples} for examples in _worker_examples(data, 2, epoch=epoch)]
         assert sets[0].isdisjoint(sets[1]) and sets[0] | sets[1] == {0, 1, 2, 3}
 
 
