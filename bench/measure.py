@@ -36,8 +36,9 @@ def run_timed(command: list[str], marker: str, cwd: str, timeout: float, env: tu
     started = time.perf_counter()
     first_step = None
     lines = []
-    with subprocess.Popen(command, cwd=cwd, env=bench_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1) as process:
+    with subprocess.Popen(
+        command, cwd=cwd, env=bench_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as process:
         # Text mode reads tqdm's carriage-return redraws as lines too, so the pipe never fills up.
         for line in process.stdout:
             if first_step is None and marker in line:

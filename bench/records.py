@@ -29,9 +29,13 @@ class FileData:
         where = os.path.join(workdir, "data", self.name)
         if self.kind == "npz":
             return ["dataset=npz", f"dataset.path={where}/data.npz", "dataset.name=fashion_mnist"]
-        return ["dataset=tfrecord", f"dataset.train_files='{where}/train-*.tfrecord'",
-                f"dataset.test_files='{where}/test-*.tfrecord'", "dataset.image_shape=[28,28]",
-                "dataset.name=fashion_mnist"]
+        return [
+            "dataset=tfrecord",
+            f"dataset.train_files='{where}/train-*.tfrecord'",
+            f"dataset.test_files='{where}/test-*.tfrecord'",
+            "dataset.image_shape=[28,28]",
+            "dataset.name=fashion_mnist",
+        ]
 
 
 def parse_data(item: str) -> FileData:
@@ -75,7 +79,9 @@ def _write_tfrecord(path: str, inputs: np.ndarray, labels: np.ndarray) -> None:
     import tensorflow as tf
 
     with tf.io.TFRecordWriter(path) as writer:
-        for image, label in zip(inputs, labels):
-            feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-                       "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))}
+        for image, label in zip(inputs, labels, strict=True):
+            feature = {
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }
             writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())

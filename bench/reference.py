@@ -21,8 +21,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
 
 
 def report(event: str, **values) -> None:
@@ -33,7 +37,7 @@ def read_idx_gz(path: str) -> np.ndarray:
     with gzip.open(path, "rb") as handle:
         raw = handle.read()
     ndim = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -52,15 +56,17 @@ def load(directory: str | None, train_examples: int, test_examples: int, seed: i
 
 def create_model() -> tf.keras.Model:
     regularizer = tf.keras.regularizers.L2(1e-5)
-    return tf.keras.Sequential([
-        tf.keras.layers.Conv2D(32, 3, activation="relu", kernel_regularizer=regularizer),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, activation="relu", kernel_regularizer=regularizer),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu", kernel_regularizer=regularizer),
-        tf.keras.layers.Dense(10, kernel_regularizer=regularizer),
-    ])
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.Conv2D(32, 3, activation="relu", kernel_regularizer=regularizer),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Conv2D(64, 3, activation="relu", kernel_regularizer=regularizer),
+            tf.keras.layers.MaxPooling2D(),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(64, activation="relu", kernel_regularizer=regularizer),
+            tf.keras.layers.Dense(10, kernel_regularizer=regularizer),
+        ]
+    )
 
 
 def make_strategy(name: str, replicas: int) -> tf.distribute.Strategy:
@@ -78,8 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None, help="directory of the four Fashion-MNIST IDX .gz files")
     parser.add_argument("--replicas", type=int, default=1)
-    parser.add_argument("--strategy", choices=("mirrored", "one_device"), default="mirrored",
-                        help="mirrored (the tutorial's) over --replicas logical CPUs, or one_device")
+    parser.add_argument(
+        "--strategy",
+        choices=("mirrored", "one_device"),
+        default="mirrored",
+        help="mirrored (the tutorial's) over --replicas logical CPUs, or one_device",
+    )
     parser.add_argument("--batch", type=int, default=64, help="per replica")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--train-examples", type=int, default=60000)
@@ -91,17 +101,23 @@ def main() -> None:
     strategy = make_strategy(args.strategy, args.replicas)
     global_batch = args.batch * strategy.num_replicas_in_sync
     train_images, train_labels, test_images, test_labels = load(
-        args.data_dir, args.train_examples, args.test_examples, args.seed)
+        args.data_dir, args.train_examples, args.test_examples, args.seed
+    )
 
-    train_dataset = tf.data.Dataset.from_tensor_slices((train_images, train_labels)) \
-        .shuffle(len(train_labels)).batch(global_batch).prefetch(tf.data.AUTOTUNE)
+    train_dataset = (
+        tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+        .shuffle(len(train_labels))
+        .batch(global_batch)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     test_dataset = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(global_batch)
     train_dist_dataset = strategy.experimental_distribute_dataset(train_dataset)
     test_dist_dataset = strategy.experimental_distribute_dataset(test_dataset)
 
     with strategy.scope():
         loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+        )
 
         def compute_loss(labels, predictions, model_losses):
             loss = tf.nn.compute_average_loss(loss_object(labels, predictions), global_batch_size=global_batch)
@@ -123,7 +139,7 @@ def main() -> None:
             predictions = model(images, training=True)
             loss = compute_loss(labels, predictions, model.losses)
         gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         train_accuracy.update_state(labels, predictions)
         return loss
 
@@ -158,9 +174,15 @@ def main() -> None:
         examples = int(train_accuracy.count.numpy())
         for x in test_dist_dataset:
             distributed_test_step(x)
-        report("epoch", epoch=epoch, examples_per_second=examples / seconds, train_seconds=seconds,
-               train_loss=train_loss, train_accuracy=float(train_accuracy.result()),
-               test_accuracy=float(test_accuracy.result()))
+        report(
+            "epoch",
+            epoch=epoch,
+            examples_per_second=examples / seconds,
+            train_seconds=seconds,
+            train_loss=train_loss,
+            train_accuracy=float(train_accuracy.result()),
+            test_accuracy=float(test_accuracy.result()),
+        )
         test_loss.reset_state()
         train_accuracy.reset_state()
         test_accuracy.reset_state()

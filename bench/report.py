@@ -39,7 +39,7 @@ class Spread:
     high: float
 
     @classmethod
-    def of(cls, values: list[float]) -> "Spread":
+    def of(cls, values: list[float]) -> Spread:
         return cls(statistics.median(values), min(values), max(values))
 
     def __str__(self) -> str:
@@ -67,15 +67,17 @@ def summarise(samples: list[Sample], baseline: str = REFERENCE) -> list[Row]:
     for replicas, variant in dict.fromkeys((s.replicas, s.variant) for s in samples):
         runs = [s for s in samples if (s.replicas, s.variant) == (replicas, variant)]
         paired = [(s, reference[(replicas, s.round)]) for s in runs if (replicas, s.round) in reference]
-        rows.append(Row(
-            variant=variant,
-            replicas=replicas,
-            overrides=runs[0].overrides,
-            examples_per_second=Spread.of([s.examples_per_second for s in runs]),
-            speed_ratio=Spread.of([s.examples_per_second / r.examples_per_second for s, r in paired]),
-            first_step_seconds=Spread.of([s.first_step_seconds for s in runs]),
-            first_step_ratio=Spread.of([s.first_step_seconds / r.first_step_seconds for s, r in paired]),
-        ))
+        rows.append(
+            Row(
+                variant=variant,
+                replicas=replicas,
+                overrides=runs[0].overrides,
+                examples_per_second=Spread.of([s.examples_per_second for s in runs]),
+                speed_ratio=Spread.of([s.examples_per_second / r.examples_per_second for s, r in paired]),
+                first_step_seconds=Spread.of([s.first_step_seconds for s in runs]),
+                first_step_ratio=Spread.of([s.first_step_seconds / r.first_step_seconds for s, r in paired]),
+            )
+        )
     return rows
 
 
@@ -88,8 +90,10 @@ def markdown_table(rows: list[Row], baseline: str = REFERENCE) -> str:
         overrides = " ".join(f"`{item}`" for item in row.overrides)
         if row.variant.startswith(REFERENCE):
             overrides = f"bench/reference.py {overrides}".strip()
-        lines.append(f"| {row.replicas} | {row.variant} | {row.examples_per_second} | {row.speed_ratio} | "
-                     f"{row.first_step_seconds} | {row.first_step_ratio} | {overrides} |")
+        lines.append(
+            f"| {row.replicas} | {row.variant} | {row.examples_per_second} | {row.speed_ratio} | "
+            f"{row.first_step_seconds} | {row.first_step_ratio} | {overrides} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -98,7 +102,10 @@ def memory_table(samples: list[Sample]) -> str:
     measured = [s for s in samples if s.peak_rss_mb is not None and not s.variant.startswith(REFERENCE)]
     if not measured:
         return ""
-    lines = ["| replicas | variant | peak RSS of the training process (MB) | overrides |", "| ---: | --- | ---: | --- |"]
+    lines = [
+        "| replicas | variant | peak RSS of the training process (MB) | overrides |",
+        "| ---: | --- | ---: | --- |",
+    ]
     for replicas, variant in dict.fromkeys((s.replicas, s.variant) for s in measured):
         runs = [s for s in measured if (s.replicas, s.variant) == (replicas, variant)]
         overrides = " ".join(f"`{item}`" for item in runs[0].overrides)
@@ -121,8 +128,13 @@ def plot(rows: list[Row], path: str, title: str, baseline: str = REFERENCE) -> N
     ):
         spreads = [getattr(row, key) for row in rows]
         colors = ["0.6" if row.variant.startswith(REFERENCE) else f"C{row.replicas - 1}" for row in rows]
-        axis.barh(list(positions), [s.median for s in spreads], color=colors,
-                  xerr=[[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]], capsize=3)
+        axis.barh(
+            list(positions),
+            [s.median for s in spreads],
+            color=colors,
+            xerr=[[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]],
+            capsize=3,
+        )
         axis.axvline(1.0, color="black", linewidth=0.8)
         for mark in marks:
             axis.axvline(mark, color="C3", linestyle="--", linewidth=0.8)

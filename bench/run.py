@@ -48,28 +48,38 @@ def machine() -> str:
         flags = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in cpu_flags]
     except OSError:
         pass
-    return (f"{model} (vector extensions: {', '.join(flags) or 'none listed'}), {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}, TensorFlow {importlib.metadata.version('tensorflow')}, "
-            f"{datetime.date.today().isoformat()}")
+    return (
+        f"{model} (vector extensions: {', '.join(flags) or 'none listed'}), {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, TensorFlow {importlib.metadata.version('tensorflow')}, "
+        f"{datetime.date.today().isoformat()}"
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=str(SHARED_DATA) if SHARED_DATA.is_dir() else None,
-                        help="Fashion-MNIST IDX files (default: ../shared/data/fashion-mnist; synthetic if absent)")
+    parser.add_argument(
+        "--data-dir",
+        default=str(SHARED_DATA) if SHARED_DATA.is_dir() else None,
+        help="Fashion-MNIST IDX files (default: ../shared/data/fashion-mnist; synthetic if absent)",
+    )
     parser.add_argument("--train-examples", type=int, default=20000)
     parser.add_argument("--epochs", type=int, default=3, help="per run; the first is left out of examples/s")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of every variant")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS,
-                        help="`reference`, a loop style, `deterministic`, `multi_step+deterministic`, or `name=runner "
-                             "overrides ...` (quoted)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=DEFAULT_VARIANTS,
+        help="`reference`, a loop style, `deterministic`, `multi_step+deterministic`, or `name=runner "
+        "overrides ...` (quoted)",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--json", help="write the raw samples here")
     parser.add_argument("--markdown", help="write the machine, the table and the tracker's cost here")
     parser.add_argument("--chart", help="write the PNG chart here")
-    parser.add_argument("--baseline", default=REFERENCE,
-                        help="the variant every ratio is taken against (default: reference)")
+    parser.add_argument(
+        "--baseline", default=REFERENCE, help="the variant every ratio is taken against (default: reference)"
+    )
     parser.add_argument("--from-json", help="run nothing: report the samples a --json file holds")
     args = parser.parse_args(argv)
     if not args.from_json and args.baseline not in [spec.partition("=")[0] for spec in args.variants]:
@@ -77,14 +87,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_once(variant: Variant, work: Workload, workdir: str, tracking_uri: str, round_: int, timeout: float
-             ) -> tuple[Sample, str]:
+def run_once(
+    variant: Variant, work: Workload, workdir: str, tracking_uri: str, round_: int, timeout: float
+) -> tuple[Sample, str]:
     run_dir = os.path.join(workdir, f"{variant.name}-{variant.replicas}r-{round_}")
     finished = run_timed(variant.command(work, run_dir, tracking_uri), variant.marker, workdir, timeout, variant.env)
     data = (f"data:{variant.data.kind}*{variant.data.copies}",) if variant.data is not None else ()
-    sample = Sample(variant.name, variant.replicas, round_, variant.overrides + variant.env + data,
-                    tuple(variant.examples_per_second(finished, run_dir, tracking_uri)),
-                    finished.first_step_seconds, finished.wall_seconds, finished.peak_rss_mb)
+    sample = Sample(
+        variant.name,
+        variant.replicas,
+        round_,
+        variant.overrides + variant.env + data,
+        tuple(variant.examples_per_second(finished, run_dir, tracking_uri)),
+        finished.first_step_seconds,
+        finished.wall_seconds,
+        finished.peak_rss_mb,
+    )
     return sample, run_dir
 
 
@@ -95,29 +113,37 @@ def tracker_section(tracking_uri: str, workdir: str, runner_run_dir: str, rows, 
     from runner.tracking.common import flatten
 
     params = flatten(OmegaConf.to_container(OmegaConf.load(os.path.join(runner_run_dir, ".hydra", "config.yaml"))))
-    cost = measure_tracker(tracking_uri, os.path.join(workdir, "tracker"), params,
-                           os.path.join(runner_run_dir, "checkpoints"))
-    lines = ["| MLflow call (sqlite store) | ms |", "| --- | ---: |",
-             f"| create the run, log {len(params)} params (once) | {cost.start_ms:.0f} |",
-             f"| log one epoch's metrics | {cost.epoch_ms:.1f} |",
-             f"| log one checkpoint ({cost.checkpoint_bytes / 1e6:.1f} MB) as artifacts | {cost.checkpoint_ms:.1f} |"]
+    cost = measure_tracker(
+        tracking_uri, os.path.join(workdir, "tracker"), params, os.path.join(runner_run_dir, "checkpoints")
+    )
+    lines = [
+        "| MLflow call (sqlite store) | ms |",
+        "| --- | ---: |",
+        f"| create the run, log {len(params)} params (once) | {cost.start_ms:.0f} |",
+        f"| log one epoch's metrics | {cost.epoch_ms:.1f} |",
+        f"| log one checkpoint ({cost.checkpoint_bytes / 1e6:.1f} MB) as artifacts | {cost.checkpoint_ms:.1f} |",
+    ]
     row = next(row for row in rows if not row.variant.startswith(REFERENCE))
     epoch_seconds = train_examples / row.examples_per_second.median
     per_epoch_seconds = (cost.epoch_ms + cost.checkpoint_ms / 2) / 1000  # checkpoint.every_epochs=2
-    lines.append(f"\nPer epoch of {train_examples} examples with `{row.variant}` on {row.replicas} replica(s) "
-                 f"({epoch_seconds:.1f} s of training), its metrics and half a checkpoint cost "
-                 f"{per_epoch_seconds * 1000:.0f} ms, {100 * per_epoch_seconds / epoch_seconds:.2f}% of the epoch.")
+    lines.append(
+        f"\nPer epoch of {train_examples} examples with `{row.variant}` on {row.replicas} replica(s) "
+        f"({epoch_seconds:.1f} s of training), its metrics and half a checkpoint cost "
+        f"{per_epoch_seconds * 1000:.0f} ms, {100 * per_epoch_seconds / epoch_seconds:.2f}% of the epoch."
+    )
     return "\n".join(lines) + "\n"
 
 
 def describe(args: argparse.Namespace) -> dict[str, str]:
     """The machine and the workload, as the report's heading states them."""
     data = f"Fashion-MNIST ({args.data_dir})" if args.data_dir else "synthetic data"
-    return {"machine": machine(),
-            "workload": f"{data}, {args.train_examples} training examples, batch 64 per replica, {args.epochs} "
-                        f"epochs per run (examples/s: the median of epochs 2-{args.epochs}), {args.repeats} "
-                        f"interleaved rounds; medians with (min-max)",
-            "title": f"runner vs the tutorial's loop ({args.train_examples} examples, {args.repeats} rounds)"}
+    return {
+        "machine": machine(),
+        "workload": f"{data}, {args.train_examples} training examples, batch 64 per replica, {args.epochs} "
+        f"epochs per run (examples/s: the median of epochs 2-{args.epochs}), {args.repeats} "
+        f"interleaved rounds; medians with (min-max)",
+        "title": f"runner vs the tutorial's loop ({args.train_examples} examples, {args.repeats} rounds)",
+    }
 
 
 def save(path: str, about: dict[str, str], samples: list[Sample]) -> None:
@@ -128,9 +154,16 @@ def save(path: str, about: dict[str, str], samples: list[Sample]) -> None:
 def load(path: str) -> tuple[dict[str, str], list[Sample]]:
     with open(path) as handle:
         saved = json.load(handle)
-    samples = [Sample(**{**s, "overrides": tuple(s["overrides"]),
-                         "epoch_examples_per_second": tuple(s["epoch_examples_per_second"])})
-               for s in saved.pop("samples")]
+    samples = [
+        Sample(
+            **{
+                **s,
+                "overrides": tuple(s["overrides"]),
+                "epoch_examples_per_second": tuple(s["epoch_examples_per_second"]),
+            }
+        )
+        for s in saved.pop("samples")
+    ]
     return saved, samples
 
 
@@ -176,14 +209,18 @@ def main(argv=None) -> None:
                 samples.append(sample)
                 if not variant.is_reference:
                     runner_run_dir = run_dir
-                print(f"round {round_ + 1}/{args.repeats} {variant.name} x{variant.replicas}: "
-                      f"{sample.examples_per_second:.0f} examples/s, first step {sample.first_step_seconds:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"round {round_ + 1}/{args.repeats} {variant.name} x{variant.replicas}: "
+                    f"{sample.examples_per_second:.0f} examples/s, first step {sample.first_step_seconds:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if args.json:
                     save(args.json, about, samples)
         rows = summarise(samples, args.baseline)
-        tracker_text = tracker_section(tracking_uri, workdir, runner_run_dir, rows, args.train_examples) \
-            if runner_run_dir else ""
+        tracker_text = (
+            tracker_section(tracking_uri, workdir, runner_run_dir, rows, args.train_examples) if runner_run_dir else ""
+        )
         report(args, about, rows, tracker_text, samples)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -25,15 +25,27 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 # sqlite store and {conf} the runner's conf/.
 PHASES = (
     ("interpreter", "a bare Python process", "pass"),
-    ("tensorflow", "import TensorFlow and tf_keras (the reference pays this too)",
-     "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'; import tensorflow, tf_keras"),
-    ("mlflow import", "import MlflowClient (MLflow's package imports pandas, its GenAI and gateway modules)",
-     "from mlflow.tracking import MlflowClient"),
-    ("mlflow store", "open an existing sqlite store (SQLAlchemy, Alembic's schema check)",
-     "MlflowClient('sqlite:///{db}').search_experiments()"),
-    ("hydra", "import Hydra and compose the runner's config (its schema registered first, as the command does)",
-     "import runner.config.schema\nfrom hydra import compose, initialize_config_dir\n"
-     "with initialize_config_dir(config_dir='{conf}', version_base='1.3'): compose('config')"),
+    (
+        "tensorflow",
+        "import TensorFlow and tf_keras (the reference pays this too)",
+        "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'; import tensorflow, tf_keras",
+    ),
+    (
+        "mlflow import",
+        "import MlflowClient (MLflow's package imports pandas, its GenAI and gateway modules)",
+        "from mlflow.tracking import MlflowClient",
+    ),
+    (
+        "mlflow store",
+        "open an existing sqlite store (SQLAlchemy, Alembic's schema check)",
+        "MlflowClient('sqlite:///{db}').search_experiments()",
+    ),
+    (
+        "hydra",
+        "import Hydra and compose the runner's config (its schema registered first, as the command does)",
+        "import runner.config.schema\nfrom hydra import compose, initialize_config_dir\n"
+        "with initialize_config_dir(config_dir='{conf}', version_base='1.3'): compose('config')",
+    ),
 )
 DESCRIPTIONS = {name: what for name, what, _ in PHASES}
 

@@ -30,8 +30,9 @@ def _timed_ms(call) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def measure_tracker(tracking_uri: str, run_dir: str, params: dict, checkpoint_dir: str, epochs: int = 10
-                    ) -> TrackerCost:
+def measure_tracker(
+    tracking_uri: str, run_dir: str, params: dict, checkpoint_dir: str, epochs: int = 10
+) -> TrackerCost:
     from omegaconf import OmegaConf
 
     from runner.config.check import compose_config
@@ -39,8 +40,9 @@ def measure_tracker(tracking_uri: str, run_dir: str, params: dict, checkpoint_di
     from runner.tracking.mlflow_tracker import MlflowTracker
 
     # mlflow.checkpoints=all: each save is logged as it is written, the most a run's checkpoints can cost.
-    config = compose_config([f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=bench-tracker",
-                             "mlflow.checkpoints=all"])
+    config = compose_config(
+        [f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=bench-tracker", "mlflow.checkpoints=all"]
+    )
     tracker = MlflowTracker(mlflow_settings(OmegaConf.to_container(config, resolve=True)))
     os.makedirs(run_dir, exist_ok=True)
     start_ms = _timed_ms(lambda: tracker.start(run_dir, params))
@@ -50,8 +52,12 @@ def measure_tracker(tracking_uri: str, run_dir: str, params: dict, checkpoint_di
     epoch_ms, checkpoint_ms = [], []
     for epoch in range(1, epochs + 1):
         result = SimpleNamespace(epoch=epoch, metrics=lambda: {key: 0.5 for key in METRICS})
-        epoch_ms.append(_timed_ms(lambda: tracker.on_epoch_end(result)))
-        checkpoint_ms.append(_timed_ms(lambda: tracker.on_checkpoint_saved(epoch, files)))
+        epoch_ms.append(_timed_ms(lambda result=result: tracker.on_epoch_end(result)))
+        checkpoint_ms.append(_timed_ms(lambda epoch=epoch: tracker.on_checkpoint_saved(epoch, files)))
     tracker.finish()
-    return TrackerCost(start_ms, statistics.median(epoch_ms), statistics.median(checkpoint_ms),
-                       sum(os.path.getsize(path) for path in files))
+    return TrackerCost(
+        start_ms,
+        statistics.median(epoch_ms),
+        statistics.median(checkpoint_ms),
+        sum(os.path.getsize(path) for path in files),
+    )

@@ -61,25 +61,47 @@ class Variant:
     def command(self, work: Workload, run_dir: str, tracking_uri: str) -> list[str]:
         if self.is_reference:
             strategy = "one_device" if self.replicas == 1 else "mirrored"
-            command = [sys.executable, str(REFERENCE_SCRIPT), f"--replicas={self.replicas}", f"--strategy={strategy}",
-                       f"--batch={work.batch}", f"--epochs={work.epochs}", f"--train-examples={work.train_examples}"]
+            command = [
+                sys.executable,
+                str(REFERENCE_SCRIPT),
+                f"--replicas={self.replicas}",
+                f"--strategy={strategy}",
+                f"--batch={work.batch}",
+                f"--epochs={work.epochs}",
+                f"--train-examples={work.train_examples}",
+            ]
             return command + ([f"--data-dir={work.data_dir}"] if work.data_dir else [])
         if self.data is not None:  # files holding exactly the examples to train on
             dataset = self.data.overrides(os.path.dirname(run_dir))
         else:
-            dataset = [f"dataset.dir={work.data_dir}"] if work.data_dir else \
-                ["dataset=synthetic", "dataset.test_examples=10000"]
+            dataset = (
+                [f"dataset.dir={work.data_dir}"]
+                if work.data_dir
+                else ["dataset=synthetic", "dataset.test_examples=10000"]
+            )
             dataset.append(f"dataset.train_examples={work.train_examples}")
-        return [sys.executable, "-m", "runner", *strategy_overrides(self.replicas), *dataset,
-                f"epochs={work.epochs}", f"batch={work.batch}",
-                *self.overrides, f"hydra.run.dir={run_dir}", f"mlflow.tracking_uri={tracking_uri}",
-                "mlflow.experiment_name=bench"]
+        return [
+            sys.executable,
+            "-m",
+            "runner",
+            *strategy_overrides(self.replicas),
+            *dataset,
+            f"epochs={work.epochs}",
+            f"batch={work.batch}",
+            *self.overrides,
+            f"hydra.run.dir={run_dir}",
+            f"mlflow.tracking_uri={tracking_uri}",
+            "mlflow.experiment_name=bench",
+        ]
 
     def examples_per_second(self, finished: Finished, run_dir: str, tracking_uri: str) -> list[float]:
         """Training examples/second of each epoch, in epoch order."""
         if self.is_reference:
-            events = [json.loads(line.split("BENCH ", 1)[1]) for line in finished.output.splitlines()
-                      if line.startswith("BENCH ")]
+            events = [
+                json.loads(line.split("BENCH ", 1)[1])
+                for line in finished.output.splitlines()
+                if line.startswith("BENCH ")
+            ]
             return [event["examples_per_second"] for event in events if event["event"] == "epoch"]
         from mlflow.tracking import MlflowClient
 

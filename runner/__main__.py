@@ -13,11 +13,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
+from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
+from runner.clusters.preemption import Preempted
 from runner.config.check import CONF_DIR, check_command_line, refuse_unknown_keys
 from runner.entry import prepare_for_tensorflow
 from runner.errors import RunnerError, report
-from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
-from runner.clusters.preemption import Preempted
 from runner.job_result import write_result
 from runner.settings import from_config, refuse_credentials_in_uri
 from runner.sweeps.terms import objective_name
@@ -88,8 +88,12 @@ def main(cfg: DictConfig) -> float:
     if not task.chief:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
     values = write_result(hydra_config.runtime.output_dir, result)
-    log.info("done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
-             values["test_accuracy"], values["eval_accuracy"], result.run_id)
+    log.info(
+        "done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
+        values["test_accuracy"],
+        values["eval_accuracy"],
+        result.run_id,
+    )
     return values[objective]
 
 

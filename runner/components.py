@@ -12,8 +12,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import RunnerError
 
@@ -48,8 +49,10 @@ class Component:
 
 def import_target(key: str, path: Any) -> Callable[..., Any]:
     """The callable a dotted path names (module.attribute, attributes nested as a.b.C.method allowed)."""
-    fix = (f"give {key} as the dotted path of a function or class that Python can import, e.g. "
-           f"{key}=mylab.models.mlp, with its package installed or its directory on PYTHONPATH")
+    fix = (
+        f"give {key} as the dotted path of a function or class that Python can import, e.g. "
+        f"{key}=mylab.models.mlp, with its package installed or its directory on PYTHONPATH"
+    )
     if not isinstance(path, str) or not path.strip() or "." not in path:
         raise RunnerError(f"{key}={path!r} is not valid: it must be a dotted path module.callable. Fix: {fix}.")
     parts = path.split(".")
@@ -64,12 +67,16 @@ def import_target(key: str, path: Any) -> Callable[..., Any]:
             if missing.name is not None and module_name.startswith(missing.name):
                 error = missing
                 continue
-            raise RunnerError(f"{key}={path!r} could not be imported: importing {module_name} raised "
-                              f"ModuleNotFoundError: {missing}. Fix: install the missing package in this "
-                              "environment (and wherever the jobs run).") from None
+            raise RunnerError(
+                f"{key}={path!r} could not be imported: importing {module_name} raised "
+                f"ModuleNotFoundError: {missing}. Fix: install the missing package in this "
+                "environment (and wherever the jobs run)."
+            ) from None
         except Exception as failure:  # the user's module raised while it was imported
-            raise RunnerError(f"{key}={path!r} could not be imported: importing {module_name} raised "
-                              f"{type(failure).__name__}: {failure}. Fix: correct that module.") from None
+            raise RunnerError(
+                f"{key}={path!r} could not be imported: importing {module_name} raised "
+                f"{type(failure).__name__}: {failure}. Fix: correct that module."
+            ) from None
         try:
             for attribute in parts[split:]:
                 found = getattr(found, attribute)
@@ -77,17 +84,26 @@ def import_target(key: str, path: Any) -> Callable[..., Any]:
             names = [name for name in dir(found) if not name.startswith("_")]
             close = difflib.get_close_matches(parts[split], names, n=1)
             hint = f" (did you mean {module_name}.{close[0]}?)" if close else ""
-            raise RunnerError(f"{key}={path!r} is not valid: module {module_name} has no {parts[split]!r}{hint}. "
-                              f"Fix: {fix}.") from None
+            raise RunnerError(
+                f"{key}={path!r} is not valid: module {module_name} has no {parts[split]!r}{hint}. Fix: {fix}."
+            ) from None
         if not callable(found):
-            raise RunnerError(f"{key}={path!r} is not valid: it names a {type(found).__name__}, not a function or "
-                              f"class. Fix: {fix}.")
+            raise RunnerError(
+                f"{key}={path!r} is not valid: it names a {type(found).__name__}, not a function or class. Fix: {fix}."
+            )
         return found
     raise RunnerError(f"{key}={path!r} could not be imported: no module {parts[0]!r} ({error}). Fix: {fix}.")
 
 
-def check_arguments(key: str, target: str, function: Callable[..., Any], given: Iterable[str],
-                    supplied: Iterable[str] = (), positional: int = 0, complete: bool = True) -> None:
+def check_arguments(
+    key: str,
+    target: str,
+    function: Callable[..., Any],
+    given: Iterable[str],
+    supplied: Iterable[str] = (),
+    positional: int = 0,
+    complete: bool = True,
+) -> None:
     """Every argument the config gives is one `function` takes, and (if `complete`) every one it needs is given.
 
     `supplied`: the arguments the runner passes itself (input_shape, learning_rate, ...); `positional`: how
@@ -98,15 +114,19 @@ def check_arguments(key: str, target: str, function: Callable[..., Any], given: 
         return
     parameters = list(signature.parameters.values())[positional:]
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    named = {p.name: p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                            inspect.Parameter.KEYWORD_ONLY)}
+    named = {
+        p.name: p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
     supplied = set(supplied)
     given = list(given)
     for name in given:
         if name in supplied:
             raise RunnerError(
                 f"{key.rsplit('.', 1)[0]}.{name} is not valid: the runner passes {name} to {target} itself. "
-                f"Fix: remove {key.rsplit('.', 1)[0]}.{name} from the config.")
+                f"Fix: remove {key.rsplit('.', 1)[0]}.{name} from the config."
+            )
         if name not in named and not accepts_any:
             close = difflib.get_close_matches(name, list(named), n=1)
             group = key.rsplit(".", 1)[0]
@@ -115,13 +135,16 @@ def check_arguments(key: str, target: str, function: Callable[..., Any], given: 
                 f"{group}.{name} is not valid: {target} takes no argument {name!r}"
                 + (f" (did you mean {group}.{close[0]}?)" if close else "")
                 + f"; its arguments are: {options}. Fix: "
-                + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}") + ".")
+                + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}")
+                + "."
+            )
     for name, parameter in named.items():
         if complete and parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
             group = key.rsplit(".", 1)[0]
             raise RunnerError(
                 f"{group}.{name} is missing: {target} needs the argument {name!r}. Fix: add +{group}.{name}=<value> "
-                "to the command, or to the config file of that option.")
+                "to the command, or to the config file of that option."
+            )
 
 
 def call(key: str, target: str, build: Callable[[], Any]) -> Any:
@@ -137,8 +160,10 @@ def call(key: str, target: str, build: Callable[[], Any]) -> Any:
         message = " ".join(str(cause).split())
         if len(message) > 400:
             message = message[:400] + "..."
-        raise RunnerError(f"{key}={target!r} raised {type(cause).__name__} when the runner called it: {message}. "
-                          "Fix: correct the callable or the arguments its config gives it.") from None
+        raise RunnerError(
+            f"{key}={target!r} raised {type(cause).__name__} when the runner called it: {message}. "
+            "Fix: correct the callable or the arguments its config gives it."
+        ) from None
 
 
 # What the runner passes each group's callable itself: keyword arguments, and how many leading positional ones.
@@ -156,12 +181,20 @@ def check_targets(components: Iterable[Component], complete: bool = True) -> Non
     given every argument it needs): one paragraph otherwise."""
     for component in components:
         supplied, positional = _SUPPLIED[component.group]
-        check_arguments(f"{component.group}._target_", component.target, component.resolve(), component.arguments,
-                        supplied, positional, complete)
+        check_arguments(
+            f"{component.group}._target_",
+            component.target,
+            component.resolve(),
+            component.arguments,
+            supplied,
+            positional,
+            complete,
+        )
 
 
-def check_components(settings: "Settings") -> None:
+def check_components(settings: Settings) -> None:
     """Each `_target_` of a run imports and takes the arguments its config gives: one paragraph and exit 2
     otherwise, before any run exists (the built-ins are checked without importing TensorFlow)."""
-    check_targets((settings.model, settings.optimizer.component, settings.schedule, settings.loss,
-                   settings.dataset.component))
+    check_targets(
+        (settings.model, settings.optimizer.component, settings.schedule, settings.loss, settings.dataset.component)
+    )

@@ -13,7 +13,12 @@ from typing import Any
 RESULT_FILE = "result.json"
 # The numbers a result holds; any of them can be a sweep's objective (sweep.objective).
 RESULT_KEYS = (
-    "train_loss", "train_accuracy", "test_loss", "test_accuracy", "eval_accuracy", "examples_per_second",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "eval_accuracy",
+    "examples_per_second",
 )
 
 

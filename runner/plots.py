@@ -48,12 +48,14 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (label, metrics) in enumerate(curves.items()):
         color = colors[index % len(colors)]
-        for axis, metric, style, name in ((accuracy_axis, "test_accuracy", "o-", label),
-                                          (loss_axis, "test_loss", "o-", label),
-                                          (loss_axis, "train_loss", "x--", None)):
+        for axis, metric, style, name in (
+            (accuracy_axis, "test_accuracy", "o-", label),
+            (loss_axis, "test_loss", "o-", label),
+            (loss_axis, "train_loss", "x--", None),
+        ):
             points = metrics.get(metric) or []
             if points:
-                steps, means, lows, highs = zip(*points)
+                steps, means, lows, highs = zip(*points, strict=True)
                 axis.plot(steps, means, style, color=color, label=name)
                 if metric != "train_loss":  # one band per panel and configuration keeps the picture legible
                     axis.fill_between(steps, lows, highs, color=color, alpha=0.2, linewidth=0)
@@ -68,8 +70,13 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
             axis.xaxis.get_major_locator().set_params(integer=True)
     if curves:
         # One legend for both panels, outside them: a sweep can have many configurations with long labels.
-        figure.legend(*accuracy_axis.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5),
-                      fontsize="small", title="mean over seeds;\nband: min to max")
+        figure.legend(
+            *accuracy_axis.get_legend_handles_labels(),
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize="small",
+            title="mean over seeds;\nband: min to max",
+        )
     if title:
         figure.suptitle(title)
     figure.tight_layout()

@@ -20,7 +20,7 @@ def searchpath_overrides(hydra_config: Any) -> list[str]:
     absolute = []
     for path in paths:
         if path.startswith("file://"):
-            path = "file://" + os.path.normpath(os.path.join(cwd, path[len("file://"):]))
+            path = "file://" + os.path.normpath(os.path.join(cwd, path[len("file://") :]))
         # Quoted: Hydra's override grammar would read a comma in a path as a sweep and stop at a space.
         absolute.append("'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'")
     return [f"hydra.searchpath=[{','.join(absolute)}]"]

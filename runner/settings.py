@@ -11,8 +11,9 @@ import math
 import os
 import re
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from runner.components import Component
 from runner.errors import RunnerError
@@ -175,13 +176,18 @@ def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
     return RunnerError(f"{key}={value!r} is not valid: {why}. Fix: {fix}")
 
 
-def _int(key: str, value: Any, *, minimum: int, fix: str, nullable: bool = False, maximum: int | None = None
-         ) -> int | None:
+def _int(
+    key: str, value: Any, *, minimum: int, fix: str, nullable: bool = False, maximum: int | None = None
+) -> int | None:
     if value is None and nullable:
         return None
     # bool is an int in Python, and "64" from a YAML string is not what the user meant either.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-            maximum is not None and value > maximum):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
         need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         if maximum is not None:
             need = f"an integer from {minimum} to {maximum}"
@@ -191,8 +197,12 @@ def _int(key: str, value: Any, *, minimum: int, fix: str, nullable: bool = False
 
 def _number(key: str, value: Any, *, minimum: float, fix: str, positive: bool = False) -> float:
     """A finite number >= minimum (> minimum if `positive`): NaN and infinity compare as no user means."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
-            value <= minimum if positive else value < minimum):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or (value <= minimum if positive else value < minimum)
+    ):
         raise _fail(key, value, f"it must be a finite number {'>' if positive else '>='} {minimum}", fix)
     return float(value)
 
@@ -222,10 +232,13 @@ def _section(cfg: Mapping[str, Any], key: str, parent: str = "") -> Mapping[str,
     node = cfg.get(key)
     if not isinstance(node, Mapping):
         name = parent + key
-        raise _fail(name, node, "it is a group of settings, not a value",
-                    f"set the group's keys one at a time (e.g. {name}.<key>=<value>)"
-                    + ("" if parent else f", or pick one of its options with {key}=<option> where conf/{key}/ has "
-                       "options"))
+        raise _fail(
+            name,
+            node,
+            "it is a group of settings, not a value",
+            f"set the group's keys one at a time (e.g. {name}.<key>=<value>)"
+            + ("" if parent else f", or pick one of its options with {key}=<option> where conf/{key}/ has options"),
+        )
     return node
 
 
@@ -242,42 +255,56 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
     name = _choice("strategy", node.get("name"), STRATEGIES, "pick one of the strategy group's options")
     devices = node.get("devices")
     if devices is not None:
-        if not isinstance(devices, (list, tuple)) or not all(isinstance(d, str) and d for d in devices) \
-                or not devices:
+        if not isinstance(devices, (list, tuple)) or not all(isinstance(d, str) and d for d in devices) or not devices:
             raise _fail(
-                "strategy.devices", devices, "it must be a non-empty list of device names or null",
+                "strategy.devices",
+                devices,
+                "it must be a non-empty list of device names or null",
                 "pass e.g. 'strategy.devices=[/cpu:0]' or strategy.devices=null to auto-detect",
             )
         devices = tuple(devices)
     cross = _choice(
-        "strategy.cross_device_ops", node.get("cross_device_ops"), CROSS_DEVICE_OPS,
-        "use one of the listed all-reduce implementations or null for TensorFlow's choice", nullable=True,
+        "strategy.cross_device_ops",
+        node.get("cross_device_ops"),
+        CROSS_DEVICE_OPS,
+        "use one of the listed all-reduce implementations or null for TensorFlow's choice",
+        nullable=True,
     )
     cpu_replicas = _int(
-        "strategy.cpu_replicas", node.get("cpu_replicas"), minimum=1, nullable=True,
+        "strategy.cpu_replicas",
+        node.get("cpu_replicas"),
+        minimum=1,
+        nullable=True,
         fix="pass a positive number of logical CPU devices, e.g. strategy.cpu_replicas=2",
     )
     if cpu_replicas is not None and name not in MULTI_REPLICA_CPU_STRATEGIES:
         raise _fail(
-            "strategy.cpu_replicas", cpu_replicas,
+            "strategy.cpu_replicas",
+            cpu_replicas,
             f"strategy={name} cannot use several CPU replicas on one machine",
             "use strategy=mirrored or strategy=central_storage with it, or drop strategy.cpu_replicas",
         )
     if cpu_replicas is not None and devices is not None:
         raise _fail(
-            "strategy.cpu_replicas", cpu_replicas, "it conflicts with the explicit strategy.devices list",
+            "strategy.cpu_replicas",
+            cpu_replicas,
+            "it conflicts with the explicit strategy.devices list",
             "give either strategy.devices or strategy.cpu_replicas, not both",
         )
     tpu = "" if node.get("tpu") is None else node.get("tpu")
     if not isinstance(tpu, str):
         raise _fail("strategy.tpu", tpu, "it must be a TPU name or address", "pass strategy.tpu=my-tpu or ''")
     communication = _choice(
-        "strategy.communication", node.get("communication"), COMMUNICATIONS,
+        "strategy.communication",
+        node.get("communication"),
+        COMMUNICATIONS,
         "use auto (TensorFlow's choice), ring (gRPC, any device) or nccl (GPUs)",
     )
     if communication != "auto" and name != "multi_worker_mirrored":
         raise _fail(
-            "strategy.communication", communication, f"strategy={name} does not all-reduce across processes",
+            "strategy.communication",
+            communication,
+            f"strategy={name} does not all-reduce across processes",
             "use it with strategy=multi_worker_mirrored, or drop strategy.communication",
         )
     partitioner = None
@@ -288,18 +315,24 @@ def _strategy(node: Mapping[str, Any]) -> StrategySettings:
 
 def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings | None:
     max_shards = _int(
-        "strategy.variable_partitioner.max_shards", node.get("max_shards"), minimum=1, nullable=True,
+        "strategy.variable_partitioner.max_shards",
+        node.get("max_shards"),
+        minimum=1,
+        nullable=True,
         fix="pass the most shards a variable may be split into (e.g. the number of ps tasks), or null for none",
     )
     min_shard_bytes = _int(
-        "strategy.variable_partitioner.min_shard_bytes", node.get("min_shard_bytes"), minimum=1,
+        "strategy.variable_partitioner.min_shard_bytes",
+        node.get("min_shard_bytes"),
+        minimum=1,
         fix="pass the smallest shard size in bytes, e.g. strategy.variable_partitioner.min_shard_bytes=262144",
     )
     if max_shards is None:
         return None
     if strategy != "parameter_server":
         raise _fail(
-            "strategy.variable_partitioner.max_shards", max_shards,
+            "strategy.variable_partitioner.max_shards",
+            max_shards,
             f"strategy={strategy} keeps whole variables (only parameter servers hold shards)",
             "use it with strategy=parameter_server, or set it to null",
         )
@@ -308,39 +341,65 @@ def _partitioner(node: Mapping[str, Any], strategy: str) -> PartitionerSettings 
 
 def _cluster(node: Mapping[str, Any], strategy: str, loop: Mapping[str, Any]) -> ClusterSettings:
     kind = _choice(
-        "cluster.kind", node.get("kind"), CLUSTER_KINDS,
+        "cluster.kind",
+        node.get("kind"),
+        CLUSTER_KINDS,
         "pick one of the cluster group's options: cluster=local starts a cluster on this machine, "
         "cluster=tf_config or cluster=slurm join one started by Kubernetes, by hand or by srun",
     )
     settings = ClusterSettings(
         kind=kind,
-        workers=_int("cluster.workers", node.get("workers"), minimum=1,
-                     fix="pass the number of worker processes, e.g. cluster.workers=2"),
-        ps=_int("cluster.ps", node.get("ps"), minimum=1,
-                fix="pass the number of parameter server processes, e.g. cluster.ps=1"),
-        timeout_seconds=None if node.get("timeout_seconds") is None else _number(
-            "cluster.timeout_seconds", node["timeout_seconds"], minimum=1,
-            fix="pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null"),
-        port_base=_int("cluster.port_base", node.get("port_base"), minimum=1, maximum=65535,
-                       fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"),
+        workers=_int(
+            "cluster.workers",
+            node.get("workers"),
+            minimum=1,
+            fix="pass the number of worker processes, e.g. cluster.workers=2",
+        ),
+        ps=_int(
+            "cluster.ps",
+            node.get("ps"),
+            minimum=1,
+            fix="pass the number of parameter server processes, e.g. cluster.ps=1",
+        ),
+        timeout_seconds=None
+        if node.get("timeout_seconds") is None
+        else _number(
+            "cluster.timeout_seconds",
+            node["timeout_seconds"],
+            minimum=1,
+            fix="pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null",
+        ),
+        port_base=_int(
+            "cluster.port_base",
+            node.get("port_base"),
+            minimum=1,
+            maximum=65535,
+            fix="pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888",
+        ),
     )
     if kind == "none" and strategy in MULTI_PROCESS_STRATEGIES:
         raise _fail(
-            "cluster", kind, f"strategy={strategy} trains in several processes that form a TensorFlow cluster",
+            "cluster",
+            kind,
+            f"strategy={strategy} trains in several processes that form a TensorFlow cluster",
             "add cluster=local to start one on this machine (cluster.workers=2, and cluster.ps=1 for "
             "parameter_server), or cluster=tf_config / cluster=slurm where TF_CONFIG or srun describe the cluster",
         )
     if kind != "none" and strategy not in MULTI_PROCESS_STRATEGIES:
         raise _fail(
-            "cluster", kind, f"strategy={strategy} trains in a single process",
+            "cluster",
+            kind,
+            f"strategy={strategy} trains in a single process",
             "use strategy=multi_worker_mirrored or strategy=parameter_server with a cluster, or drop the "
             "cluster override",
         )
     if strategy == "parameter_server" and loop.get("steps_per_epoch") is None:
         raise _fail(
-            "loop.steps_per_epoch", None,
+            "loop.steps_per_epoch",
+            None,
             "strategy=parameter_server has no natural end of an epoch (each worker draws batches from its "
-            "own endless dataset)", "pass a fixed number of steps per epoch, e.g. loop.steps_per_epoch=50",
+            "own endless dataset)",
+            "pass a fixed number of steps per epoch, e.g. loop.steps_per_epoch=50",
         )
     return settings
 
@@ -349,81 +408,123 @@ def _component(group: str, node: Mapping[str, Any], own_keys: tuple[str, ...] = 
     """A `_target_` node: the callable's dotted path and the arguments the config gives it."""
     target = node.get("_target_")
     if not isinstance(target, str) or not target.strip() or "." not in target:
-        raise _fail(f"{group}._target_", target, "it must be the dotted path of a callable (module.function)",
-                    f"pick one of the {group} group's options ({group}=<option>) or give your own, e.g. "
-                    f"{group}._target_=mylab.{group}s.build")
+        raise _fail(
+            f"{group}._target_",
+            target,
+            "it must be the dotted path of a callable (module.function)",
+            f"pick one of the {group} group's options ({group}=<option>) or give your own, e.g. "
+            f"{group}._target_=mylab.{group}s.build",
+        )
     return Component(group, target, {key: value for key, value in node.items() if key not in own_keys})
 
 
 def _dataset(node: Mapping[str, Any]) -> DatasetSettings:
-    name = _text("dataset.name", node.get("name"),
-                 fix="name the data, e.g. dataset.name=fashion_mnist (it names the MLflow dataset inputs)")
+    name = _text(
+        "dataset.name",
+        node.get("name"),
+        fix="name the data, e.g. dataset.name=fashion_mnist (it names the MLflow dataset inputs)",
+    )
     directory = node.get("dir")
     if directory is not None:
         if not isinstance(directory, str) or not directory:
-            raise _fail("dataset.dir", directory, "it must be a directory's path or null",
-                        "point dataset.dir at the directory holding the data (fashion_mnist: the four IDX files, "
-                        "or null to use tf.keras.datasets; image_folder: its train/ and test/ folders)")
+            raise _fail(
+                "dataset.dir",
+                directory,
+                "it must be a directory's path or null",
+                "point dataset.dir at the directory holding the data (fashion_mnist: the four IDX files, "
+                "or null to use tf.keras.datasets; image_folder: its train/ and test/ folders)",
+            )
         directory = os.path.expanduser(directory)
         if not os.path.isdir(directory):
             raise _fail(
-                "dataset.dir", directory, "no such directory",
+                "dataset.dir",
+                directory,
+                "no such directory",
                 "point dataset.dir at the directory holding the data (fashion_mnist: the four IDX files "
                 "train-images-idx3-ubyte.gz, ..., or null to use tf.keras.datasets; image_folder: its train/ "
                 "and test/ folders)",
             )
     counts = {
         key: _int(
-            f"dataset.{key}", node.get(key), minimum=1, nullable=True,
+            f"dataset.{key}",
+            node.get(key),
+            minimum=1,
+            nullable=True,
             fix=f"pass a positive number of examples, e.g. dataset.{key}=1000, or null for all",
         )
         for key in ("train_examples", "test_examples")
     }
-    scale = _number("dataset.scale", node.get("scale"), minimum=0.0, positive=True,
-                    fix="pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1")
-    component = _component("dataset", {**node, **({"dir": directory} if directory is not None else {})},
-                           DATASET_KEYS)
+    scale = _number(
+        "dataset.scale",
+        node.get("scale"),
+        minimum=0.0,
+        positive=True,
+        fix="pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1",
+    )
+    component = _component("dataset", {**node, **({"dir": directory} if directory is not None else {})}, DATASET_KEYS)
     return DatasetSettings(name=name, component=component, scale=scale, **counts)
 
 
 def _model(node: Mapping[str, Any]) -> Component:
     if "weight_decay" in node:
-        _number("model.weight_decay", node.get("weight_decay"), minimum=0.0,
-                fix="pass a non-negative L2 factor, e.g. model.weight_decay=1e-5")
+        _number(
+            "model.weight_decay",
+            node.get("weight_decay"),
+            minimum=0.0,
+            fix="pass a non-negative L2 factor, e.g. model.weight_decay=1e-5",
+        )
     return _component("model", node)
 
 
 def _optimizer(node: Mapping[str, Any]) -> OptimizerSettings:
-    lr = _number("optimizer.lr", node.get("lr"), minimum=0.0, positive=True,
-                 fix="pass a positive learning rate, e.g. optimizer.lr=0.001")
+    lr = _number(
+        "optimizer.lr",
+        node.get("lr"),
+        minimum=0.0,
+        positive=True,
+        fix="pass a positive learning rate, e.g. optimizer.lr=0.001",
+    )
     return OptimizerSettings(_component("optimizer", node, ("_target_", "lr")), lr)
 
 
 def _loop(node: Mapping[str, Any]) -> LoopSettings:
     style = _choice("loop", node.get("style"), LOOP_STYLES, "pick one of the loop group's options")
     steps_per_epoch = _int(
-        "loop.steps_per_epoch", node.get("steps_per_epoch"), minimum=1, nullable=True,
+        "loop.steps_per_epoch",
+        node.get("steps_per_epoch"),
+        minimum=1,
+        nullable=True,
         fix="pass a positive number of steps, or null for one pass over the training set",
     )
     steps_per_call = _int(
-        "loop.steps_per_call", node.get("steps_per_call"), minimum=1,
+        "loop.steps_per_call",
+        node.get("steps_per_call"),
+        minimum=1,
         fix="pass a positive number of steps per tf.function call, e.g. loop.steps_per_call=20",
     )
     return LoopSettings(style, steps_per_epoch, steps_per_call)
 
 
 def _runtime(node: Mapping[str, Any], strategy: str) -> RuntimeSettings:
-    jit_compile = _bool("runtime.jit_compile", node.get("jit_compile"),
-                        "pass runtime.jit_compile=true or runtime.jit_compile=false")
-    policy = _choice(
-        "runtime.mixed_precision", node.get("mixed_precision"), MIXED_PRECISION_POLICIES,
-        "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null", nullable=True,
+    jit_compile = _bool(
+        "runtime.jit_compile", node.get("jit_compile"), "pass runtime.jit_compile=true or runtime.jit_compile=false"
     )
-    deterministic = _bool("runtime.deterministic", node.get("deterministic"),
-                          "pass runtime.deterministic=true or runtime.deterministic=false")
+    policy = _choice(
+        "runtime.mixed_precision",
+        node.get("mixed_precision"),
+        MIXED_PRECISION_POLICIES,
+        "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null",
+        nullable=True,
+    )
+    deterministic = _bool(
+        "runtime.deterministic",
+        node.get("deterministic"),
+        "pass runtime.deterministic=true or runtime.deterministic=false",
+    )
     if deterministic and strategy == "parameter_server":
         raise _fail(
-            "runtime.deterministic", True,
+            "runtime.deterministic",
+            True,
             "strategy=parameter_server trains asynchronously: each worker applies its updates whenever it finishes "
             "a step, so the order of updates (and every number after the first step) depends on timing, and each "
             "worker shuffles with a seed of its own",
@@ -442,46 +543,83 @@ def mlflow_settings(cfg: Mapping[str, Any]) -> MlflowSettings:
         refuse_credentials_in_uri("mlflow.tracking_uri", tracking_uri)
     schemes = (*TRACKING_SCHEMES, *plugin_tracking_schemes())
     if tracking_uri is not None and tracking_uri.split(":")[0].split("+")[0] not in schemes:
-        raise _fail("mlflow.tracking_uri", tracking_uri,
-                    "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
-                    f"sqlite:///path.db (schemes: {', '.join(schemes)}), and refuses a directory", store_fix)
-    registered_model_name = _text("mlflow.registered_model_name", node.get("registered_model_name"),
-                                  fix="name the registered model, e.g. mlflow.registered_model_name=fashion_mnist")
+        raise _fail(
+            "mlflow.tracking_uri",
+            tracking_uri,
+            "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
+            f"sqlite:///path.db (schemes: {', '.join(schemes)}), and refuses a directory",
+            store_fix,
+        )
+    registered_model_name = _text(
+        "mlflow.registered_model_name",
+        node.get("registered_model_name"),
+        fix="name the registered model, e.g. mlflow.registered_model_name=fashion_mnist",
+    )
     if any(char in registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
-        raise _fail("mlflow.registered_model_name", registered_model_name, "it must not contain '/' or ':'",
-                    "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist")
-    register = _bool("mlflow.register", node.get("register"),
-                     "pass mlflow.register=true to register this run's model, or false")
-    log_model = _bool("mlflow.log_model", node.get("log_model"),
-                      "pass mlflow.log_model=true to log the trained model, or false to skip it")
+        raise _fail(
+            "mlflow.registered_model_name",
+            registered_model_name,
+            "it must not contain '/' or ':'",
+            "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist",
+        )
+    register = _bool(
+        "mlflow.register", node.get("register"), "pass mlflow.register=true to register this run's model, or false"
+    )
+    log_model = _bool(
+        "mlflow.log_model",
+        node.get("log_model"),
+        "pass mlflow.log_model=true to log the trained model, or false to skip it",
+    )
     if register and not log_model:
-        raise RunnerError("mlflow.register=true needs the run's model, but mlflow.log_model=false skips logging it. "
-                          "Fix: drop mlflow.log_model=false, or drop mlflow.register=true.")
+        raise RunnerError(
+            "mlflow.register=true needs the run's model, but mlflow.log_model=false skips logging it. "
+            "Fix: drop mlflow.log_model=false, or drop mlflow.register=true."
+        )
     metrics = _section(node, "system_metrics", "mlflow.")
     return MlflowSettings(
         tracking_uri=tracking_uri,
-        experiment_name=_text("mlflow.experiment_name", node.get("experiment_name"),
-                              fix="name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist"),
-        run_name=_text("mlflow.run_name", node.get("run_name"), nullable=True,
-                       fix="name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name"),
+        experiment_name=_text(
+            "mlflow.experiment_name",
+            node.get("experiment_name"),
+            fix="name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist",
+        ),
+        run_name=_text(
+            "mlflow.run_name",
+            node.get("run_name"),
+            nullable=True,
+            fix="name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name",
+        ),
         registered_model_name=registered_model_name,
         register=register,
         log_model=log_model,
         system_metrics=SystemMetricsSettings(
-            enabled=_bool("mlflow.system_metrics.enabled", metrics.get("enabled"),
-                          "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"),
+            enabled=_bool(
+                "mlflow.system_metrics.enabled",
+                metrics.get("enabled"),
+                "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them",
+            ),
             interval_seconds=_number(
-                "mlflow.system_metrics.interval_seconds", metrics.get("interval_seconds"),
+                "mlflow.system_metrics.interval_seconds",
+                metrics.get("interval_seconds"),
                 minimum=MIN_SAMPLING_SECONDS,
                 fix="pass the seconds between two samples of CPU and memory, e.g. "
-                    "mlflow.system_metrics.interval_seconds=10"),
+                "mlflow.system_metrics.interval_seconds=10",
+            ),
         ),
-        checkpoints=_choice("mlflow.checkpoints", node.get("checkpoints"), CHECKPOINT_UPLOADS,
-                            "pass mlflow.checkpoints=last to keep the run's newest checkpoint in MLflow, all to keep "
-                            "every save, or none to keep checkpoints only in the run directory"),
-        outage_seconds=_number("mlflow.outage_seconds", node.get("outage_seconds"), minimum=0,
-                               fix="pass how many seconds a run may wait at its end for a tracking server that "
-                                   "stopped answering, e.g. mlflow.outage_seconds=3600 (0: do not wait)"),
+        checkpoints=_choice(
+            "mlflow.checkpoints",
+            node.get("checkpoints"),
+            CHECKPOINT_UPLOADS,
+            "pass mlflow.checkpoints=last to keep the run's newest checkpoint in MLflow, all to keep "
+            "every save, or none to keep checkpoints only in the run directory",
+        ),
+        outage_seconds=_number(
+            "mlflow.outage_seconds",
+            node.get("outage_seconds"),
+            minimum=0,
+            fix="pass how many seconds a run may wait at its end for a tracking server that "
+            "stopped answering, e.g. mlflow.outage_seconds=3600 (0: do not wait)",
+        ),
     )
 
 
@@ -500,19 +638,26 @@ def refuse_credentials_in_uri(key: str, uri: str) -> None:
     if parts.password is None:
         return
     redacted = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
-    where = ("the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (README, Team setup)"
-             if parts.scheme in ("http", "https") else
-             "the database client's own password file or variable (PostgreSQL: ~/.pgpass or PGPASSWORD)")
+    where = (
+        "the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (README, Team setup)"
+        if parts.scheme in ("http", "https")
+        else "the database client's own password file or variable (PostgreSQL: ~/.pgpass or PGPASSWORD)"
+    )
     raise RunnerError(
         f"{key}={redacted!r} is not valid: it embeds a password (user:password@), which would be recorded with "
-        f"the run's params and logs. Fix: give the address without it and the credentials in {where}.")
+        f"the run's params and logs. Fix: give the address without it and the credentials in {where}."
+    )
 
 
 def sweep_seeds(cfg: Mapping[str, Any]) -> int:
     """`sweep.seeds`, validated: how many seeds every point of a sweep is trained with."""
     node = _section(cfg, "sweep")
-    return _int("sweep.seeds", node.get("seeds"), minimum=1,
-                fix="pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)")
+    return _int(
+        "sweep.seeds",
+        node.get("seeds"),
+        minimum=1,
+        fix="pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)",
+    )
 
 
 def target_components(cfg: Mapping[str, Any], groups: tuple[str, ...] = TARGET_GROUPS) -> list[Component]:
@@ -531,16 +676,33 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
     checkpoint = _section(cfg, "checkpoint")
     loop = _section(cfg, "loop")
     return Settings(
-        batch=_int("batch", cfg.get("batch"), minimum=1,
-                   fix="pass the per-replica batch size as a positive integer, e.g. batch=64"),
+        batch=_int(
+            "batch",
+            cfg.get("batch"),
+            minimum=1,
+            fix="pass the per-replica batch size as a positive integer, e.g. batch=64",
+        ),
         epochs=_int("epochs", cfg.get("epochs"), minimum=1, fix="pass a positive number of epochs, e.g. epochs=2"),
         # NumPy's seed is 32 bits.
-        seed=_int("seed", cfg.get("seed"), minimum=0, maximum=2**32 - 1,
-                  fix="pass a non-negative integer seed below 2**32, e.g. seed=42"),
-        progress=_bool("progress", cfg.get("progress"), "pass progress=true (always), progress=false (never) or "
-                       "progress=null (only when stderr is a terminal)", nullable=True),
-        resume=_choice("resume", cfg.get("resume"), RESUME_MODES,
-                       "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse"),
+        seed=_int(
+            "seed",
+            cfg.get("seed"),
+            minimum=0,
+            maximum=2**32 - 1,
+            fix="pass a non-negative integer seed below 2**32, e.g. seed=42",
+        ),
+        progress=_bool(
+            "progress",
+            cfg.get("progress"),
+            "pass progress=true (always), progress=false (never) or progress=null (only when stderr is a terminal)",
+            nullable=True,
+        ),
+        resume=_choice(
+            "resume",
+            cfg.get("resume"),
+            RESUME_MODES,
+            "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse",
+        ),
         strategy=strategy,
         dataset=_dataset(_section(cfg, "dataset")),
         model=_model(model),
@@ -549,17 +711,33 @@ def from_config(cfg: Mapping[str, Any]) -> Settings:
         loss=_component("loss", _section(cfg, "loss")),
         lr_scaling=LrScalingSettings(
             rule=_choice("lr_scaling.rule", lr_scaling.get("rule"), LR_RULES, "use lr_scaling=none, linear or sqrt"),
-            base_batch=_int("lr_scaling.base_batch", lr_scaling.get("base_batch"), minimum=1,
-                            fix="pass the global batch the base learning rate was tuned for, e.g. 64"),
-            warmup_epochs=_number("lr_scaling.warmup_epochs", lr_scaling.get("warmup_epochs"), minimum=0.0,
-                                  fix="pass a number of epochs >= 0 (0 turns warm-up off)"),
+            base_batch=_int(
+                "lr_scaling.base_batch",
+                lr_scaling.get("base_batch"),
+                minimum=1,
+                fix="pass the global batch the base learning rate was tuned for, e.g. 64",
+            ),
+            warmup_epochs=_number(
+                "lr_scaling.warmup_epochs",
+                lr_scaling.get("warmup_epochs"),
+                minimum=0.0,
+                fix="pass a number of epochs >= 0 (0 turns warm-up off)",
+            ),
         ),
         loop=_loop(loop),
         checkpoint=CheckpointSettings(
-            every_epochs=_int("checkpoint.every_epochs", checkpoint.get("every_epochs"), minimum=1,
-                              fix="pass a positive number of epochs between checkpoints"),
-            max_to_keep=_int("checkpoint.max_to_keep", checkpoint.get("max_to_keep"), minimum=1,
-                             fix="pass how many checkpoints to keep, e.g. 3"),
+            every_epochs=_int(
+                "checkpoint.every_epochs",
+                checkpoint.get("every_epochs"),
+                minimum=1,
+                fix="pass a positive number of epochs between checkpoints",
+            ),
+            max_to_keep=_int(
+                "checkpoint.max_to_keep",
+                checkpoint.get("max_to_keep"),
+                minimum=1,
+                fix="pass how many checkpoints to keep, e.g. 3",
+            ),
         ),
         runtime=_runtime(_section(cfg, "runtime"), strategy.name),
         mlflow=mlflow_settings(cfg),
@@ -575,12 +753,18 @@ def init_settings(node: Mapping[str, Any]) -> InitSettings:
     or a run directory, its checkpoints/ directory or one checkpoint (a ckpt-N prefix) that exists."""
     for key in node:
         if key != "from":
-            raise _fail(f"init.{key}", node[key], "the init group has one key, init.from",
-                        "give where the weights come from as init.from=<run dir, runs:/ or models:/ URI>")
+            raise _fail(
+                f"init.{key}",
+                node[key],
+                "the init group has one key, init.from",
+                "give where the weights come from as init.from=<run dir, runs:/ or models:/ URI>",
+            )
     value = node.get("from")
-    fix = ("pass a run directory of an earlier run (or its checkpoints/ directory), runs:/<run id>/model, "
-           "models:/<name>@<alias> (e.g. models:/fashion_mnist@champion) or models:/<name>/<version>; "
-           "or init.from=null to start from the model's own initialisation")
+    fix = (
+        "pass a run directory of an earlier run (or its checkpoints/ directory), runs:/<run id>/model, "
+        "models:/<name>@<alias> (e.g. models:/fashion_mnist@champion) or models:/<name>/<version>; "
+        "or init.from=null to start from the model's own initialisation"
+    )
     source = _text("init.from", value, fix=fix, nullable=True)
     if source is None:
         return InitSettings(source=None, kind=None)
@@ -590,23 +774,39 @@ def init_settings(node: Mapping[str, Any]) -> InitSettings:
         return InitSettings(source, "runs")
     if source.startswith("models:"):
         if not re.fullmatch(r"models:/[^/@:\s]+(@[^/@\s]+|/\d+)", source):
-            raise _fail("init.from", source, "a registered model's version is named models:/<name>@<alias> or "
-                        "models:/<name>/<version number>", fix)
+            raise _fail(
+                "init.from",
+                source,
+                "a registered model's version is named models:/<name>@<alias> or models:/<name>/<version number>",
+                fix,
+            )
         return InitSettings(source, "models")
     if re.match(r"[A-Za-z][\w+.-]*:/", source):
-        raise _fail("init.from", source, "the runner loads weights from runs:/ and models:/ URIs and from local "
-                    "checkpoint directories", fix)
+        raise _fail(
+            "init.from",
+            source,
+            "the runner loads weights from runs:/ and models:/ URIs and from local checkpoint directories",
+            fix,
+        )
     path = os.path.abspath(os.path.expanduser(source))
     if os.path.isfile(path + ".index"):  # one checkpoint, named by its prefix (.../checkpoints/ckpt-96)
         return InitSettings(path, "checkpoint")
     if not os.path.isdir(path):
-        raise _fail("init.from", source, f"there is no directory {path} (nor a checkpoint of that name), and it "
-                    "is not a runs:/ or models:/ URI", fix)
+        raise _fail(
+            "init.from",
+            source,
+            f"there is no directory {path} (nor a checkpoint of that name), and it is not a runs:/ or models:/ URI",
+            fix,
+        )
     for directory in (path, os.path.join(path, "checkpoints")):
         if os.path.isfile(os.path.join(directory, "checkpoint")) or glob.glob(os.path.join(directory, "ckpt-*.index")):
             return InitSettings(directory, "checkpoint")
-    raise _fail("init.from", source, f"{path} holds no checkpoint (no ckpt-*.index files in it or in its "
-                "checkpoints/ directory)", fix)
+    raise _fail(
+        "init.from",
+        source,
+        f"{path} holds no checkpoint (no ckpt-*.index files in it or in its checkpoints/ directory)",
+        fix,
+    )
 
 
 # Sweeps on Ray (hydra/launcher=ray): the address forms ray.init takes, and what it refuses when joining a cluster.
@@ -617,14 +817,16 @@ RAY_TASK_AMOUNTS = ("num_cpus", "num_gpus", "memory")
 
 @dataclass(frozen=True)
 class RayLauncherSettings:
-    address_key: str                  # where the address came from: the config key or RAY_ADDRESS
-    address: str | None               # as given: HOST:PORT, ray://HOST:PORT, local, auto or None
-    head: tuple[str, int] | None      # the host and port to reach, or None when Ray starts or finds its own
+    address_key: str  # where the address came from: the config key or RAY_ADDRESS
+    address: str | None  # as given: HOST:PORT, ray://HOST:PORT, local, auto or None
+    head: tuple[str, int] | None  # the host and port to reach, or None when Ray starts or finds its own
 
 
 def _ray_head(key: str, address: str) -> tuple[str, int]:
-    fix = ("pass the address `ray start --head` printed, e.g. hydra.launcher.ray.init.address=10.0.0.5:6379, "
-           "or leave it null to start a Ray on this machine for the sweep")
+    fix = (
+        "pass the address `ray start --head` printed, e.g. hydra.launcher.ray.init.address=10.0.0.5:6379, "
+        "or leave it null to start a Ray on this machine for the sweep"
+    )
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -639,8 +841,12 @@ def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLaunc
     key = "hydra.launcher.ray.init.address"
     address = init.get("address")
     if address is not None and (not isinstance(address, str) or not address.strip()):
-        raise _fail(key, address, "it must be HOST:PORT, local, auto or null",
-                    "pass the address `ray start --head` printed, or null to start a Ray on this machine")
+        raise _fail(
+            key,
+            address,
+            "it must be HOST:PORT, local, auto or null",
+            "pass the address `ray start --head` printed, or null to start a Ray on this machine",
+        )
     if address in (None, "auto") and environ.get("RAY_ADDRESS"):
         # ray.init reads it when the config names no cluster.
         key, address = "RAY_ADDRESS", environ["RAY_ADDRESS"]
@@ -649,13 +855,19 @@ def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLaunc
         for name in RAY_SIZES_OF_A_NEW_CLUSTER:
             if init.get(name) is not None:
                 raise _fail(
-                    f"hydra.launcher.ray.init.{name}", init[name],
+                    f"hydra.launcher.ray.init.{name}",
+                    init[name],
                     f"Ray refuses it when joining an existing cluster ({key}={address})",
                     f"give the cluster its size where it starts (ray start --{name.replace('_', '-')}=...) and each "
                     f"job its share with hydra.launcher.ray.remote.num_cpus=N (or num_gpus, memory); "
-                    f"pass hydra.launcher.ray.init.{name}=null")
+                    f"pass hydra.launcher.ray.init.{name}=null",
+                )
     for name in RAY_TASK_AMOUNTS:
         if name in remote and remote[name] is not None:
-            _number(f"hydra.launcher.ray.remote.{name}", remote[name], minimum=0.0,
-                    fix=f"pass what one job needs, e.g. hydra.launcher.ray.remote.{name}=1")
+            _number(
+                f"hydra.launcher.ray.remote.{name}",
+                remote[name],
+                minimum=0.0,
+                fix=f"pass what one job needs, e.g. hydra.launcher.ray.remote.{name}=1",
+            )
     return RayLauncherSettings(key, address, head)

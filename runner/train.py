@@ -9,34 +9,35 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
+from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, Preempted, PreemptionGuard
+from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
-from runner.data.streaming import sharding_line
 from runner.data.source import TrainingData
+from runner.data.streaming import sharding_line
+from runner.errors import RunnerError
+from runner.settings import Settings
+from runner.tracking.common import NullTracker, flatten
+from runner.tracking.lifecycle import RunLifecycle
+from runner.tracking.provenance import GPU_TAG
 from runner.training.actions import LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
-from runner.clusters.roles import SINGLE_PROCESS, Task
-from runner.training.determinism import make_deterministic
 from runner.training.controller import Controller, EpochResult, make_evaluate
-from runner.errors import RunnerError
+from runner.training.determinism import make_deterministic
 from runner.training.loop import CoordinatorLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
-from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, Preempted, PreemptionGuard
 from runner.training.progress import EpochProgress
-from runner.settings import Settings
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, gpu_models
 from runner.training.task import ClassificationTask
 from runner.training.warm_start import warm_start
-from runner.tracking.common import NullTracker, flatten
-from runner.tracking.lifecycle import RunLifecycle
-from runner.tracking.provenance import GPU_TAG
 
 log = logging.getLogger("runner")
 
@@ -56,8 +57,14 @@ class RunResult:
         return self.history[-1]
 
 
-def run(settings: Settings, config: Mapping[str, Any], run_dir: str, overrides: Sequence[str] = (),
-        task: Task = SINGLE_PROCESS, tracker=None) -> RunResult:
+def run(
+    settings: Settings,
+    config: Mapping[str, Any],
+    run_dir: str,
+    overrides: Sequence[str] = (),
+    task: Task = SINGLE_PROCESS,
+    tracker=None,
+) -> RunResult:
     """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs.
 
     A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run.
@@ -100,7 +107,7 @@ class Trainer:
     input_workers: int  # the MultiWorkerMirrored workers that split the training set (1: no split)
 
     @classmethod
-    def build(cls, settings: Settings, run_dir: str, task: Task) -> "Trainer":
+    def build(cls, settings: Settings, run_dir: str, task: Task) -> Trainer:
         """settings -> strategy -> data -> task -> state in scope -> steps -> loop, restored from run_dir."""
         strategy = build_strategy(settings.strategy, task.resolver, settings.cluster.timeout_seconds)
         if settings.runtime.deterministic:
@@ -116,56 +123,95 @@ class Trainer:
         tf.keras.mixed_precision.set_global_policy(policy or "float32")
         with strategy.scope():
             tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
-            rate = experiment.learning_rate(target_lr, steps_per_epoch * settings.epochs,
-                                            warmup_steps(steps_per_epoch, settings.lr_scaling))
+            rate = experiment.learning_rate(
+                target_lr, steps_per_epoch * settings.epochs, warmup_steps(steps_per_epoch, settings.lr_scaling)
+            )
             state = TrainingState.create(
                 experiment.build_model,
-                lambda variables: prepare_optimizer(experiment.build_optimizer(rate), variables,
-                                                    loss_scaling=policy == "mixed_float16"),
+                lambda variables: prepare_optimizer(
+                    experiment.build_optimizer(rate), variables, loss_scaling=policy == "mixed_float16"
+                ),
             )
-        steps = ReplicaSteps(strategy, state, global_batch, experiment.per_example_loss,
-                             jit_compile=settings.runtime.jit_compile)
-        checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs,
-                                    scratch=not task.chief)
+        steps = ReplicaSteps(
+            strategy, state, global_batch, experiment.per_example_loss, jit_compile=settings.runtime.jit_compile
+        )
+        checkpointer = Checkpointer(
+            os.path.join(run_dir, "checkpoints"), state, settings.checkpoint, settings.epochs, scratch=not task.chief
+        )
         done_epochs = _resume(settings, checkpointer, run_dir)
         # Before the MLflow run exists: a source that cannot be found or does not fit leaves no run behind.
         origin = warm_start(settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=checkpointer.latest)
 
         def distributed_train_dataset(**epochs):
             return strategy.experimental_distribute_dataset(
-                training_data.train_dataset(global_batch, settings.seed, **epochs))
+                training_data.train_dataset(global_batch, settings.seed, **epochs)
+            )
 
         test_batches = training_data.test_dataset(global_batch)
         if settings.strategy.name == "parameter_server":
             coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-            loop = CoordinatorLoop(steps, coordinator, _worker_dataset_fn(training_data, global_batch, settings.seed),
-                                   steps_per_epoch)
+            loop = CoordinatorLoop(
+                steps, coordinator, _worker_dataset_fn(training_data, global_batch, settings.seed), steps_per_epoch
+            )
             evaluate = make_evaluate(steps, test_batches, inline=True)
         else:
-            loop = make_loop(settings.loop.style, steps, distributed_train_dataset, steps_per_epoch,
-                             settings.loop.steps_per_call, done_epochs, int(checkpointer.partial.steps.numpy()))
+            loop = make_loop(
+                settings.loop.style,
+                steps,
+                distributed_train_dataset,
+                steps_per_epoch,
+                settings.loop.steps_per_call,
+                done_epochs,
+                int(checkpointer.partial.steps.numpy()),
+            )
             evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
-        return cls(run_dir, task, strategy, training_data, experiment, state, loop, evaluate, test_batches,
-                   checkpointer, done_epochs, global_batch, steps_per_epoch, target_lr,
-                   origin.tags if origin else {}, workers)
+        return cls(
+            run_dir,
+            task,
+            strategy,
+            training_data,
+            experiment,
+            state,
+            loop,
+            evaluate,
+            test_batches,
+            checkpointer,
+            done_epochs,
+            global_batch,
+            steps_per_epoch,
+            target_lr,
+            origin.tags if origin else {},
+            workers,
+        )
 
     def end_actions(self, settings: Settings, config: Mapping[str, Any], tracker, run_id: str) -> list:
         """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration."""
         if not self.task.chief:  # the kept checkpoint is the chief's
             return []
-        restored = RestoreAndEvaluate(self.checkpointer, self.experiment.build_model, self.test_batches, tracker,
-                                      settings.epochs)
-        actions: list = [restored, PlotCurves(tracker, curves_path(self.run_dir),
-                                              f"{settings.strategy.name}, global batch {self.global_batch}")]
+        restored = RestoreAndEvaluate(
+            self.checkpointer, self.experiment.build_model, self.test_batches, tracker, settings.epochs
+        )
+        actions: list = [
+            restored,
+            PlotCurves(
+                tracker, curves_path(self.run_dir), f"{settings.strategy.name}, global batch {self.global_batch}"
+            ),
+        ]
         if settings.mlflow.log_model:
-            actions.append(LogModel(restored, self.experiment.export_model, self.data.raw_examples(5), tracker, run_id,
-                                    settings.epochs))
+            actions.append(
+                LogModel(
+                    restored, self.experiment.export_model, self.data.raw_examples(5), tracker, run_id, settings.epochs
+                )
+            )
         if settings.mlflow.register:
             from runner.sweeps.terms import lower_is_better, objective_name
 
             objective = objective_name(config)
-            actions.append(RegisterModel(settings.mlflow.registered_model_name, objective, lower_is_better(objective),
-                                         tracker, run_id))
+            actions.append(
+                RegisterModel(
+                    settings.mlflow.registered_model_name, objective, lower_is_better(objective), tracker, run_id
+                )
+            )
         return actions
 
     def train(self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker) -> RunResult:
@@ -176,25 +222,52 @@ class Trainer:
         guard = CoordinatedPreemption(self.strategy.cluster_resolver) if coordinated else PreemptionGuard()
         with guard.installed():
             with guard.deferred():
-                run_id = tracker.start(self.run_dir, {**flatten(config), "num_replicas": replicas,
-                                                      "global_batch_size": self.global_batch,
-                                                      "learning_rate": self.learning_rate},
-                                       tags={GPU_TAG: ", ".join(gpu_models()) or "none", **self.origin_tags})
+                run_id = tracker.start(
+                    self.run_dir,
+                    {
+                        **flatten(config),
+                        "num_replicas": replicas,
+                        "global_batch_size": self.global_batch,
+                        "learning_rate": self.learning_rate,
+                    },
+                    tags={GPU_TAG: ", ".join(gpu_models()) or "none", **self.origin_tags},
+                )
             if task.chief:
-                log.info("MLflow run %s in experiment %r at %s; outputs in %s",
-                         run_id, settings.mlflow.experiment_name, tracker.tracking_uri, self.run_dir)
+                log.info(
+                    "MLflow run %s in experiment %r at %s; outputs in %s",
+                    run_id,
+                    settings.mlflow.experiment_name,
+                    tracker.tracking_uri,
+                    self.run_dir,
+                )
             else:
                 log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
-            log.info("strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
-                     settings.strategy.name, replicas, self.global_batch, self.learning_rate, self.steps_per_epoch,
-                     f"; resuming after epoch {self.done_epochs}{_and_steps(checkpointer, self.loop)} from "
-                     f"{checkpointer.latest}" if checkpointer.latest else "")
+            log.info(
+                "strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
+                settings.strategy.name,
+                replicas,
+                self.global_batch,
+                self.learning_rate,
+                self.steps_per_epoch,
+                f"; resuming after epoch {self.done_epochs}{_and_steps(checkpointer, self.loop)} from "
+                f"{checkpointer.latest}"
+                if checkpointer.latest
+                else "",
+            )
             if self.input_workers > 1:
                 log.info("%s", sharding_line(settings.dataset.name, self.data, self.input_workers))
             actions = self.end_actions(settings, config, tracker, run_id)
-            controller = Controller(self.state, self.loop, self.evaluate, checkpointer,
-                                    EpochProgress(settings.epochs, settings.progress if task.chief else False), [tracker],
-                                    settings.epochs, guard, end_actions=actions)
+            controller = Controller(
+                self.state,
+                self.loop,
+                self.evaluate,
+                checkpointer,
+                EpochProgress(settings.epochs, settings.progress if task.chief else False),
+                [tracker],
+                settings.epochs,
+                guard,
+                end_actions=actions,
+            )
             if coordinated:
                 guard.save = controller.save_for_preemption
                 guard.step = lambda: int(self.state.optimizer.iterations.numpy())
@@ -215,16 +288,20 @@ class Trainer:
                         f"(SIGTERM), in step with every worker; the chief saved "
                         f"{os.path.join(checkpointer.directory, f'ckpt-{error.step}')} and marks the job's MLflow "
                         f"run KILLED and resumable: start every task again with the same command and "
-                        f"hydra.run.dir={self.run_dir}")
+                        f"hydra.run.dir={self.run_dir}"
+                    )
                 if isinstance(error, AgreedStop):
                     return Preempted(
                         f"stopped at global step {error.step} for the preemption of {error.signalled} (SIGTERM), "
                         f"every worker in step, after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
                         f"and resumable: start every task again with the same command and "
-                        f"hydra.run.dir={self.run_dir}")
+                        f"hydra.run.dir={self.run_dir}"
+                    )
                 if isinstance(error, Preempted):
-                    return Preempted(f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is "
-                                     f"KILLED and resumable: re-run the same command with hydra.run.dir={self.run_dir}")
+                    return Preempted(
+                        f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is "
+                        f"KILLED and resumable: re-run the same command with hydra.run.dir={self.run_dir}"
+                    )
                 if isinstance(error, _PEER_FAILURES) and task.type is not None:  # one process: no peer to blame
                     failure = _peer_failure(error, task, controller.epoch, checkpointer.latest, self.run_dir)
                     # Free TensorFlow's frames now: they hold the thread pool of the aborted all-reduce, which would
@@ -242,16 +319,16 @@ class Trainer:
                 histories = tracker.metric_histories() if task.chief else {}
         final_metrics = {key: points[-1][1] for key, points in histories.items()}
         eval_accuracy = actions[0].accuracy if actions else float("nan")
-        return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, self.global_batch,
-                         self.learning_rate)
+        return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, self.global_batch, self.learning_rate)
 
 
 # What a collective or a remote op raises when another task of the cluster died or stopped answering.
 _PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError)
 
 
-def _peer_failure(error: tf.errors.OpError, task: Task, epoch: int | None, latest: str | None, run_dir: str
-                  ) -> RunnerError:
+def _peer_failure(
+    error: tf.errors.OpError, task: Task, epoch: int | None, latest: str | None, run_dir: str
+) -> RunnerError:
     """The one paragraph for a cluster that lost a task mid-run (TensorFlow's message names the task)."""
     reason = " ".join(re.sub(r"\{\{[^}]*\}\}", " ", _without_stack(error.message)).split())
     if len(reason) > 400:
@@ -304,7 +381,8 @@ def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:
     if training_data.train_examples is None:
         raise RunnerError(
             f"dataset.name={training_data.spec.name!r} streams examples without saying how many there are, so an "
-            "epoch has no natural end. Fix: pass loop.steps_per_epoch=N, or dataset.train_examples=N.")
+            "epoch has no natural end. Fix: pass loop.steps_per_epoch=N, or dataset.train_examples=N."
+        )
     return batches_per_epoch(training_data.train_examples, global_batch)
 
 
@@ -316,8 +394,9 @@ def _worker_dataset_fn(training_data: TrainingData, global_batch: int, seed: int
         # worker's clock when it builds the dataset makes each worker shuffle differently, instead of all
         # training on the same batches (asynchronous training is not reproducible anyway).
         worker_seed = seed + tf.cast(tf.timestamp() * 1e6, tf.int64) % 2**31
-        return training_data.train_dataset(context.get_per_replica_batch_size(global_batch), worker_seed,
-                                           epochs=None, input_context=context)
+        return training_data.train_dataset(
+            context.get_per_replica_batch_size(global_batch), worker_seed, epochs=None, input_context=context
+        )
 
     return dataset_fn
 

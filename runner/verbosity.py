@@ -26,8 +26,8 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 # C++ lines TensorFlow prints while it loads on a machine without a GPU: absl's note that it is not
 # initialised, any INFO line (absl's format: I<mmdd> <time> <thread> <file>:<line>]), the CUDA probe's

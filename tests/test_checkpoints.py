@@ -26,8 +26,9 @@ STEPS = {1: 32, 2: 64, 3: 128}
 
 def _state() -> TrainingState:
     tf.keras.utils.set_random_seed(5)
-    return TrainingState.create(lambda: cnn((28, 28, 1), 10, weight_decay=0.0),
-                                lambda variables: prepare_optimizer(adam(1e-3), variables))
+    return TrainingState.create(
+        lambda: cnn((28, 28, 1), 10, weight_decay=0.0), lambda variables: prepare_optimizer(adam(1e-3), variables)
+    )
 
 
 def _checkpointer(directory: Path, state: TrainingState) -> Checkpointer:
@@ -87,8 +88,11 @@ DAMAGES = {
     "newest index empty": (_index(3, lambda n: 0), 2, "ckpt-128"),
     "newest data file missing": (lambda d: _files(d, 3)[0].unlink(), 2, "ckpt-128"),
     "state file empty": (lambda d: (d / "checkpoint").write_text(""), 3, "checkpoint state file"),
-    "state file garbled": (lambda d: (d / "checkpoint").write_bytes(b"model_checkpoint_path: \xff{{"), 3,
-                           "checkpoint state file"),
+    "state file garbled": (
+        lambda d: (d / "checkpoint").write_bytes(b"model_checkpoint_path: \xff{{"),
+        3,
+        "checkpoint state file",
+    ),
     "state file missing": (lambda d: (d / "checkpoint").unlink(), 3, "checkpoint state file"),
     "every data file cut": (_every_data_file, 0, "ckpt-32"),
 }

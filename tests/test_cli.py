@@ -13,16 +13,28 @@ from helpers.tracking import metric_history, mlflow_client
 # What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
 # note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers, and
 # matplotlib's on its first drawing on a machine (an empty font cache).
-NOISE = ("Could not find cuda drivers", "failed call to cuInit", "oneDNN custom operations", "absl::InitializeLog",
-         "Reduce to /job:localhost", "Using MirroredStrategy with devices", "Sharding callback", "[absl][INFO]",
-         "[tensorflow][INFO]", "INFO mlflow", "Creating initial MLflow database tables", "generated new fontManager",
-         "[matplotlib")
+NOISE = (
+    "Could not find cuda drivers",
+    "failed call to cuInit",
+    "oneDNN custom operations",
+    "absl::InitializeLog",
+    "Reduce to /job:localhost",
+    "Using MirroredStrategy with devices",
+    "Sharding callback",
+    "[absl][INFO]",
+    "[tensorflow][INFO]",
+    "INFO mlflow",
+    "Creating initial MLflow database tables",
+    "generated new fontManager",
+    "[matplotlib",
+)
 
 
 def _train_cli(tmp_path, name: str, *overrides: str, env: dict[str, str] | None = None):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run_cli(*SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / name}", *overrides,
-                   cwd=tmp_path, env=env)
+    done = run_cli(
+        *SMALL, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / name}", *overrides, cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
     return mlflow_client(uri), run_id, done.stdout + done.stderr
@@ -43,13 +55,15 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
     """The loss is summed per example and divided by the *global* batch, so splitting a batch of 64
     over two replicas of 32 must not change the maths."""
     # An empty matplotlib cache, as on a machine where nothing has drawn yet: building it is an INFO line.
-    client, single, output = _train_cli(tmp_path, "one", "strategy=one_device", "batch=64",
-                                        env={"MPLCONFIGDIR": str(tmp_path / "matplotlib")})
+    client, single, output = _train_cli(
+        tmp_path, "one", "strategy=one_device", "batch=64", env={"MPLCONFIGDIR": str(tmp_path / "matplotlib")}
+    )
     _assert_quiet(output, epochs=2)
     reference = [value for _, value in metric_history(client, single, "train_loss")]
     for strategy in ("mirrored", "central_storage"):
-        _, run_id, output = _train_cli(tmp_path, strategy, f"strategy={strategy}", "strategy.cpu_replicas=2",
-                                       "batch=32")
+        _, run_id, output = _train_cli(
+            tmp_path, strategy, f"strategy={strategy}", "strategy.cpu_replicas=2", "batch=32"
+        )
         _assert_quiet(output, epochs=2)  # without the "Reduce to ... then broadcast" lines of several replicas
         log_file = (tmp_path / strategy / "runner.log").read_text()
         assert "epoch 2/2: train_loss" in log_file and "[tensorflow][INFO]" not in log_file
@@ -57,7 +71,7 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
         assert (params["num_replicas"], params["global_batch_size"]) == ("2", "64"), strategy
         losses = [value for _, value in metric_history(client, run_id, "train_loss")]
         assert len(losses) == 2
-        for ours, theirs in zip(losses, reference):
+        for ours, theirs in zip(losses, reference, strict=False):
             assert abs(ours - theirs) / theirs < 1e-3, (strategy, losses, reference)
         assert client.get_run(run_id).info.status == "FINISHED"
     assert reference[1] < reference[0]
@@ -67,8 +81,9 @@ def test_two_replicas_match_one_replica_with_the_same_global_batch(tmp_path):
 @pytest.mark.parametrize("verbose", ["verbose=false", "verbose=true", "hydra.verbose=true"])
 def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path, verbose):
     """TensorFlow loads and probes for devices, then the paragraph; TensorFlow's INFO lines only when verbose."""
-    done = run_cli(*TINY, "strategy=tpu", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", verbose,
-                   cwd=tmp_path)
+    done = run_cli(
+        *TINY, "strategy=tpu", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", verbose, cwd=tmp_path
+    )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -95,11 +110,17 @@ def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
 
 @pytest.mark.parametrize(
     "override,named",
-    [("batch=0", "batch=0"), ("batch=-3", "batch=-3"), ("batch=abc", "batch='abc'"),
-     ("dataset.dir=/nowhere", "dataset.dir='/nowhere'"),
-     ("strategy=one_device strategy.cpu_replicas=2", "strategy.cpu_replicas=2"),
-     ("mlflow.experiment_name=", "mlflow.experiment_name=''"), ("optimizer.lr=nan", "optimizer.lr=nan"),
-     ("checkpoint=5", "checkpoint=5"), ("mlflow.run_name=[a]", "mlflow.run_name=['a']")],
+    [
+        ("batch=0", "batch=0"),
+        ("batch=-3", "batch=-3"),
+        ("batch=abc", "batch='abc'"),
+        ("dataset.dir=/nowhere", "dataset.dir='/nowhere'"),
+        ("strategy=one_device strategy.cpu_replicas=2", "strategy.cpu_replicas=2"),
+        ("mlflow.experiment_name=", "mlflow.experiment_name=''"),
+        ("optimizer.lr=nan", "optimizer.lr=nan"),
+        ("checkpoint=5", "checkpoint=5"),
+        ("mlflow.run_name=[a]", "mlflow.run_name=['a']"),
+    ],
 )
 def test_bad_input_exits_nonzero_with_one_paragraph_before_any_run(tmp_path, override, named):
     done = run_cli(*override.split(), f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path)
@@ -119,4 +140,5 @@ def test_unknown_group_option_names_it_and_lists_the_choices(tmp_path):
     assert done.stderr.strip() == (
         "error: strategy=mirroredd is not valid: the strategy group has no option 'mirroredd' (did you mean "
         "strategy=mirrored?); its options are central_storage, default, mirrored, multi_worker_mirrored, one_device, "
-        "parameter_server, tpu. Fix: pick one of them, e.g. strategy=mirrored."), done.stderr
+        "parameter_server, tpu. Fix: pick one of them, e.g. strategy=mirrored."
+    ), done.stderr

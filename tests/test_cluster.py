@@ -7,8 +7,8 @@ task), a bad TF_CONFIG, and a task killed mid-run. Nothing is mocked; the tasks 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +26,7 @@ from helpers.tracking import metric_history, only_run
 from runner.errors import RunnerError
 from runner.settings import from_config
 
+
 def _settings(*overrides: str):
     from omegaconf import OmegaConf
 
@@ -40,15 +41,31 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _cli(tmp_path: Path, name: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return subprocess.run([sys.executable, "-m", "runner", *TWO_EPOCHS, f"mlflow.tracking_uri={uri}",
-                           f"hydra.run.dir={tmp_path / name}", *overrides],
-                          cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            *TWO_EPOCHS,
+            f"mlflow.tracking_uri={uri}",
+            f"hydra.run.dir={tmp_path / name}",
+            *overrides,
+        ],
+        cwd=tmp_path,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _models(client, run) -> list[str]:
     """The ids of the models the run logged (a finished chief logs one)."""
-    return [model.model_id for model in client.search_logged_models([run.info.experiment_id])
-            if model.source_run_id == run.info.run_id]
+    return [
+        model.model_id
+        for model in client.search_logged_models([run.info.experiment_id])
+        if model.source_run_id == run.info.run_id
+    ]
 
 
 def _task_of(pid: int) -> dict | None:
@@ -90,9 +107,22 @@ class _Launcher:
         self.run_dir = tmp_path / "run"
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runner", *TWO_EPOCHS, f"mlflow.tracking_uri={uri}", f"hydra.run.dir={self.run_dir}",
-             "cluster=local", *overrides],
-            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                *TWO_EPOCHS,
+                f"mlflow.tracking_uri={uri}",
+                f"hydra.run.dir={self.run_dir}",
+                "cluster=local",
+                *overrides,
+            ],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
         self._reader.start()
@@ -105,8 +135,11 @@ class _Launcher:
             time.sleep(0.1)
 
     def task_pids(self) -> dict[str, int]:
-        return {f"{task['type']} {task['index']}": pid for pid in children(self.process.pid)
-                if (task := _task_of(pid)) is not None}
+        return {
+            f"{task['type']} {task['index']}": pid
+            for pid in children(self.process.pid)
+            if (task := _task_of(pid)) is not None
+        }
 
     def finish(self, timeout: float = 240) -> str:
         self.process.wait(timeout=timeout)
@@ -116,16 +149,22 @@ class _Launcher:
 
 # -- configuration and TF_CONFIG checks, in this process ----------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "overrides,named,hint",
-    [(["strategy=multi_worker_mirrored"], "cluster='none'", "cluster=local"),
-     (["strategy=parameter_server", "loop.steps_per_epoch=5"], "cluster='none'", "cluster=local"),
-     (["strategy=mirrored", "cluster=local"], "cluster='local'", "strategy=multi_worker_mirrored"),
-     (["strategy=parameter_server", "cluster=local"], "loop.steps_per_epoch=None", "loop.steps_per_epoch=50"),
-     (["strategy=mirrored", "strategy.communication=ring"], "strategy.communication='ring'", "multi_worker"),
-     (["strategy=multi_worker_mirrored", "cluster=local", "strategy.variable_partitioner.max_shards=2"],
-      "strategy.variable_partitioner.max_shards=2", "strategy=parameter_server"),
-     (["strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=0"], "cluster.workers=0", "workers=2")],
+    [
+        (["strategy=multi_worker_mirrored"], "cluster='none'", "cluster=local"),
+        (["strategy=parameter_server", "loop.steps_per_epoch=5"], "cluster='none'", "cluster=local"),
+        (["strategy=mirrored", "cluster=local"], "cluster='local'", "strategy=multi_worker_mirrored"),
+        (["strategy=parameter_server", "cluster=local"], "loop.steps_per_epoch=None", "loop.steps_per_epoch=50"),
+        (["strategy=mirrored", "strategy.communication=ring"], "strategy.communication='ring'", "multi_worker"),
+        (
+            ["strategy=multi_worker_mirrored", "cluster=local", "strategy.variable_partitioner.max_shards=2"],
+            "strategy.variable_partitioner.max_shards=2",
+            "strategy=parameter_server",
+        ),
+        (["strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=0"], "cluster.workers=0", "workers=2"),
+    ],
 )
 def test_cluster_settings_refuse_what_cannot_run(overrides, named, hint):
     with pytest.raises(RunnerError) as raised:
@@ -136,8 +175,14 @@ def test_cluster_settings_refuse_what_cannot_run(overrides, named, hint):
 
 
 def test_cluster_options_compose():
-    settings = _settings("strategy=parameter_server", "cluster=local", "cluster.workers=3", "cluster.ps=2",
-                         "loop.steps_per_epoch=50", "strategy.variable_partitioner.max_shards=2")
+    settings = _settings(
+        "strategy=parameter_server",
+        "cluster=local",
+        "cluster.workers=3",
+        "cluster.ps=2",
+        "loop.steps_per_epoch=50",
+        "strategy.variable_partitioner.max_shards=2",
+    )
     assert (settings.cluster.kind, settings.cluster.workers, settings.cluster.ps) == ("local", 3, 2)
     assert settings.strategy.variable_partitioner.max_shards == 2
     assert settings.strategy.variable_partitioner.min_shard_bytes == 256 << 10
@@ -146,24 +191,42 @@ def test_cluster_options_compose():
     assert _settings().cluster.kind == "none" and _settings().strategy.communication == "auto"
     # No all-reduce timeout unless asked for: each timed all-reduce holds a thread for the whole timeout.
     assert _settings("strategy=multi_worker_mirrored", "cluster=local").cluster.timeout_seconds is None
-    assert _settings("strategy=multi_worker_mirrored", "cluster=local",
-                     "cluster.timeout_seconds=60").cluster.timeout_seconds == 60.0
+    assert (
+        _settings(
+            "strategy=multi_worker_mirrored", "cluster=local", "cluster.timeout_seconds=60"
+        ).cluster.timeout_seconds
+        == 60.0
+    )
     with pytest.raises(RunnerError, match=r"cluster.timeout_seconds=0 is not valid.*Fix: .*or null"):
         _settings("strategy=multi_worker_mirrored", "cluster=local", "cluster.timeout_seconds=0")
 
 
 @pytest.mark.parametrize(
     "tf_config,strategy,problem",
-    [('{"cluster": {"worker": ["localhost:1"]', "multi_worker_mirrored", "is not valid JSON"),
-     ('["worker"]', "multi_worker_mirrored", "needs a \"cluster\" object"),
-     ('{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
-      "multi_worker_mirrored", "has a 'ps' job"),
-     ('{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
-      "parameter_server", "has no chief task"),
-     ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}',
-      "multi_worker_mirrored", "does not have"),
-     ('{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
-      "multi_worker_mirrored", "host:port")],
+    [
+        ('{"cluster": {"worker": ["localhost:1"]', "multi_worker_mirrored", "is not valid JSON"),
+        ('["worker"]', "multi_worker_mirrored", 'needs a "cluster" object'),
+        (
+            '{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
+            "multi_worker_mirrored",
+            "has a 'ps' job",
+        ),
+        (
+            '{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, "task": {"type": "worker", "index": 0}}',
+            "parameter_server",
+            "has no chief task",
+        ),
+        (
+            '{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}',
+            "multi_worker_mirrored",
+            "does not have",
+        ),
+        (
+            '{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
+            "multi_worker_mirrored",
+            "host:port",
+        ),
+    ],
 )
 def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
     from runner.clusters.roles import read_tf_config
@@ -175,7 +238,7 @@ def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
 
 
 def test_tf_config_roles():
-    from runner.clusters.roles import is_chief, _serves, read_tf_config
+    from runner.clusters.roles import _serves, is_chief, read_tf_config
 
     spec = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
     config = read_tf_config(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}}), "parameter_server")
@@ -192,11 +255,15 @@ def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
 
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    for name, value in {"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "node[1-2]",
-                        "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}.items():
+    for name, value in {
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_STEP_NODELIST": "node[1-2]",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    }.items():
         monkeypatch.setenv(name, value)
-    settings = _settings("strategy=parameter_server", "cluster=slurm", "loop.steps_per_epoch=5",
-                         "cluster.port_base=9000")
+    settings = _settings(
+        "strategy=parameter_server", "cluster=slurm", "loop.steps_per_epoch=5", "cluster.port_base=9000"
+    )
     roles = []
     for rank in range(4):
         monkeypatch.setenv("SLURM_PROCID", str(rank))
@@ -204,7 +271,10 @@ def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
         roles.append((task.type, task.index, task.chief))
     assert roles == [("chief", 0, True), ("ps", 0, False), ("worker", 0, False), ("worker", 1, False)]
     assert task.resolver.cluster_spec().as_dict() == {
-        "chief": ["node1:9000"], "ps": ["node1:9001"], "worker": ["node2:9000", "node2:9001"]}
+        "chief": ["node1:9000"],
+        "ps": ["node1:9001"],
+        "worker": ["node2:9000", "node2:9001"],
+    }
     assert task.resolver.num_accelerators() == {}
     monkeypatch.delenv("SLURM_PROCID")
     with pytest.raises(RunnerError, match=r"cluster=slurm could not read the SLURM job step .*Fix: start every task"):
@@ -302,14 +372,29 @@ def test_a_lost_peer_paragraph_keeps_tensorflows_cause_not_the_stack_of_the_grap
 
 # -- real clusters ------------------------------------------------------------------------------------------------
 
+
 def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_path):
-    malformed = _cli(tmp_path, "malformed", "strategy=multi_worker_mirrored", "cluster=tf_config",
-                     TF_CONFIG='{"cluster": {"worker": ["localhost:2222"]}, "task": ')
-    no_chief = _cli(tmp_path, "no-chief", "strategy=parameter_server", "cluster=tf_config", "loop.steps_per_epoch=5",
-                    TF_CONFIG=json.dumps({"cluster": {"worker": ["localhost:2222"], "ps": ["localhost:2223"]},
-                                          "task": {"type": "worker", "index": 0}}))
-    for done, start in ((malformed, "error: TF_CONFIG is not valid JSON"),
-                        (no_chief, "error: TF_CONFIG's cluster {")):
+    malformed = _cli(
+        tmp_path,
+        "malformed",
+        "strategy=multi_worker_mirrored",
+        "cluster=tf_config",
+        TF_CONFIG='{"cluster": {"worker": ["localhost:2222"]}, "task": ',
+    )
+    no_chief = _cli(
+        tmp_path,
+        "no-chief",
+        "strategy=parameter_server",
+        "cluster=tf_config",
+        "loop.steps_per_epoch=5",
+        TF_CONFIG=json.dumps(
+            {
+                "cluster": {"worker": ["localhost:2222"], "ps": ["localhost:2223"]},
+                "task": {"type": "worker", "index": 0},
+            }
+        ),
+    )
+    for done, start in ((malformed, "error: TF_CONFIG is not valid JSON"), (no_chief, "error: TF_CONFIG's cluster {")):
         assert done.returncode == 2, done.stderr[-2000:]
         assert "Traceback" not in done.stderr
         assert done.stderr.strip().startswith(start), done.stderr
@@ -323,8 +408,16 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     """Two processes of batch 32 all-reducing over gRPC do the maths of two in-process replicas of 32."""
     scratch = tmp_path / "tmp"  # the job's own temporary directory: where the non-chief's scratch saves go
     scratch.mkdir()
-    done = _cli(tmp_path, "mwms", "strategy=multi_worker_mirrored", "cluster=local", "cluster.workers=2", "batch=32",
-                WITH_MODEL, TMPDIR=str(scratch))
+    done = _cli(
+        tmp_path,
+        "mwms",
+        "strategy=multi_worker_mirrored",
+        "cluster=local",
+        "cluster.workers=2",
+        "batch=32",
+        WITH_MODEL,
+        TMPDIR=str(scratch),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     client, run = only_run(tmp_path)  # one MLflow run for the job, from the chief
     assert run.info.status == "FINISHED"
@@ -347,10 +440,18 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
 @pytest.mark.slow
 def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_path):
     """2 workers and 1 ps, variables split in two shards; worker 1 is killed mid-run and restarted."""
-    launcher = _Launcher(tmp_path, "strategy=parameter_server", "cluster.workers=2", "cluster.ps=1", "epochs=3",
-                         "loop.steps_per_epoch=30", "batch=32", WITH_MODEL,
-                         "strategy.variable_partitioner.max_shards=2",
-                         "strategy.variable_partitioner.min_shard_bytes=65536")
+    launcher = _Launcher(
+        tmp_path,
+        "strategy=parameter_server",
+        "cluster.workers=2",
+        "cluster.ps=1",
+        "epochs=3",
+        "loop.steps_per_epoch=30",
+        "batch=32",
+        WITH_MODEL,
+        "strategy.variable_partitioner.max_shards=2",
+        "strategy.variable_partitioner.min_shard_bytes=65536",
+    )
     launcher.wait_for("epoch 1/3")
     tasks = launcher.task_pids()
     assert sorted(tasks) == ["chief 0", "ps 0", "worker 0", "worker 1"]
@@ -422,8 +523,9 @@ def _threads(pid: int) -> int:
 @pytest.mark.slow
 def test_multi_worker_mirrored_keeps_no_thread_per_all_reduce(tmp_path):
     """A timed all-reduce holds a thread for the whole timeout: with one per step, a long run dies of it."""
-    launcher = _Launcher(tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2",
-                         "dataset.train_examples=4096", "epochs=3")  # 32 steps an epoch, several all-reduces each
+    launcher = _Launcher(
+        tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2", "dataset.train_examples=4096", "epochs=3"
+    )  # 32 steps an epoch, several all-reduces each
     launcher.wait_for("epoch 1/3")
     tasks = launcher.task_pids()
     after_one = {name: _threads(pid) for name, pid in tasks.items()}
@@ -443,12 +545,29 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     run_dir, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
     workers = [f"localhost:{port}" for port in free_ports(2)]
     logs = [open(tmp_path / f"worker-{index}.err", "w") for index in range(2)]
-    processes = [subprocess.Popen(
-        [sys.executable, "-m", "runner", *TWO_EPOCHS, "strategy=multi_worker_mirrored", "cluster=tf_config", "epochs=50",
-         "dataset.train_examples=2048", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
-        env=_env(TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})))
-        for index, log in enumerate(logs)]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                *TWO_EPOCHS,
+                "strategy=multi_worker_mirrored",
+                "cluster=tf_config",
+                "epochs=50",
+                "dataset.train_examples=2048",
+                f"mlflow.tracking_uri={uri}",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=_env(
+                TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+            ),
+        )
+        for index, log in enumerate(logs)
+    ]
     chief, worker = processes
     try:
         _wait_for_checkpoint(run_dir, chief)
@@ -457,7 +576,7 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
         chief.wait(timeout=120)
         assert time.monotonic() - frozen < 60
     finally:
-        for process, log in zip(processes, logs):
+        for process, log in zip(processes, logs, strict=True):
             process.kill()
             process.wait()
             log.close()
@@ -484,8 +603,13 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_the_rerun_fini
     """What a cloud provider does to one preempted VM: SIGTERM to worker 1 alone. Every worker stops at the
     step they agreed on, the chief saves it, the run is KILLED and resumable, and the same command finishes it
     with each epoch logged once."""
-    args = ("strategy=multi_worker_mirrored", "cluster.workers=2", "epochs=4", "dataset.train_examples=16384",
-            "checkpoint.every_epochs=1")
+    args = (
+        "strategy=multi_worker_mirrored",
+        "cluster.workers=2",
+        "epochs=4",
+        "dataset.train_examples=16384",
+        "checkpoint.every_epochs=1",
+    )
     launcher = _Launcher(tmp_path, *args)
     launcher.wait_for("epoch 2/4")
     tasks = launcher.task_pids()

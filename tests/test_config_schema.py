@@ -33,6 +33,7 @@ def _refusal(*arguments: str) -> str:
 
 # --- one default in one place -----------------------------------------------------------------------------------
 
+
 def test_settings_and_config_yaml_repeat_no_default():
     source = (REPO / "runner" / "settings.py").read_text()
     assert re.findall(r"\.get\(\"[\w.]+\", [^)]", source) == []  # a key looked up with a fallback of its own
@@ -41,8 +42,11 @@ def test_settings_and_config_yaml_repeat_no_default():
     for name in dir(settings):
         kind = getattr(settings, name)
         if dataclasses.is_dataclass(kind) and kind.__module__ == settings.__name__:
-            defaults = [field.name for field in dataclasses.fields(kind)
-                        if field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING]
+            defaults = [
+                field.name
+                for field in dataclasses.fields(kind)
+                if field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+            ]
             assert defaults == [], (name, defaults)
     config = OmegaConf.load(CONF / "config.yaml")
     assert set(config) == {"defaults", "hydra"}, set(config)
@@ -58,21 +62,35 @@ def test_every_key_of_the_composed_default_has_a_value_and_comes_from_the_schema
 
 # --- unknown keys and options ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arguments,starts,closest", [
-    (["+batch_size=128"], "+batch_size=128 is not valid: the config has no key 'batch_size'", "batch"),
-    (["epoch=1"], "epoch=1 is not valid: the config has no key 'epoch'", "epochs"),
-    (["mlflow.experment_name=x"], "mlflow.experment_name=x is not valid", "mlflow.experiment_name"),
-    (["+mlflow.system_metrics.interval=5"], "+mlflow.system_metrics.interval=5 is not valid",
-     "mlflow.system_metrics.interval_seconds"),
-    (["++strategy.device=[/cpu:0]"], "++strategy.device=[/cpu:0] is not valid", "strategy.devices"),
-    (["stratgy=one_device"], "stratgy=one_device is not valid", "strategy"),
-    (["hydra.run.dirr=x"], "hydra.run.dirr=x is not valid", "hydra.run.dir"),
-    (["loop=multistep"], "loop=multistep is not valid: the loop group has no option 'multistep'", "loop=multi_step"),
-    (["-m", "lr_scaling=none,lineer"], "lr_scaling=lineer is not valid: the lr_scaling group has no option",
-     "lr_scaling=linear"),
-    (["-m", "epoch=1,2"], "epoch=1 is not valid: the config has no key 'epoch'", "epochs"),
-    (["-m", "batch=32,64", "optimizer=adamm,sgd"], "optimizer=adamm is not valid", "optimizer=adam"),
-])
+
+@pytest.mark.parametrize(
+    "arguments,starts,closest",
+    [
+        (["+batch_size=128"], "+batch_size=128 is not valid: the config has no key 'batch_size'", "batch"),
+        (["epoch=1"], "epoch=1 is not valid: the config has no key 'epoch'", "epochs"),
+        (["mlflow.experment_name=x"], "mlflow.experment_name=x is not valid", "mlflow.experiment_name"),
+        (
+            ["+mlflow.system_metrics.interval=5"],
+            "+mlflow.system_metrics.interval=5 is not valid",
+            "mlflow.system_metrics.interval_seconds",
+        ),
+        (["++strategy.device=[/cpu:0]"], "++strategy.device=[/cpu:0] is not valid", "strategy.devices"),
+        (["stratgy=one_device"], "stratgy=one_device is not valid", "strategy"),
+        (["hydra.run.dirr=x"], "hydra.run.dirr=x is not valid", "hydra.run.dir"),
+        (
+            ["loop=multistep"],
+            "loop=multistep is not valid: the loop group has no option 'multistep'",
+            "loop=multi_step",
+        ),
+        (
+            ["-m", "lr_scaling=none,lineer"],
+            "lr_scaling=lineer is not valid: the lr_scaling group has no option",
+            "lr_scaling=linear",
+        ),
+        (["-m", "epoch=1,2"], "epoch=1 is not valid: the config has no key 'epoch'", "epochs"),
+        (["-m", "batch=32,64", "optimizer=adamm,sgd"], "optimizer=adamm is not valid", "optimizer=adam"),
+    ],
+)
 def test_an_unknown_key_or_option_names_the_closest_valid_one(arguments, starts, closest):
     message = _refusal(*arguments)
     assert message.startswith(starts), message
@@ -106,30 +124,56 @@ def test_a_normal_command_line_is_checked_in_well_under_a_second():
 def test_each_value_of_a_swept_key_or_group_is_checked():
     assert _refusal("-m", "batch=32,abc").startswith("batch='abc' is not valid: it must be a positive integer")
     assert _refusal("-m", "optimizer=sgd,adamw", "optimizer.momentum=0.5").startswith(
-        "optimizer.momentum is not valid: runner.builtins.optimizers.adamw takes no argument 'momentum'")
+        "optimizer.momentum is not valid: runner.builtins.optimizers.adamw takes no argument 'momentum'"
+    )
     assert _refusal("-m", "model.weight_decay=0,1", "+model.depth=1,2").startswith("model.depth is not valid")
 
 
 # --- values of the wrong type: runner.settings' paragraph --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def defaults() -> dict:
     return OmegaConf.to_container(compose([]), resolve=True)
 
 
-@pytest.mark.parametrize("override", [
-    "batch=abc", "batch=2.5", "batch=", "epochs=1e9", "checkpoint=5", "mlflow=5", "sweep=5", "mlflow.run_name=[a]",
-    "mlflow.experiment_name=null", "mlflow.experiment_name=[a,b]", "strategy.variable_partitioner=5",
-    "mlflow.system_metrics=5", "loop.steps_per_call=", "dataset.train_examples=many", "strategy.cpu_replicas=two",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "batch=abc",
+        "batch=2.5",
+        "batch=",
+        "epochs=1e9",
+        "checkpoint=5",
+        "mlflow=5",
+        "sweep=5",
+        "mlflow.run_name=[a]",
+        "mlflow.experiment_name=null",
+        "mlflow.experiment_name=[a,b]",
+        "strategy.variable_partitioner=5",
+        "mlflow.system_metrics=5",
+        "loop.steps_per_call=",
+        "dataset.train_examples=many",
+        "strategy.cpu_replicas=two",
+    ],
+)
 def test_a_value_the_schema_refuses_gets_the_settings_paragraph(defaults, override):
     with pytest.raises(RunnerError) as expected:
         from_config(overridden(defaults, override))
     assert _refusal(override) == str(expected.value)
 
 
-@pytest.mark.parametrize("override", ["progress=1", "runtime.deterministic=1", "mlflow.register=yes", "strategy.tpu=5",
-                                      "optimizer.lr='0.5'", "cluster.timeout_seconds=0"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "progress=1",
+        "runtime.deterministic=1",
+        "mlflow.register=yes",
+        "strategy.tpu=5",
+        "optimizer.lr='0.5'",
+        "cluster.timeout_seconds=0",
+    ],
+)
 def test_omegaconf_does_not_coerce_what_the_settings_refuse(defaults, override):
     """The schema lets these through as typed, so that runner.settings refuses them with the value as given."""
     config = OmegaConf.to_container(compose([override]), resolve=True)
@@ -141,6 +185,7 @@ def test_omegaconf_does_not_coerce_what_the_settings_refuse(defaults, override):
 
 
 # --- through python -m runner: exit 2, one paragraph, no MLflow run -----------------------------------------------
+
 
 def _runs(db: Path) -> int:
     """How many runs the sqlite store holds (0 when the command never created it)."""
@@ -157,8 +202,14 @@ def _with_tiny(arguments: list[str]) -> list[str]:
 
 def _refused(tmp_path, *arguments: str, env: dict[str, str] | None = None) -> str:
     db = tmp_path / "mlflow.db"
-    done = run_cli(*arguments, f"mlflow.tracking_uri=sqlite:///{db}", f"hydra.run.dir={tmp_path / 'run'}",
-                   f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, env=env)
+    done = run_cli(
+        *arguments,
+        f"mlflow.tracking_uri=sqlite:///{db}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -167,17 +218,25 @@ def _refused(tmp_path, *arguments: str, env: dict[str, str] | None = None) -> st
     return lines[0].removeprefix("error: ")
 
 
-@pytest.mark.parametrize("arguments,starts", [
-    (["+batch_size=128"], "+batch_size=128 is not valid: the config has no key 'batch_size' (did you mean batch?)"),
-    (["epoch=1"], "epoch=1 is not valid: the config has no key 'epoch' (did you mean epochs?)"),
-    (["loop=multistep"], "loop=multistep is not valid: the loop group has no option 'multistep' (did you mean "
-                         "loop=multi_step?)"),
-    (["model.hiden=32"], "model.hiden is not valid: runner.builtins.models.cnn takes no argument 'hiden'"),
-    (["progress=1"], "progress=1 is not valid: it must be true or false"),
-    (["-m", "lr_scaling=none,lineer"], "lr_scaling=lineer is not valid: the lr_scaling group has no option 'lineer'"),
-    (["-m", "epoch=1,2"], "epoch=1 is not valid: the config has no key 'epoch' (did you mean epochs?)"),
-    (["-m", "batch=32,64", "model.hiden=32"], "model.hiden is not valid"),
-])
+@pytest.mark.parametrize(
+    "arguments,starts",
+    [
+        (["+batch_size=128"], "+batch_size=128 is not valid: the config has no key 'batch_size' (did you mean batch?)"),
+        (["epoch=1"], "epoch=1 is not valid: the config has no key 'epoch' (did you mean epochs?)"),
+        (
+            ["loop=multistep"],
+            "loop=multistep is not valid: the loop group has no option 'multistep' (did you mean loop=multi_step?)",
+        ),
+        (["model.hiden=32"], "model.hiden is not valid: runner.builtins.models.cnn takes no argument 'hiden'"),
+        (["progress=1"], "progress=1 is not valid: it must be true or false"),
+        (
+            ["-m", "lr_scaling=none,lineer"],
+            "lr_scaling=lineer is not valid: the lr_scaling group has no option 'lineer'",
+        ),
+        (["-m", "epoch=1,2"], "epoch=1 is not valid: the config has no key 'epoch' (did you mean epochs?)"),
+        (["-m", "batch=32,64", "model.hiden=32"], "model.hiden is not valid"),
+    ],
+)
 def test_the_command_refuses_before_hydra_and_before_a_sweeps_parent_run(tmp_path, arguments, starts):
     assert _refused(tmp_path, *_with_tiny(arguments)).startswith(starts)
 
@@ -188,11 +247,13 @@ def test_a_sweep_started_from_another_config_dir_is_checked_by_its_callback(tmp_
     extra = tmp_path / "extra_conf"
     extra.mkdir()
     base = ["--config-dir", str(extra), "-m", *TINY, "batch=32,64"]
-    assert _refused(tmp_path, *base, "+batch_size=1").startswith("+batch_size=1 is not valid: the config has no key 'batch_size' (did you mean batch?)")
+    assert _refused(tmp_path, *base, "+batch_size=1").startswith(
+        "+batch_size=1 is not valid: the config has no key 'batch_size' (did you mean batch?)"
+    )
     assert _refused(tmp_path, *base, "+model.hiden=1").startswith("model.hiden is not valid")
 
 
-USER_TARGETS = '''
+USER_TARGETS = """
 def mlp(input_shape, num_classes, hidden=32, weight_decay=0.0):
     import tensorflow as tf
     return tf.keras.Sequential([tf.keras.layers.Flatten(input_shape=input_shape), tf.keras.layers.Dense(hidden),
@@ -205,7 +266,7 @@ def not_a_model(input_shape, num_classes, weight_decay=0.0):
 
 def broken(input_shape, num_classes, weight_decay=0.0):
     raise ValueError("the lab's model needs 3 channels")
-'''
+"""
 
 
 @pytest.fixture
@@ -215,28 +276,46 @@ def user_targets(tmp_path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
 
 
-@pytest.mark.parametrize("arguments,starts", [
-    (["model._target_=mylab_targets.mlp", "model.hiden=8"],
-     "model.hiden is not valid: mylab_targets.mlp takes no argument 'hiden' (did you mean model.hidden?)"),
-    (["model._target_=mylab_nowhere.mlp"], "model._target_='mylab_nowhere.mlp' could not be imported"),
-    (["model._target_=mylab_targets.mpl"], "model._target_='mylab_targets.mpl' is not valid: module mylab_targets "
-                                           "has no 'mpl' (did you mean mylab_targets.mlp?)"),
-    (["strategy=multi_worker_mirrored", "cluster=local", "model._target_=mylab_targets.mlp", "model.hiden=8"],
-     "model.hiden is not valid"),
-    (["-m", "batch=32,64", "model._target_=mylab_targets.mlp,mylab_nowhere.mlp"],
-     "model._target_='mylab_nowhere.mlp' could not be imported"),
-])
+@pytest.mark.parametrize(
+    "arguments,starts",
+    [
+        (
+            ["model._target_=mylab_targets.mlp", "model.hiden=8"],
+            "model.hiden is not valid: mylab_targets.mlp takes no argument 'hiden' (did you mean model.hidden?)",
+        ),
+        (["model._target_=mylab_nowhere.mlp"], "model._target_='mylab_nowhere.mlp' could not be imported"),
+        (
+            ["model._target_=mylab_targets.mpl"],
+            "model._target_='mylab_targets.mpl' is not valid: module mylab_targets "
+            "has no 'mpl' (did you mean mylab_targets.mlp?)",
+        ),
+        (
+            ["strategy=multi_worker_mirrored", "cluster=local", "model._target_=mylab_targets.mlp", "model.hiden=8"],
+            "model.hiden is not valid",
+        ),
+        (
+            ["-m", "batch=32,64", "model._target_=mylab_targets.mlp,mylab_nowhere.mlp"],
+            "model._target_='mylab_nowhere.mlp' could not be imported",
+        ),
+    ],
+)
 def test_a_user_targets_bad_argument_or_path_is_refused_before_any_run(tmp_path, user_targets, arguments, starts):
     assert _refused(tmp_path, *_with_tiny(arguments), env=user_targets).startswith(starts)
     assert not (tmp_path / "run" / "tasks").exists()  # cluster=local started no task
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target,starts", [
-    ("not_a_model", "model._target_='mylab_targets.not_a_model' returned builtins.int, not a tf_keras model"),
-    ("broken", "model._target_='mylab_targets.broken' raised ValueError when the runner called it: the lab's model "
-               "needs 3 channels"),
-])
+@pytest.mark.parametrize(
+    "target,starts",
+    [
+        ("not_a_model", "model._target_='mylab_targets.not_a_model' returned builtins.int, not a tf_keras model"),
+        (
+            "broken",
+            "model._target_='mylab_targets.broken' raised ValueError when the runner called it: the lab's model "
+            "needs 3 channels",
+        ),
+    ],
+)
 def test_a_user_target_that_fails_when_called_is_refused_before_any_run(tmp_path, user_targets, target, starts):
     message = _refused(tmp_path, *TINY, f"model._target_=mylab_targets.{target}", env=user_targets)
     assert message.startswith(starts), message
@@ -244,12 +323,14 @@ def test_a_user_target_that_fails_when_called_is_refused_before_any_run(tmp_path
 
 # --- hardware the machine does not have ------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a machine with GPUs has /gpu:0")
 def test_devices_the_machine_does_not_have_are_refused(tmp_path):
     message = _refused(tmp_path, *TINY, "strategy.devices=[/gpu:0,/gpu:1]")
-    assert message.startswith("strategy.devices=['/gpu:0', '/gpu:1'] is not valid: this machine has no /gpu:0, "
-                              "/gpu:1; TensorFlow sees /cpu:0"), message
+    assert message.startswith(
+        "strategy.devices=['/gpu:0', '/gpu:1'] is not valid: this machine has no /gpu:0, /gpu:1; TensorFlow sees /cpu:0"
+    ), message
 
 
 @pytest.mark.slow

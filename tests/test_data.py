@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -110,8 +109,7 @@ def test_input_pipelines_take_disjoint_shards():
     arrays = load_data(_settings(name="synthetic", train_examples=64, test_examples=10), seed=0)
     shards = []
     for pipeline in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
-                                             num_replicas_in_sync=2)
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
         dataset = arrays.train_dataset(8, 0, input_context=context)
         shards.append([image.tobytes() for images, _ in dataset for image in images.numpy()])
     assert len(shards[0]) == len(shards[1]) == 32

@@ -25,8 +25,16 @@ def images(count: int, shape=SHAPE, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (count, *shape), dtype=np.uint8)
 
 
-def write_tfrecords(directory, prefix: str, files: int, per_file: int, shape=SHAPE, encoding: str = "raw",
-                    classes: int = 3, label_offset: int = 0) -> list[np.ndarray]:
+def write_tfrecords(
+    directory,
+    prefix: str,
+    files: int,
+    per_file: int,
+    shape=SHAPE,
+    encoding: str = "raw",
+    classes: int = 3,
+    label_offset: int = 0,
+) -> list[np.ndarray]:
     """Files prefix-0.tfrecord, ...; the first two pixels of every image are (file index, record index), so
     a test can tell which file an example came from. Returns each file's images."""
     written = []
@@ -36,25 +44,39 @@ def write_tfrecords(directory, prefix: str, files: int, per_file: int, shape=SHA
         flat[:, 0], flat[:, 1] = index, np.arange(per_file)
         with tf.io.TFRecordWriter(str(directory / f"{prefix}-{index}.tfrecord")) as writer:
             for number, image in enumerate(pixels):
-                data = image.tobytes() if encoding == "raw" else tf.io.encode_png(
-                    image if image.ndim == 3 else image[..., None]).numpy()
-                feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                           "label": tf.train.Feature(int64_list=tf.train.Int64List(
-                               value=[(number + index) % classes + label_offset]))}
+                data = (
+                    image.tobytes()
+                    if encoding == "raw"
+                    else tf.io.encode_png(image if image.ndim == 3 else image[..., None]).numpy()
+                )
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                    "label": tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[(number + index) % classes + label_offset])
+                    ),
+                }
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
         written.append(pixels)
     return written
 
 
 def tfrecord_options(directory, **keys) -> list[str]:
-    options = {"train_files": f"'{directory}/train-*.tfrecord'", "test_files": f"'{directory}/test-*.tfrecord'",
-               "image_shape": f"[{','.join(map(str, SHAPE))}]", **keys}
+    options = {
+        "train_files": f"'{directory}/train-*.tfrecord'",
+        "test_files": f"'{directory}/test-*.tfrecord'",
+        "image_shape": f"[{','.join(map(str, SHAPE))}]",
+        **keys,
+    }
     return ["dataset=tfrecord", *(f"dataset.{key}={value}" for key, value in options.items())]
 
 
 def tfrecord_data(directory, workers: int = 1, **keys):
-    options = {"train_files": f"'{directory}/train-*.tfrecord'", "test_files": f"'{directory}/test-*.tfrecord'",
-               "image_shape": f"[{','.join(map(str, SHAPE))}]", **keys}
+    options = {
+        "train_files": f"'{directory}/train-*.tfrecord'",
+        "test_files": f"'{directory}/test-*.tfrecord'",
+        "image_shape": f"[{','.join(map(str, SHAPE))}]",
+        **keys,
+    }
     return load_data(dataset_settings("tfrecord", **options), seed=0, workers=workers)
 
 
@@ -69,8 +91,13 @@ def write_image_folder(root, per_class: int = 4, classes=("cat", "dog"), size=(1
 
 def write_npz(path, train: int = 40, test: int = 12, **replace) -> None:
     rng = np.random.default_rng(1)
-    arrays = {"x_train": images(train), "y_train": rng.integers(0, 4, train), "x_test": images(test, seed=2),
-              "y_test": rng.integers(0, 4, test), **replace}
+    arrays = {
+        "x_train": images(train),
+        "y_train": rng.integers(0, 4, train),
+        "x_test": images(test, seed=2),
+        "y_test": rng.integers(0, 4, test),
+        **replace,
+    }
     np.savez(path, **arrays)
 
 
@@ -82,20 +109,30 @@ def origin(batch) -> list[tuple[int, int]]:
 
 def stream_of_examples(count: int = 64, seed: int = 0) -> DataSplits:
     """A callable's own tf.data datasets of unknown length (a generator), as a user might write."""
+
     def split(size: int, offset: int):
         pixels, labels = images(size, seed=seed + offset), np.arange(size) % 3
-        return tf.data.Dataset.from_generator(lambda: iter(zip(pixels, labels)), output_signature=(
-            tf.TensorSpec(SHAPE, tf.uint8), tf.TensorSpec((), tf.int64)))
+        return tf.data.Dataset.from_generator(
+            lambda: iter(zip(pixels, labels, strict=True)),
+            output_signature=(tf.TensorSpec(SHAPE, tf.uint8), tf.TensorSpec((), tf.int64)),
+        )
 
     return DataSplits(split(count, 0), split(count // 2, 1), num_classes=3)
 
 
 # ---- every kind trains ----------------------------------------------------------------------------------
 
+
 def _inputs(tracking_uri, run_id) -> dict[str, dict]:
     run = mlflow_client(tracking_uri).get_run(run_id)
-    return {item.dataset.name: {"digest": item.dataset.digest, "source": json.loads(item.dataset.source),
-                                "source_type": item.dataset.source_type} for item in run.inputs.dataset_inputs}
+    return {
+        item.dataset.name: {
+            "digest": item.dataset.digest,
+            "source": json.loads(item.dataset.source),
+            "source_type": item.dataset.source_type,
+        }
+        for item in run.inputs.dataset_inputs
+    }
 
 
 @pytest.mark.slow
@@ -125,8 +162,9 @@ def test_image_folder_trains_and_its_model_takes_uint8_images(tmp_path, train, t
     import mlflow
 
     write_image_folder(tmp_path / "images")
-    result = train("strategy=one_device", "dataset=image_folder", f"dataset.dir={tmp_path / 'images'}",
-                   "mlflow.log_model=true")
+    result = train(
+        "strategy=one_device", "dataset=image_folder", f"dataset.dir={tmp_path / 'images'}", "mlflow.log_model=true"
+    )
     assert result.history[-1].train_loss > 0
     mlflow.set_tracking_uri(tracking_uri)
     signature = mlflow.models.get_model_info(f"runs:/{result.run_id}/model").signature
@@ -145,6 +183,7 @@ def test_a_callables_stream_of_unknown_length_needs_steps_per_epoch(train):
 
 
 # ---- bad files: one paragraph each ----------------------------------------------------------------------
+
 
 def _bad_npz(tmp_path):
     write_npz(tmp_path / "x.npz", y_train=np.full(40, 7))
@@ -166,15 +205,21 @@ def _no_path(tmp_path):
 
 def _empty_glob(tmp_path):
     write_tfrecords(tmp_path, "test", 1, 5)
-    return "dataset.train_files=", dict(kind="tfrecord", train_files=f"'{tmp_path}/nothing-*.tfrecord'",
-                                        test_files=f"'{tmp_path}/test-*.tfrecord'")
+    return "dataset.train_files=", dict(
+        kind="tfrecord", train_files=f"'{tmp_path}/nothing-*.tfrecord'", test_files=f"'{tmp_path}/test-*.tfrecord'"
+    )
 
 
 def _tfrecords(tmp_path, **keys):
     write_tfrecords(tmp_path, "train", 2, 5)
     write_tfrecords(tmp_path, "test", 1, 5)
-    return dict(kind="tfrecord", train_files=f"'{tmp_path}/train-*.tfrecord'",
-                test_files=f"'{tmp_path}/test-*.tfrecord'", image_shape="[16,16]", **keys)
+    return dict(
+        kind="tfrecord",
+        train_files=f"'{tmp_path}/train-*.tfrecord'",
+        test_files=f"'{tmp_path}/test-*.tfrecord'",
+        image_shape="[16,16]",
+        **keys,
+    )
 
 
 def _wrong_key(tmp_path):
@@ -202,8 +247,21 @@ def _no_test_folder(tmp_path):
     return "dataset.dir=", dict(kind="image_folder", dir=tmp_path / "images")
 
 
-@pytest.mark.parametrize("case", [_bad_npz, _npz_without_key, _missing_npz, _no_path, _empty_glob, _wrong_key, _wrong_shape,
-                                  _labels_out_of_range, _not_a_tfrecord, _no_test_folder])
+@pytest.mark.parametrize(
+    "case",
+    [
+        _bad_npz,
+        _npz_without_key,
+        _missing_npz,
+        _no_path,
+        _empty_glob,
+        _wrong_key,
+        _wrong_shape,
+        _labels_out_of_range,
+        _not_a_tfrecord,
+        _no_test_folder,
+    ],
+)
 def test_a_bad_file_is_one_paragraph_naming_the_key(tmp_path, case):
     key, options = case(tmp_path)
     kind = options.pop("kind")
@@ -216,9 +274,14 @@ def test_a_bad_file_is_one_paragraph_naming_the_key(tmp_path, case):
 def test_a_bad_file_exits_2_through_the_command(tmp_path):
     write_tfrecords(tmp_path, "train", 1, 4)
     write_tfrecords(tmp_path, "test", 1, 4)
-    finished = run_cli("strategy=one_device", *tfrecord_options(tmp_path, label_key="class"), "epochs=1",
-                       f"hydra.run.dir={tmp_path / 'run'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
-                       cwd=tmp_path)
+    finished = run_cli(
+        "strategy=one_device",
+        *tfrecord_options(tmp_path, label_key="class"),
+        "epochs=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
+        cwd=tmp_path,
+    )
     assert finished.returncode == 2, finished.stderr[-2000:]
     paragraph = [line for line in finished.stderr.splitlines() if "dataset.label_key='class'" in line]
     assert len(paragraph) == 1 and "Fix:" in paragraph[0], finished.stderr[-2000:]
@@ -226,9 +289,11 @@ def test_a_bad_file_exits_2_through_the_command(tmp_path):
 
 # ---- streaming: order, resume, prefixes -------------------------------------------------------------------
 
+
 def _epoch(data, epoch: int, seed: int = 7, batch: int = 8) -> list[tuple[int, int]]:
-    return [item for images_, _ in data.train_dataset(batch, seed, first_epoch=epoch, epochs=1)
-            for item in origin(images_)]
+    return [
+        item for images_, _ in data.train_dataset(batch, seed, first_epoch=epoch, epochs=1) for item in origin(images_)
+    ]
 
 
 def test_streamed_epochs_depend_only_on_seed_and_epoch(tmp_path):
@@ -278,13 +343,16 @@ def test_png_records_decode_to_the_images_written(tmp_path):
 
 # ---- sharding across workers ------------------------------------------------------------------------------
 
+
 def _worker_examples(data, workers: int, seed: int = 1, epoch: int = 1) -> list[list[tuple[int, int]]]:
     """What each MultiWorkerMirrored worker reads of one epoch: tf.data's auto-shard rewrite, as
     experimental_distribute_dataset applies it to each worker's copy (input_ops.auto_shard_dataset), under
     the policy the dataset's options carry."""
     dataset = data.train_dataset(8, seed, first_epoch=epoch, epochs=1)
-    return [[item for x, _ in input_ops.auto_shard_dataset(dataset, workers, index, workers) for item in origin(x)]
-            for index in range(workers)]
+    return [
+        [item for x, _ in input_ops.auto_shard_dataset(dataset, workers, index, workers) for item in origin(x)]
+        for index in range(workers)
+    ]
 
 
 def test_workers_read_disjoint_files_that_together_are_all_of_them(tmp_path):
@@ -296,7 +364,7 @@ def test_workers_read_disjoint_files_that_together_are_all_of_them(tmp_path):
     files = [{file for file, _ in examples} for examples in read]
     assert files[0].isdisjoint(files[1]) and files[0] | files[1] == {0, 1, 2, 3}
     # Every example of a worker's files, and nothing else: whole files, not every other example.
-    for examples, mine in zip(read, files):
+    for examples, mine in zip(read, files, strict=True):
         assert sorted(examples) == sorted((file, record) for file in mine for record in range(6))
     for epoch in (2, 3):  # another epoch, other files per worker, still a partition
         sets = [{file for file, _ in examples} for examples in _worker_examples(data, 2, epoch=epoch)]
@@ -319,8 +387,7 @@ def test_parameter_server_input_pipelines_read_their_own_files(tmp_path):
     data = tfrecord_data(tmp_path)
     files = []
     for pipeline in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
-                                             num_replicas_in_sync=2)
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
         files.append({file for x, _ in data.train_dataset(4, 0, input_context=context) for file, _ in origin(x)})
     assert files[0].isdisjoint(files[1]) and files[0] | files[1] == {0, 1, 2, 3}
 
@@ -335,8 +402,12 @@ def test_the_benchmark_writes_the_workload_as_the_files_a_variant_reads(tmp_path
     command = variant.command(Workload(None, 100, 1), str(tmp_path / "run"), "sqlite://")
     assert "dataset=tfrecord" in command and not any(item.startswith("dataset.train_examples") for item in command)
     where = tmp_path / "data" / "tfrecord-2x"
-    data = load_data(dataset_settings("tfrecord", train_files=f"'{where}/train-*.tfrecord'",
-                                      test_files=f"'{where}/test-*.tfrecord'"), seed=0)
+    data = load_data(
+        dataset_settings(
+            "tfrecord", train_files=f"'{where}/train-*.tfrecord'", test_files=f"'{where}/test-*.tfrecord'"
+        ),
+        seed=0,
+    )
     assert data.train_examples == 200 and len(data.train_files) == 8
 
 

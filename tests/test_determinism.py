@@ -19,15 +19,20 @@ from helpers.tracking import metric_history, mlflow_client
 pytestmark = pytest.mark.slow
 
 # Epochs of a second or less; the first checkpoint after epoch 2.
-RUN = [*TINY, "dataset.train_examples=1024", "epochs=3", "checkpoint.every_epochs=2", "seed=5",
-       "runtime.deterministic=true"]
+RUN = [
+    *TINY,
+    "dataset.train_examples=1024",
+    "epochs=3",
+    "checkpoint.every_epochs=2",
+    "seed=5",
+    "runtime.deterministic=true",
+]
 # examples_per_second measures the machine, not the training: the one per-epoch metric that may differ.
 REPRODUCIBLE = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "learning_rate")
 
 
 def _args(tmp_path: Path, name: str, *extra: str) -> list[str]:
-    return [*RUN, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / name}",
-            *extra]
+    return [*RUN, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / name}", *extra]
 
 
 def _outcome(tmp_path: Path, name: str) -> dict:
@@ -39,8 +44,11 @@ def _outcome(tmp_path: Path, name: str) -> dict:
     assert client.get_run(run_id).info.status == "FINISHED"
     metrics = {key: metric_history(client, run_id, key) for key in (*REPRODUCIBLE, "eval_accuracy")}
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / name / "checkpoints")))
-    weights = {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
-               if key != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+    weights = {
+        key: reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if key != "_CHECKPOINTABLE_OBJECT_GRAPH"
+    }
     return {"metrics": metrics, "weights": weights}
 
 
@@ -81,20 +89,29 @@ def test_runtime_deterministic_turns_on_op_determinism_in_the_training_process(t
     TensorFlow's op determinism is on while the model trains (and off without it)."""
     notes = tmp_path / "op_determinism.txt"
     (tmp_path / "determinism_probe.py").write_text(OP_DETERMINISM_PROBE.format(notes=str(notes)))
-    done = run_cli(*TINY, "strategy=one_device", f"runtime.deterministic={str(deterministic).lower()}",
-                   "loss._target_=determinism_probe.loss_noting_op_determinism",
-                   f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / 'run'}",
-                   cwd=tmp_path)
+    done = run_cli(
+        *TINY,
+        "strategy=one_device",
+        f"runtime.deterministic={str(deterministic).lower()}",
+        "loss._target_=determinism_probe.loss_noting_op_determinism",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     traces = notes.read_text().split()
     assert traces and set(traces) == {str(deterministic)}, traces
 
 
 # Between them: one device and two replicas, the tutorial's loop and many steps per tf.function call.
-@pytest.mark.parametrize("overrides", [
-    ("strategy=mirrored", "strategy.cpu_replicas=2", "batch=32"),
-    ("strategy=one_device", "loop=multi_step", "loop.steps_per_call=5"),
-], ids=["mirrored-2-replicas", "one_device-multi_step"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("strategy=mirrored", "strategy.cpu_replicas=2", "batch=32"),
+        ("strategy=one_device", "loop=multi_step", "loop.steps_per_call=5"),
+    ],
+    ids=["mirrored-2-replicas", "one_device-multi_step"],
+)
 def test_two_invocations_give_bit_identical_metrics_and_weights(tmp_path, overrides):
     first = _train(tmp_path, "first", *overrides)
     second = _train(tmp_path, "second", *overrides)
@@ -106,14 +123,18 @@ def test_two_invocations_give_bit_identical_metrics_and_weights(tmp_path, overri
 def test_kill_9_after_epoch_2_and_resume_equals_the_uninterrupted_run(tmp_path):
     """loop=multi_step draws from one iterator for the whole run: the resumed run must skip exactly the
     batches of the epochs it restored, and continue Adam's state and the learning-rate schedule."""
-    overrides = ("strategy=one_device", "loop=multi_step", "loop.steps_per_call=5", "dataset.train_examples=2048",
-                 "epochs=6")
+    overrides = (
+        "strategy=one_device",
+        "loop=multi_step",
+        "loop.steps_per_call=5",
+        "dataset.train_examples=2048",
+        "epochs=6",
+    )
     uninterrupted = _train(tmp_path, "uninterrupted", *overrides)
 
     process = start_cli(*_args(tmp_path, "killed", *overrides), cwd=tmp_path)
     # TensorFlow writes the `checkpoint` file that lists the checkpoints once a save is complete.
-    wait_for(lambda: (tmp_path / "killed" / "checkpoints" / "checkpoint").exists(),
-              what="the checkpoint after epoch 2")
+    wait_for(lambda: (tmp_path / "killed" / "checkpoints" / "checkpoint").exists(), what="the checkpoint after epoch 2")
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
@@ -132,12 +153,16 @@ def test_kill_9_after_epoch_2_and_resume_equals_the_uninterrupted_run(tmp_path):
 
 
 def test_parameter_server_is_refused_with_one_paragraph(tmp_path):
-    done = run_cli(*_args(tmp_path, "ps", "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=5"),
-                   cwd=tmp_path, timeout=60)
+    done = run_cli(
+        *_args(tmp_path, "ps", "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=5"),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith("error: runtime.deterministic=True is not valid: strategy=parameter_server trains "
-                           "asynchronously")
+    assert line.startswith(
+        "error: runtime.deterministic=True is not valid: strategy=parameter_server trains asynchronously"
+    )
     assert "Fix:" in line
     assert not (tmp_path / "mlflow.db").exists()  # refused before anything was tracked

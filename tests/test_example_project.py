@@ -34,10 +34,17 @@ MYLAB = ["hydra.searchpath=[file://conf_mylab]", "model=my_mlp", "mlflow.experim
 DIGITS = ["dataset=my_digits"]
 # The same data streamed from its TFRecord shards by the built-in kind (the example's own my_digits_tfrecord
 # option does the same through its callable).
-DIGITS_TFRECORD = ["dataset=tfrecord", "dataset.train_files=data/tfrecord/train-*.tfrecord",
-                   "dataset.test_files=data/tfrecord/test-*.tfrecord", "dataset.image_key=image",
-                   "dataset.label_key=label", "dataset.image_shape=[8,8]", "dataset.image_encoding=raw",
-                   "dataset.name=digits", "dataset.scale=16"]
+DIGITS_TFRECORD = [
+    "dataset=tfrecord",
+    "dataset.train_files=data/tfrecord/train-*.tfrecord",
+    "dataset.test_files=data/tfrecord/test-*.tfrecord",
+    "dataset.image_key=image",
+    "dataset.label_key=label",
+    "dataset.image_shape=[8,8]",
+    "dataset.image_encoding=raw",
+    "dataset.name=digits",
+    "dataset.scale=16",
+]
 NAME = "digits"  # the dataset option's name: the registered model's name
 TEST_EXAMPLES = 357  # make_data.py's split of scikit-learn's 1,797 digits
 EPOCHS = ["epochs=3"]
@@ -47,13 +54,15 @@ EPOCHS = ["epochs=3"]
 def project(tmp_path_factory) -> Path:
     """A copy of examples/mylab with its data written by its own script, as a user's checkout would be."""
     directory = tmp_path_factory.mktemp("user") / "mylab"
-    shutil.copytree(EXAMPLE, directory, ignore=shutil.ignore_patterns("data", "outputs", "multirun", "mlflow.db",
-                                                                       "__pycache__"))
-    done = subprocess.run([sys.executable, "make_data.py"], cwd=directory, capture_output=True, text=True,
-                          timeout=300)
+    shutil.copytree(
+        EXAMPLE, directory, ignore=shutil.ignore_patterns("data", "outputs", "multirun", "mlflow.db", "__pycache__")
+    )
+    done = subprocess.run([sys.executable, "make_data.py"], cwd=directory, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(path.name for path in (directory / "data" / "tfrecord").iterdir()) == [
-        "test-00000-of-00001.tfrecord", *(f"train-{shard:05d}-of-00004.tfrecord" for shard in range(4))]
+        "test-00000-of-00001.tfrecord",
+        *(f"train-{shard:05d}-of-00004.tfrecord" for shard in range(4)),
+    ]
     return directory
 
 
@@ -90,7 +99,7 @@ def assert_same_losses(project: Path, run_id: str, reference_id: str, label: str
     """Replica invariance: the per-epoch train_loss of the run equals the reference's (relative difference
     below 1e-3): the loss is averaged over the global batch, so 2 x 32 trains as 1 x 64 does."""
     losses, expected = _losses(project, run_id), _losses(project, reference_id)
-    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
+    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected, strict=False)]
     print(f"{label} vs one_device train_loss: {losses} vs {expected}, relative differences {differences}")
     assert len(losses) == len(expected) == 3 and max(differences) < 1e-3, (losses, expected)
     assert expected[-1] < expected[0]
@@ -107,10 +116,15 @@ def test_searchpath_is_passed_on_with_file_paths_made_absolute():
 
     from runner.searchpath import searchpath_overrides
 
-    hydra = OmegaConf.create({"runtime": {"cwd": "/home/me/lab"},
-                              "searchpath": ["file://conf_mylab", "file:///opt/it's, here", "pkg://mylab.conf"]})
+    hydra = OmegaConf.create(
+        {
+            "runtime": {"cwd": "/home/me/lab"},
+            "searchpath": ["file://conf_mylab", "file:///opt/it's, here", "pkg://mylab.conf"],
+        }
+    )
     assert searchpath_overrides(hydra) == [
-        r"hydra.searchpath=['file:///home/me/lab/conf_mylab','file:///opt/it\'s, here','pkg://mylab.conf']"]
+        r"hydra.searchpath=['file:///home/me/lab/conf_mylab','file:///opt/it\'s, here','pkg://mylab.conf']"
+    ]
     assert searchpath_overrides(OmegaConf.create({"runtime": {"cwd": "/x"}, "searchpath": []})) == []
 
 
@@ -126,8 +140,11 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     from runner.training.task import ClassificationTask
 
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    settings = from_config(OmegaConf.to_container(
-        compose(["dataset=synthetic", "model._target_=mylab.models.mlp", "+model.hidden=256"]), resolve=True))
+    settings = from_config(
+        OmegaConf.to_container(
+            compose(["dataset=synthetic", "model._target_=mylab.models.mlp", "+model.hidden=256"]), resolve=True
+        )
+    )
     assert dict(settings.model.arguments) == {"weight_decay": 1e-5, "hidden": 256}
     check_components(settings)
     spec = DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0)
@@ -139,23 +156,37 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
 def test_a_keras_3_model_is_refused_with_one_paragraph_before_any_run(tmp_path):
     """A user's module that does `import keras` (Keras 3, even under the runner): exit 2, one paragraph on
     stderr that says why and how to write it, and no MLflow run."""
-    (tmp_path / "k3lab.py").write_text(textwrap.dedent("""\
+    (tmp_path / "k3lab.py").write_text(
+        textwrap.dedent("""\
         import keras
 
 
         def mlp(input_shape, num_classes, weight_decay=0.0):
             return keras.Sequential([keras.Input(shape=input_shape), keras.layers.Flatten(),
                                      keras.layers.Dense(num_classes)])
-        """))
-    done = run_cli("model._target_=k3lab.mlp", "dataset=synthetic", "dataset.train_examples=256",
-                   "dataset.test_examples=64", "strategy=one_device", "epochs=1", "progress=false",
-                   f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", cwd=tmp_path,
-                   env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))})
+        """)
+    )
+    done = run_cli(
+        "model._target_=k3lab.mlp",
+        "dataset=synthetic",
+        "dataset.train_examples=256",
+        "dataset.test_examples=64",
+        "strategy=one_device",
+        "epochs=1",
+        "progress=false",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))},
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     [paragraph] = done.stderr.strip().splitlines()  # TensorFlow's loading lines, printed by `import keras`, too
     assert paragraph.startswith("error: model._target_='k3lab.mlp' built a Keras 3 model"), paragraph
-    for why_and_how in ("ParameterServerStrategy", "MultiWorkerMirrored", "import tf_keras as keras",
-                        "not `import keras`"):
+    for why_and_how in (
+        "ParameterServerStrategy",
+        "MultiWorkerMirrored",
+        "import tf_keras as keras",
+        "not `import keras`",
+    ):
         assert why_and_how in paragraph
     if (tmp_path / "mlflow.db").exists():
         client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -194,8 +225,9 @@ def test_one_device_run_logs_a_model_that_serves_the_raw_digits_at_eval_accuracy
 
 @pytest.mark.slow
 def test_two_mirrored_replicas_train_the_users_model_as_one_device_does(project, one_device_run):
-    run_id = train(project, "mirrored", "strategy=mirrored", "strategy.cpu_replicas=2", "batch=32",
-                   "mlflow.log_model=false")
+    run_id = train(
+        project, "mirrored", "strategy=mirrored", "strategy.cpu_replicas=2", "batch=32", "mlflow.log_model=false"
+    )
     assert _client(project).get_run(run_id).data.params["num_replicas"] == "2"
     assert_same_losses(project, run_id, one_device_run, "mirrored, 2 replicas")
 
@@ -203,8 +235,9 @@ def test_two_mirrored_replicas_train_the_users_model_as_one_device_does(project,
 @pytest.mark.slow
 def test_multi_worker_mirrored_on_a_local_cluster_trains_the_users_model_as_one_device_does(project, one_device_run):
     """Two worker processes that compose the config anew (the searchpath passed on) and import mylab."""
-    run_id = train(project, "multi_worker", "strategy=multi_worker_mirrored", "cluster=local", "batch=32",
-                   "mlflow.log_model=false")
+    run_id = train(
+        project, "multi_worker", "strategy=multi_worker_mirrored", "cluster=local", "batch=32", "mlflow.log_model=false"
+    )
     run = _client(project).get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"
     assert_same_losses(project, run_id, one_device_run, "multi_worker_mirrored, 2 workers")
@@ -229,12 +262,23 @@ def test_the_tfrecord_shards_hold_the_npz_digits_and_the_reader_names_its_files(
 @pytest.mark.slow
 def test_multi_worker_mirrored_streams_the_tfrecord_shards(project):
     """Four training shards, two workers: each worker reads its own files (auto-shard by FILE)."""
-    done = runner(project, *MYLAB, *DIGITS_TFRECORD, *EPOCHS, "hydra.run.dir=outputs/multi_worker_tfrecord",
-                  "strategy=multi_worker_mirrored", "cluster=local", "batch=32", "mlflow.log_model=false")
+    done = runner(
+        project,
+        *MYLAB,
+        *DIGITS_TFRECORD,
+        *EPOCHS,
+        "hydra.run.dir=outputs/multi_worker_tfrecord",
+        "strategy=multi_worker_mirrored",
+        "cluster=local",
+        "batch=32",
+        "mlflow.log_model=false",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     logs = "".join(path.read_text() for path in (project / "outputs" / "multi_worker_tfrecord").rglob("*.log"))
-    assert "dataset digits: 4 files for 2 workers, each worker reads its own files (auto-shard by FILE)" in \
-        done.stdout + done.stderr + logs
+    assert (
+        "dataset digits: 4 files for 2 workers, each worker reads its own files (auto-shard by FILE)"
+        in done.stdout + done.stderr + logs
+    )
     run_id = (project / "outputs" / "multi_worker_tfrecord" / "mlflow_run_id.txt").read_text().strip()
     run = _client(project).get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"
@@ -243,8 +287,14 @@ def test_multi_worker_mirrored_streams_the_tfrecord_shards(project):
 
 @pytest.mark.slow
 def test_parameter_server_on_a_local_cluster_trains_the_users_model(project):
-    run_id = train(project, "parameter_server", "strategy=parameter_server", "cluster=local",
-                   "loop.steps_per_epoch=20", "mlflow.log_model=false")
+    run_id = train(
+        project,
+        "parameter_server",
+        "strategy=parameter_server",
+        "cluster=local",
+        "loop.steps_per_epoch=20",
+        "mlflow.log_model=false",
+    )
     run = _client(project).get_run(run_id)
     assert run.info.status == "FINISHED"
     assert [step for step, _ in metric_history(_client(project), run_id, "train_loss")] == [1, 2, 3]
@@ -254,9 +304,20 @@ def test_parameter_server_on_a_local_cluster_trains_the_users_model(project):
 @pytest.mark.slow
 def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_champion(project):
     sweep_dir = project / "multirun" / "hidden-optimizer"
-    done = runner(project, "-m", *MYLAB, *DIGITS, "epochs=1", "model.hidden=16,64", "optimizer=adam,sgd",
-                  "sweep.seeds=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                  f"hydra.sweep.dir={sweep_dir.relative_to(project)}", timeout=900)
+    done = runner(
+        project,
+        "-m",
+        *MYLAB,
+        *DIGITS,
+        "epochs=1",
+        "model.hidden=16,64",
+        "optimizer=adam,sgd",
+        "sweep.seeds=2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep_dir.relative_to(project)}",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     client = _client(project)
     parent_id = parent_id_of(sweep_dir)
@@ -265,8 +326,9 @@ def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_c
     grouped: dict[str, list] = {}
     for run in runs:
         grouped.setdefault(run.data.tags["configuration"], []).append(run)
-    assert sorted(grouped) == sorted(f"model.hidden={hidden},optimizer={optimizer}"
-                                     for hidden in (16, 64) for optimizer in ("adam", "sgd"))
+    assert sorted(grouped) == sorted(
+        f"model.hidden={hidden},optimizer={optimizer}" for hidden in (16, 64) for optimizer in ("adam", "sgd")
+    )
     for group in grouped.values():
         assert sorted(run.data.params["seed"] for run in group) == ["42", "43"]
     for run in runs:  # each trained what its configuration says

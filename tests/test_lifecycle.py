@@ -44,8 +44,10 @@ def test_a_failing_clean_up_is_reported_and_the_run_still_ends_failed_with_its_o
     run = _run(tracker)
     assert run.info.status == "FAILED"
     assert "may not register" in run.data.tags["error"]
-    assert any("discarding the model" in record.getMessage() and "may not delete" in record.getMessage()
-               for record in caplog.records)
+    assert any(
+        "discarding the model" in record.getMessage() and "may not delete" in record.getMessage()
+        for record in caplog.records
+    )
 
 
 def test_a_preemption_ends_killed_and_resumable_with_the_explained_words(tracker):

@@ -26,8 +26,12 @@ def _inputs(client, run_id: str) -> dict[str, tuple[str, str, dict, str]]:
     for item in client.get_run(run_id).inputs.dataset_inputs:
         context = {tag.key: tag.value for tag in item.tags}["mlflow.data.context"]
         assert context not in found, f"{context} logged twice"
-        found[context] = (item.dataset.name, item.dataset.digest, json.loads(item.dataset.source),
-                          item.dataset.source_type)
+        found[context] = (
+            item.dataset.name,
+            item.dataset.digest,
+            json.loads(item.dataset.source),
+            item.dataset.source_type,
+        )
     return found
 
 
@@ -61,14 +65,21 @@ def test_a_run_records_its_data_once_even_when_resumed(train, tmp_path, tracking
     inputs = _inputs(client, result.run_id)
     assert set(inputs) == {"training", "evaluation"}
     name, digest, source, source_type = inputs["training"]
-    assert (name, source, source_type) == ("synthetic-train", {"tags": {"mlflow.source.name": "synthetic",
-                                                                        "seed": "3"}}, "code")
+    assert (name, source, source_type) == (
+        "synthetic-train",
+        {"tags": {"mlflow.source.name": "synthetic", "seed": "3"}},
+        "code",
+    )
     assert digest == _digests(dataset_settings("synthetic", train_examples=256, test_examples=256), seed=3)["training"]
-    shapes = {json.loads(item.dataset.profile)["features_shape"][0]
-              for item in client.get_run(result.run_id).inputs.dataset_inputs}
+    shapes = {
+        json.loads(item.dataset.profile)["features_shape"][0]
+        for item in client.get_run(result.run_id).inputs.dataset_inputs
+    }
     assert shapes == {256}  # the training prefix and TINY's 256 test examples
-    assert all("mlflow_tensorspec" in json.loads(item.dataset.schema)
-               for item in client.get_run(result.run_id).inputs.dataset_inputs)
+    assert all(
+        "mlflow_tensorspec" in json.loads(item.dataset.schema)
+        for item in client.get_run(result.run_id).inputs.dataset_inputs
+    )
 
     again = train("dataset.train_examples=256", "seed=3", run_dir=tmp_path / "run")  # resumes the finished run
     assert again.run_id == result.run_id
@@ -84,11 +95,20 @@ def test_runs_logging_the_same_data_at_once_all_record_it(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow_client(uri).create_experiment("tests")  # the store and experiment exist, as in a sweep
     # A few rounds, each with datasets new to the store: the processes collide in some round.
-    rounds = [load_data(dataset_settings("synthetic", train_examples=256, test_examples=64), seed).inputs() for seed in range(ROUNDS)]
+    rounds = [
+        load_data(dataset_settings("synthetic", train_examples=256, test_examples=64), seed).inputs()
+        for seed in range(ROUNDS)
+    ]
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(PROCESSES), context.Queue()
-    processes = [context.Process(target=log_inputs_at_the_barrier, daemon=True, args=(
-        uri, str(tmp_path / f"run{index}"), rounds, barrier, results)) for index in range(PROCESSES)]
+    processes = [
+        context.Process(
+            target=log_inputs_at_the_barrier,
+            daemon=True,
+            args=(uri, str(tmp_path / f"run{index}"), rounds, barrier, results),
+        )
+        for index in range(PROCESSES)
+    ]
     for process in processes:
         process.start()
     run_ids = [results.get(timeout=300) for _ in processes]

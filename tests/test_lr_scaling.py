@@ -6,14 +6,19 @@ import math
 
 import pytest
 
-from runner.training.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, warmup_steps
 from runner.settings import LrScalingSettings
+from runner.training.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, warmup_steps
 
 
 @pytest.mark.parametrize(
     "rule,global_batch,expected",
-    [("none", 256, 0.001), ("linear", 256, 0.004), ("linear", 32, 0.0005), ("sqrt", 256, 0.002),
-     ("sqrt", 128, 0.001 * math.sqrt(2))],
+    [
+        ("none", 256, 0.001),
+        ("linear", 256, 0.004),
+        ("linear", 32, 0.0005),
+        ("sqrt", 256, 0.002),
+        ("sqrt", 128, 0.001 * math.sqrt(2)),
+    ],
 )
 def test_effective_learning_rate(rule, global_batch, expected):
     settings = LrScalingSettings(rule=rule, base_batch=64, warmup_epochs=0)

@@ -25,8 +25,10 @@ from helpers.tracking import mlflow_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("chromium")]
 
-LINE = re.compile(r"MLflow UI: `(mlflow ui --backend-store-uri \S+)`, then (http://127\.0\.0\.1:5000/\S+) "
-                  r"\(the run: (http://127\.0\.0\.1:5000/\S+)\)")
+LINE = re.compile(
+    r"MLflow UI: `(mlflow ui --backend-store-uri \S+)`, then (http://127\.0\.0\.1:5000/\S+) "
+    r"\(the run: (http://127\.0\.0\.1:5000/\S+)\)"
+)
 
 
 def _serve(command: str, port: int, cwd: Path) -> subprocess.Popen:
@@ -37,9 +39,15 @@ def _serve(command: str, port: int, cwd: Path) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
     log = cwd / "mlflow-ui.log"
     with open(log, "wb") as output:
-        process = subprocess.Popen([mlflow, *args[1:], "--host", "127.0.0.1", "--port", str(port)], cwd=cwd,
-                                   env=env, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [mlflow, *args[1:], "--host", "127.0.0.1", "--port", str(port)],
+            cwd=cwd,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 120
     while True:
         assert process.poll() is None, log.read_text()[-3000:]
@@ -55,8 +63,9 @@ def _serve(command: str, port: int, cwd: Path) -> subprocess.Popen:
 
 def test_the_logged_ui_link_opens_the_runs_table_with_the_run(tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run_cli(*TINY, "strategy=one_device", f"mlflow.tracking_uri={store}", f"hydra.run.dir={tmp_path / 'run'}",
-                   cwd=tmp_path)
+    done = run_cli(
+        *TINY, "strategy=one_device", f"mlflow.tracking_uri={store}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
     found = LINE.search(output)
@@ -75,7 +84,7 @@ def test_the_logged_ui_link_opens_the_runs_table_with_the_run(tmp_path):
     browser = Chromium(user_data_dir=tmp_path / "chromium-profile", log=tmp_path / "chromium.log")
     try:
         browser.open(table.replace(":5000/", f":{port}/"))
-        browser.wait_for(f'!!document.querySelector(\'[row-id="{run_id}"]\')', timeout=90)
+        browser.wait_for(f"!!document.querySelector('[row-id=\"{run_id}\"]')", timeout=90)
         browser.screenshot(tmp_path / "runs-table.png")
         assert "No data available" not in browser.text()
         browser.open(run_page.replace(":5000/", f":{port}/"))

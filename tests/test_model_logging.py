@@ -54,8 +54,13 @@ def idx(workdir) -> dict:
 @pytest.fixture(scope="module")
 def finished_run(workdir, idx) -> str:
     """One real run of the runner, registering its model; its run id."""
-    done = run_cli(*RUN, f"dataset.dir={workdir / 'idx'}", f"mlflow.tracking_uri={_store(workdir)}",
-                   f"hydra.run.dir={workdir / 'run'}", cwd=workdir)
+    done = run_cli(
+        *RUN,
+        f"dataset.dir={workdir / 'idx'}",
+        f"mlflow.tracking_uri={_store(workdir)}",
+        f"hydra.run.dir={workdir / 'run'}",
+        cwd=workdir,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return (workdir / "run" / "mlflow_run_id.txt").read_text().strip()
 
@@ -90,13 +95,16 @@ def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metr
     assert mlmodel["flavors"]["tensorflow"]["model_type"] == "tf2-module"
     saved_model = local / mlmodel["flavors"]["tensorflow"]["saved_model_dir"]
     import tensorflow as tf
+
     serving = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
     assert serving.structured_input_signature[1]["images"].dtype == tf.uint8
     assert set(serving.structured_outputs) == {"probabilities"}
     assert json.loads(mlmodel["signature"]["inputs"]) == [
-        {"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 28, 28]}}]
+        {"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 28, 28]}}
+    ]
     assert json.loads(mlmodel["signature"]["outputs"]) == [
-        {"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 10]}}]
+        {"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 10]}}
+    ]
     requirements = (local / "requirements.txt").read_text().split()
     assert f"tensorflow=={version('tensorflow')}" in requirements
     assert not [line for line in requirements if line.startswith("tf-keras")]  # loading it needs no Keras
@@ -125,15 +133,22 @@ def _predict_in_fresh_process(workdir: Path, model_uri: str, images: np.ndarray,
     np.save(workdir / "images.npy", images)
     env = {key: value for key, value in os.environ.items() if key not in ("TF_USE_LEGACY_KERAS", "PYTHONPATH")}
     env["MLFLOW_TRACKING_URI"] = _store(workdir)
-    done = subprocess.run([sys.executable, "-c", _PREDICT, model_uri, str(workdir / "images.npy"), variant],
-                          cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _PREDICT, model_uri, str(workdir / "images.npy"), variant],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return np.array(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.parametrize("variant", ["plain", "keras-first"])
 def test_a_fresh_python_without_the_variable_loads_the_model_at_the_runs_eval_accuracy(
-        workdir, idx, finished_run, variant):
+    workdir, idx, finished_run, variant
+):
     images, labels = idx["test_images"].astype(np.uint8), idx["test_labels"]
     assert images.dtype == np.uint8 and images.max() > 1  # raw pixels
     probabilities = _predict_in_fresh_process(workdir, f"runs:/{finished_run}/model", images, variant)
@@ -145,7 +160,8 @@ def test_a_fresh_python_without_the_variable_loads_the_model_at_the_runs_eval_ac
 
 @pytest.mark.server  # `mlflow models serve`
 def test_served_accuracy_equals_eval_accuracy_and_a_fresh_process_loads_the_same_model(
-        workdir, idx, finished_run, served):
+    workdir, idx, finished_run, served
+):
     images, labels = idx["test_images"].astype(np.uint8), idx["test_labels"]
     status, answer = post_invocations(served, {"inputs": images.tolist()})
     assert status == 200, answer
@@ -178,8 +194,13 @@ def test_the_registered_run_is_the_champion_and_loads_from_the_registry(workdir,
 def test_rerunning_a_finished_run_logs_no_second_model_and_registers_no_second_version(workdir, finished_run):
     client = mlflow_client(_store(workdir))
     [before] = _run_models(client, finished_run)
-    done = run_cli(*RUN, f"dataset.dir={workdir / 'idx'}", f"mlflow.tracking_uri={_store(workdir)}",
-                   f"hydra.run.dir={workdir / 'run'}", cwd=workdir)
+    done = run_cli(
+        *RUN,
+        f"dataset.dir={workdir / 'idx'}",
+        f"mlflow.tracking_uri={_store(workdir)}",
+        f"hydra.run.dir={workdir / 'run'}",
+        cwd=workdir,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "already has its model" in done.stdout + done.stderr
     assert client.get_run(finished_run).info.status == "FINISHED"
@@ -189,9 +210,17 @@ def test_rerunning_a_finished_run_logs_no_second_model_and_registers_no_second_v
 
 def test_a_run_stopped_while_logging_its_model_keeps_none_and_its_resume_logs_one(tmp_path):
     """SIGTERM after the last epoch: the run ends KILLED without a model; the re-run finishes with one."""
-    args = ["strategy=one_device", "dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=64",
-            "epochs=1", "progress=false", f"mlflow.tracking_uri={_store(tmp_path)}",
-            f"hydra.run.dir={tmp_path / 'run'}", "hydra.job_logging.handlers.console.stream=ext://sys.stderr"]
+    args = [
+        "strategy=one_device",
+        "dataset=synthetic",
+        "dataset.train_examples=256",
+        "dataset.test_examples=64",
+        "epochs=1",
+        "progress=false",
+        f"mlflow.tracking_uri={_store(tmp_path)}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "hydra.job_logging.handlers.console.stream=ext://sys.stderr",
+    ]
     process = start_cli(*args, cwd=tmp_path)
     try:
         for line in process.stderr:  # the log line right before the model is logged

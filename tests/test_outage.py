@@ -28,13 +28,18 @@ from helpers.tracking import metric_history, mlflow_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 
-EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
-                 "learning_rate")
+EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 # One device, a checkpoint after every epoch (each one an artifact handed over while the server may be down),
 # system metrics every second (sampled and journaled in the tracker process throughout). mlflow.checkpoints=all:
 # every save goes to the run as it is written, also those rotated away in the run directory during the outage.
-RUN = [*TINY, "strategy=one_device", "checkpoint.every_epochs=1", "mlflow.system_metrics.interval_seconds=1",
-       "mlflow.checkpoints=all", "seed=5"]
+RUN = [
+    *TINY,
+    "strategy=one_device",
+    "checkpoint.every_epochs=1",
+    "mlflow.system_metrics.interval_seconds=1",
+    "mlflow.checkpoints=all",
+    "seed=5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +93,15 @@ class Training:
         self.log = tmp_path / f"{name}.out"
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> "Training":
+    def start(self) -> Training:
         with open(self.log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "runner", *self.args], cwd=self.tmp_path,
-                                            env=cli_env(), stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "runner", *self.args],
+                cwd=self.tmp_path,
+                env=cli_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         return self
 
     def wait(self, timeout: float = 300) -> int:
@@ -151,7 +161,7 @@ def _epoch_seconds(client, run_id: str) -> list[float]:
     """Each epoch's wall time, from one epoch's metrics being handed to the tracker to the next one's (training,
     evaluation, the checkpoint and every tracker call in between); the first from the run's start."""
     stamps = [m.timestamp for m in sorted(client.get_metric_history(run_id, "train_loss"), key=lambda m: m.step)]
-    return [(later - earlier) / 1000 for earlier, later in zip(stamps, stamps[1:])]
+    return [(later - earlier) / 1000 for earlier, later in zip(stamps, stamps[1:], strict=False)]
 
 
 def _once(output: str, words: str) -> None:
@@ -163,8 +173,9 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     outage = 40.0
     # About 1.5 s per epoch here, a checkpoint every 5 (with 3 kept, those of the outage's first epochs are gone from
     # the run directory before the server is back).
-    training = Training(trainings, tmp_path, "run", up, "epochs=50", "dataset.train_examples=4096",
-                        "checkpoint.every_epochs=5").start()
+    training = Training(
+        trainings, tmp_path, "run", up, "epochs=50", "dataset.train_examples=4096", "checkpoint.every_epochs=5"
+    ).start()
     client = mlflow_client(up.url)
     _wait_for(lambda: _epochs_logged(client, training) >= 4, what="4 epochs before the outage")
     _stop(up)
@@ -181,13 +192,17 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     _assert_the_run_is_whole(client, training.run_id, 50, training.run_dir, checkpoints=10)
 
     seconds = _epoch_seconds(client, training.run_id)
-    stamps = [m.timestamp / 1000 for m in sorted(client.get_metric_history(training.run_id, "train_loss"),
-                                                 key=lambda m: m.step)]
-    during = [s for s, end in zip(seconds, stamps[1:]) if stopped < end - s and end < back]
-    outside = [s for s, end in zip(seconds, stamps[1:]) if end < stopped or end - s > back]
-    print(f"\nepoch wall times (s) through a {back - stopped:.0f} s outage: "
-          f"during {[round(s, 2) for s in during]}, outside {[round(s, 2) for s in outside]}; medians "
-          f"{statistics.median(during):.2f} during, {statistics.median(outside):.2f} outside")
+    stamps = [
+        m.timestamp / 1000
+        for m in sorted(client.get_metric_history(training.run_id, "train_loss"), key=lambda m: m.step)
+    ]
+    during = [s for s, end in zip(seconds, stamps[1:], strict=False) if stopped < end - s and end < back]
+    outside = [s for s, end in zip(seconds, stamps[1:], strict=False) if end < stopped or end - s > back]
+    print(
+        f"\nepoch wall times (s) through a {back - stopped:.0f} s outage: "
+        f"during {[round(s, 2) for s in during]}, outside {[round(s, 2) for s in outside]}; medians "
+        f"{statistics.median(during):.2f} during, {statistics.median(outside):.2f} outside"
+    )
     assert len(during) >= 10 and len(outside) >= 3, (during, outside)
     # Had a tracker call waited for the server, one epoch would have taken about the whole outage. (On a machine
     # shared with other work single epochs vary by seconds either way; the medians show a slowdown.)
@@ -196,8 +211,9 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
 
 
 def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_delivers(tmp_path, up, trainings):
-    training = Training(trainings, tmp_path, "run", up, "epochs=4", "dataset.train_examples=1024",
-                        "mlflow.outage_seconds=3", WITH_MODEL).start()
+    training = Training(
+        trainings, tmp_path, "run", up, "epochs=4", "dataset.train_examples=1024", "mlflow.outage_seconds=3", WITH_MODEL
+    ).start()
     client = mlflow_client(up.url)
     _wait_for(lambda: _epochs_logged(client, training) >= 1, what="the first epoch")
     _stop(up)
@@ -218,8 +234,12 @@ def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_deliv
 
     replay = [sys.executable, "-m", "runner.tracking.replay", str(training.run_dir)]
     down = subprocess.run(replay, capture_output=True, text=True, timeout=120, env=cli_env())
-    assert down.returncode == 2 and down.stderr.startswith("error: the tracking server") and \
-        "does not answer" in down.stderr and "Traceback" not in down.stderr, down.stderr
+    assert (
+        down.returncode == 2
+        and down.stderr.startswith("error: the tracking server")
+        and "does not answer" in down.stderr
+        and "Traceback" not in down.stderr
+    ), down.stderr
     assert journal.exists()
     up.start()
     done = subprocess.run(replay, capture_output=True, text=True, timeout=120, env=cli_env())
@@ -243,8 +263,11 @@ def test_kill_9_during_an_outage_then_resume_loses_nothing_and_logs_each_epoch_o
     journal = training.run_dir / "mlflow_journal.jsonl"
     entries = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
     delivered = int((training.run_dir / "mlflow_journal.delivered").read_text())
-    kept = {entry["args"]["step"]: entry["args"]["metrics"]["train_loss"] for entry in entries
-            if entry["op"] == "log_metrics" and "train_loss" in entry["args"]["metrics"] and entry["seq"] > delivered}
+    kept = {
+        entry["args"]["step"]: entry["args"]["metrics"]["train_loss"]
+        for entry in entries
+        if entry["op"] == "log_metrics" and "train_loss" in entry["args"]["metrics"] and entry["seq"] > delivered
+    }
     assert len(kept) >= 2, entries  # epochs the server never saw
 
     up.start()

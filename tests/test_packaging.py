@@ -30,8 +30,9 @@ def _clean_env() -> dict[str, str]:
 
 
 def _python(code: str, cwd, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=_clean_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -65,7 +66,7 @@ def test_importing_every_module_leaves_tensorflow_on_its_own_keras(tmp_path):
     assert not result["keras"].startswith("tf_keras"), result  # Keras 3, TensorFlow's default
 
 
-FOREIGN_APP = '''
+FOREIGN_APP = """
 import json, os, sys
 
 import hydra
@@ -90,7 +91,7 @@ def app(cfg) -> None:
 
 if __name__ == "__main__":
     app()
-'''
+"""
 
 
 def test_an_unrelated_hydra_app_in_the_same_environment_is_untouched(tmp_path):
@@ -99,15 +100,25 @@ def test_an_unrelated_hydra_app_in_the_same_environment_is_untouched(tmp_path):
     `hydra/launcher=submitit_local` is hydra-submitit-launcher's own, as if the runner were not installed."""
     script = tmp_path / "foreign_app.py"
     script.write_text(FOREIGN_APP)
-    done = subprocess.run([sys.executable, str(script), "hydra/launcher=submitit_local", "hydra.run.dir=out"],
-                          cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script), "hydra/launcher=submitit_local", "hydra.run.dir=out"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "schema" not in done.stderr, done.stderr  # no deprecation warning about schema matching either
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     # The runner's plugin module was imported and its launchers found, so the check below means something.
     assert seen["plugin_module"] and "hydra_plugins.runner_submitit_launchers.SlurmLauncher" in seen["launchers"]
     assert {key: seen[key] for key in ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "runner", "tensorflow")} == {
-        "TF_USE_LEGACY_KERAS": None, "TF_CPP_MIN_LOG_LEVEL": None, "runner": False, "tensorflow": False}
+        "TF_USE_LEGACY_KERAS": None,
+        "TF_CPP_MIN_LOG_LEVEL": None,
+        "runner": False,
+        "tensorflow": False,
+    }
     assert seen["launcher_target"] == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 
 
@@ -117,8 +128,12 @@ SOURCES = ("pyproject.toml", "README.md", "runner", "conf", "hydra_plugins")
 
 def _expected_wheel_files() -> set[str]:
     """Every module of the checkout's packages and every config file, as the wheel should hold them."""
-    modules = {path.relative_to(REPO).as_posix() for top in ("runner", "hydra_plugins")
-               for path in (REPO / top).rglob("*.py") if "__pycache__" not in path.parts}
+    modules = {
+        path.relative_to(REPO).as_posix()
+        for top in ("runner", "hydra_plugins")
+        for path in (REPO / top).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
     configs = {"runner/conf/" + path.relative_to(REPO / "conf").as_posix() for path in (REPO / "conf").rglob("*.yaml")}
     return modules | configs
 
@@ -145,8 +160,12 @@ def test_the_wheel_installed_in_a_fresh_venv_trains_and_sweeps_from_another_dire
         else:
             shutil.copy2(REPO / name, source / name)
     env = {key: value for key, value in _clean_env().items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(source)], tmp_path, env,
-         timeout=600)
+    _run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(source)],
+        tmp_path,
+        env,
+        timeout=600,
+    )
     [wheel] = (tmp_path / "dist").glob("hydra_tf_runner-*.whl")
     missing = _expected_wheel_files() - set(zipfile.ZipFile(wheel).namelist())
     assert not missing, f"the wheel lacks {sorted(missing)}: list the package in pyproject.toml"
@@ -160,14 +179,19 @@ def test_the_wheel_installed_in_a_fresh_venv_trains_and_sweeps_from_another_dire
     elsewhere.mkdir()
     where = _run([str(venv / "bin" / "python"), "-c", "import runner; print(runner.__file__)"], elsewhere, env, 120)
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout  # the wheel's, not the checkout's
-    job = _run([str(venv / "bin" / "python"), "-m", "runner", "strategy=one_device", "--cfg", "job"], elsewhere, env,
-               120)
+    job = _run(
+        [str(venv / "bin" / "python"), "-m", "runner", "strategy=one_device", "--cfg", "job"], elsewhere, env, 120
+    )
     assert "name: one_device" in job.stdout and "fashion_mnist" in job.stdout, job.stdout
 
     store = f"mlflow.tracking_uri=sqlite:///{elsewhere / 'mlflow.db'}"
     trained = _run([str(venv / "bin" / "runner"), *SWEEP_JOB, store, "hydra.run.dir=run"], elsewhere, env, 300)
     assert "done: test_accuracy" in trained.stdout + trained.stderr, trained.stderr[-3000:]
     assert (elsewhere / "run" / "mlflow_run_id.txt").is_file()
-    swept = _run([str(venv / "bin" / "runner"), "-m", "batch=16,32", *SWEEP_JOB, store, "hydra.sweep.dir=sweep"],
-                 elsewhere, env, 600)
+    swept = _run(
+        [str(venv / "bin" / "runner"), "-m", "batch=16,32", *SWEEP_JOB, store, "hydra.sweep.dir=sweep"],
+        elsewhere,
+        env,
+        600,
+    )
     assert "2 jobs, 2 finished, 0 failed" in swept.stdout, swept.stdout[-3000:] + swept.stderr[-3000:]

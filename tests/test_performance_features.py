@@ -61,9 +61,12 @@ def test_a_first_call_of_several_steps_says_how_many(caplog):
 def test_seconds_since_process_start_counts_from_this_process():
     age = seconds_since_process_start()
     assert age is not None and 0 < age < 24 * 3600
-    child = subprocess.run([sys.executable, "-c",
-                            "from runner.training.progress import seconds_since_process_start as s; print(s())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "from runner.training.progress import seconds_since_process_start as s; print(s())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert 0 <= float(child.stdout) < age  # a fresh process is younger than this test session
 
 
@@ -84,8 +87,10 @@ def test_the_heap_is_padded_by_default_and_the_setting_can_turn_it_off(monkeypat
 
 
 def test_importing_the_package_and_the_plots_leaves_matplotlib_and_mlflow_unloaded():
-    code = ("import sys, runner, runner.plots, runner.training.progress, runner.heap; "
-            "print(sorted(m for m in ('matplotlib', 'mlflow', 'tensorflow') if m in sys.modules))")
+    code = (
+        "import sys, runner, runner.plots, runner.training.progress, runner.heap; "
+        "print(sorted(m for m in ('matplotlib', 'mlflow', 'tensorflow') if m in sys.modules))"
+    )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "[]"
 
@@ -114,8 +119,12 @@ def test_bench_ratios_pair_each_run_with_the_reference_of_its_round():
         return Sample(variant, 1, round_, (), (1.0, speed, speed), first_step, 10.0)
 
     # The machine is twice as fast in round 1: paired ratios stay 1.5 and 1.2, unpaired medians would not.
-    samples = [sample("reference", 0, 100, 5.0), sample("for_in", 0, 150, 6.0),
-               sample("reference", 1, 200, 2.5), sample("for_in", 1, 300, 3.0)]
+    samples = [
+        sample("reference", 0, 100, 5.0),
+        sample("for_in", 0, 150, 6.0),
+        sample("reference", 1, 200, 2.5),
+        sample("for_in", 1, 300, 3.0),
+    ]
     reference, for_in = summarise(samples)
     assert (reference.speed_ratio.median, reference.first_step_ratio.median) == (1.0, 1.0)
     assert for_in.speed_ratio.low == for_in.speed_ratio.high == pytest.approx(1.5)
@@ -131,8 +140,14 @@ def test_bench_reports_saved_samples_against_another_baseline(tmp_path, capsys):
     def sample(variant, round_, speed):
         return Sample(variant, 1, round_, (), (1.0, speed, speed), 5.0, 10.0)
 
-    samples = [sample("reference", 0, 100), sample("reference+heap", 0, 200), sample("for_in", 0, 220),
-               sample("reference", 1, 50), sample("reference+heap", 1, 100), sample("for_in", 1, 105)]
+    samples = [
+        sample("reference", 0, 100),
+        sample("reference+heap", 0, 200),
+        sample("for_in", 0, 220),
+        sample("reference", 1, 50),
+        sample("reference+heap", 1, 100),
+        sample("for_in", 1, 105),
+    ]
     saved = tmp_path / "bench.json"
     save(str(saved), {"machine": "a test machine", "workload": "two rounds", "title": "t"}, samples)
     table = tmp_path / "table.md"
@@ -148,11 +163,22 @@ def test_bench_reports_saved_samples_against_another_baseline(tmp_path, capsys):
 
 def test_the_reference_script_trains_and_reports(tmp_path):
     """The tutorial's loop, standalone: no runner, Hydra or MLflow is imported."""
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "reference.py"), "--train-examples=256",
-                           "--test-examples=64", "--epochs=2", "--strategy=one_device"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "reference.py"),
+            "--train-examples=256",
+            "--test-examples=64",
+            "--epochs=2",
+            "--strategy=one_device",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    events = [json.loads(line[len("BENCH "):]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
+    events = [json.loads(line[len("BENCH ") :]) for line in done.stdout.splitlines() if line.startswith("BENCH ")]
     assert [event["event"] for event in events] == ["first_step", "epoch", "epoch"]
     assert all(event["examples_per_second"] > 0 for event in events[1:])
     source = (REPO / "bench" / "reference.py").read_text()

@@ -27,8 +27,14 @@ def _run_on_a_terminal(*args: str, cwd) -> tuple[int, str]:
     controller, terminal = os.openpty()
     # A terminal of 24 rows and 120 columns (a new pseudo-terminal has 0 columns, in which tqdm draws nothing).
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=cwd, env=cli_env(),
-                               stdout=subprocess.DEVNULL, stderr=terminal, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(terminal)
     received = bytearray()
 

@@ -27,8 +27,9 @@ def test_a_run_is_tagged_with_its_source_commit_versions_and_cpu(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # Sampled before the run: the tree cannot change while the test runs it.
     dirty = "true" if _git("status", "--porcelain", "--untracked-files=no") else "false"
-    done = run_cli(*TINY, "strategy=one_device", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / 'run'}",
-                   cwd=tmp_path)  # tmp_path is no git checkout: the commit must come from the runner's own
+    done = run_cli(
+        *TINY, "strategy=one_device", f"mlflow.tracking_uri={uri}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path
+    )  # tmp_path is no git checkout: the commit must come from the runner's own
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = (tmp_path / "run" / "mlflow_run_id.txt").read_text().strip()
     tags = mlflow_client(uri).get_run(run_id).data.tags

@@ -23,8 +23,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from helpers.presets import TINY
 from helpers.requires import requires
-from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
+from runner.sweeps.terms import PARENT_RUN_ID_FILE
 
 pytestmark = [pytest.mark.slow, requires("iproute2")]  # each command runs in its own network namespace
 
@@ -40,9 +40,23 @@ def run_in_namespace(script: str, cwd: Path, timeout: float) -> subprocess.Compl
     for name in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS"):
         env.pop(name, None)
     return subprocess.run(
-        ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-         "bash", "-c", "set -u\nip link set lo up\n" + script],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        [
+            "unshare",
+            "--net",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "bash",
+            "-c",
+            "set -u\nip link set lo up\n" + script,
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def runner_command(*overrides: str) -> str:
@@ -73,15 +87,26 @@ cd {head}  # the head starts elsewhere than the sweeps: its workers must still p
   --disable-usage-stats > {work}/ray_start.log 2>&1 || exit 90
 ps -eo args > {work}/ps_cluster.txt
 cd {work}
-{runner_command(*SWEEP, address, "batch=32,64,0", f"mlflow.tracking_uri=sqlite:///{work}/mlflow.db",
-                "hydra.sweep.dir=cluster")} > cluster.out 2> cluster.err
+{
+        runner_command(
+            *SWEEP,
+            address,
+            "batch=32,64,0",
+            f"mlflow.tracking_uri=sqlite:///{work}/mlflow.db",
+            "hydra.sweep.dir=cluster",
+        )
+    } > cluster.out 2> cluster.err
 echo $? > cluster.rc
 {RAY} stop --force > ray_stop.log 2>&1
-{runner_command(*SWEEP, address, f"mlflow.tracking_uri=sqlite:///{work}/unreachable.db",
-                "hydra.sweep.dir=unreachable")} > unreachable.out 2> unreachable.err
+{
+        runner_command(
+            *SWEEP, address, f"mlflow.tracking_uri=sqlite:///{work}/unreachable.db", "hydra.sweep.dir=unreachable"
+        )
+    } > unreachable.out 2> unreachable.err
 echo $? > unreachable.rc
-{runner_command(*SWEEP, "batch=32", f"mlflow.tracking_uri=sqlite:///{work}/local.db",
-                "hydra.sweep.dir=local")} > local.out 2> local.err
+{
+        runner_command(*SWEEP, "batch=32", f"mlflow.tracking_uri=sqlite:///{work}/local.db", "hydra.sweep.dir=local")
+    } > local.out 2> local.err
 echo $? > local.rc
 ps -eo args > ps_end.txt
 """
@@ -89,8 +114,11 @@ ps -eo args > ps_end.txt
         done = run_in_namespace(script, work, timeout=540)
     finally:
         # The namespace died with its script: no Ray process may have outlived it, anywhere on the machine.
-        survivors = [line for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
-                                                     text=True).stdout.splitlines() if str(temp) in line]
+        survivors = [
+            line
+            for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+            if str(temp) in line
+        ]
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:], read(work / "ray_start.log")[-3000:])
     return work, survivors
 
@@ -144,7 +172,10 @@ def test_a_sweep_runs_its_jobs_as_tasks_on_an_existing_cluster_and_isolates_a_fa
     with open(sweep_dir / JOBS_CSV_FILE) as handle:
         rows = list(csv.DictReader(handle))
     assert [(row["overrides"], row["status"]) for row in rows] == [
-        ("batch=32", "FINISHED"), ("batch=64", "FINISHED"), ("batch=0", "FAILED")]
+        ("batch=32", "FINISHED"),
+        ("batch=64", "FINISHED"),
+        ("batch=0", "FAILED"),
+    ]
     assert (sweep_dir / MARKDOWN_FILE).exists() and (sweep_dir / CURVES_FILE).stat().st_size > 0
     artifacts = {item.path for item in client(work, "mlflow.db").list_artifacts(parent.info.run_id)}
     assert {CSV_FILE, JOBS_CSV_FILE, MARKDOWN_FILE, CURVES_FILE} <= artifacts
@@ -160,8 +191,9 @@ def test_an_address_that_does_not_answer_is_one_paragraph_before_anything_starts
     assert read(work / "unreachable.rc").strip() == "2", err[-3000:]
     assert "Traceback" not in err
     [line] = error_lines(err)
-    assert line.startswith(f"error: hydra.launcher.ray.init.address=127.0.0.1:{PORT} does not answer "
-                           "(Connection refused")
+    assert line.startswith(
+        f"error: hydra.launcher.ray.init.address=127.0.0.1:{PORT} does not answer (Connection refused"
+    )
     assert f"ray start --head --port={PORT}" in line
     # Nothing was created for the sweep: no tracking store, no parent run.
     assert not (work / "unreachable.db").exists()
@@ -191,10 +223,14 @@ def test_no_ray_process_outlives_the_namespace(ray_session):
 def test_the_launcher_without_its_extra_names_the_extra_to_install(tmp_path):
     # A truthful absence: the plugin's import fails as it would without the package (a None entry in
     # sys.modules makes `import hydra_plugins.hydra_ray_launcher` raise ImportError).
-    shim = ("import runpy, sys; sys.modules['hydra_plugins.hydra_ray_launcher'] = None; "
-            "runpy.run_module('runner', run_name='__main__', alter_sys=True)")
-    overrides = " ".join(f"'{item}'" for item in [
-        *SWEEP, "batch=32,64", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db", "hydra.sweep.dir=sweep"])
+    shim = (
+        "import runpy, sys; sys.modules['hydra_plugins.hydra_ray_launcher'] = None; "
+        "runpy.run_module('runner', run_name='__main__', alter_sys=True)"
+    )
+    overrides = " ".join(
+        f"'{item}'"
+        for item in [*SWEEP, "batch=32,64", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db", "hydra.sweep.dir=sweep"]
+    )
     done = run_in_namespace(f'{sys.executable} -c "{shim}" -m {overrides}', tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

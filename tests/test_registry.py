@@ -4,7 +4,6 @@ processes against one real store."""
 
 from __future__ import annotations
 
-
 import mlflow
 import numpy as np
 import pytest
@@ -40,10 +39,11 @@ def test_a_worse_sweep_registers_a_version_and_leaves_the_champion(two_sweeps):
     versions = sorted(client.search_model_versions(f"name = '{NAME}'"), key=lambda version: int(version.version))
     assert [int(version.version) for version in versions] == [1, 2]
     first, second = versions
-    for version, parent in zip(versions, parents):
+    for version, parent in zip(versions, parents, strict=True):
         assert version.tags["sweep_parent_run_id"] == parent
-        [child] = client.search_runs([client.get_run(parent).info.experiment_id],
-                                     f"tags.`mlflow.parentRunId` = '{parent}'")
+        [child] = client.search_runs(
+            [client.get_run(parent).info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'"
+        )
         assert version.run_id == child.info.run_id
         assert float(version.tags["objective_value"]) == child.data.metrics["test_accuracy"]
         assert (version.tags["objective"], version.tags["objective_direction"]) == ("test_accuracy", "maximize")
@@ -82,15 +82,16 @@ def test_champion_moves_only_to_a_strictly_better_version_of_its_objective(tmp_p
     runs = make_runs_with_models(client, 5)
 
     def register(run: int, value: float, objective: str = "test_accuracy"):
-        registration = register_run_model(client, NAME, runs[run], objective, value,
-                                          lower_is_better=objective.endswith("loss"))
+        registration = register_run_model(
+            client, NAME, runs[run], objective, value, lower_is_better=objective.endswith("loss")
+        )
         return registration.version, int(registration.champion.version)
 
     assert register(0, 0.80) == (1, 1)
-    assert register(1, 0.70) == (2, 1)              # worse: champion stays
+    assert register(1, 0.70) == (2, 1)  # worse: champion stays
     assert register(2, 0.10, "test_loss") == (3, 1)  # another objective never displaces it
-    assert register(3, 0.80) == (4, 1)              # a tie keeps it
-    assert register(4, 0.85) == (5, 5)              # strictly better takes it
+    assert register(3, 0.80) == (4, 1)  # a tie keeps it
+    assert register(4, 0.85) == (5, 5)  # strictly better takes it
     again = register_run_model(client, NAME, runs[0], "test_accuracy", 0.80, lower_is_better=False)
     assert (again.version, again.created, int(again.champion.version)) == (1, False, 5)  # a run registers once
     assert len(client.search_model_versions(f"name = '{NAME}'")) == 5

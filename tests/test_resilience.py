@@ -24,10 +24,8 @@ from helpers.tracking import metric_history, mlflow_client
 pytestmark = pytest.mark.slow
 
 # Three epochs of a few seconds each, a checkpoint after every epoch.
-RUN = [*TINY, "dataset.train_examples=4096", "epochs=3", "checkpoint.every_epochs=1", "strategy=one_device",
-       "seed=3"]
-EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
-                 "learning_rate")
+RUN = [*TINY, "dataset.train_examples=4096", "epochs=3", "checkpoint.every_epochs=1", "strategy=one_device", "seed=3"]
+EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 
 
 def _args(tmp_path: Path, name: str, *extra: str) -> list[str]:
@@ -62,8 +60,10 @@ def uninterrupted(tmp_path_factory):
     done = run_cli(*_args(tmp_path, "run"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     client = _client(tmp_path)
-    reference = {key: [v for _, v in metric_history(client, _run_id(tmp_path, "run"), key)]
-                 for key in ("train_loss", "test_accuracy")}
+    reference = {
+        key: [v for _, v in metric_history(client, _run_id(tmp_path, "run"), key)]
+        for key in ("train_loss", "test_accuracy")
+    }
     return Reference(tmp_path, done.stdout + done.stderr, reference)
 
 
@@ -99,9 +99,13 @@ def _refused_as_a_duplicate(tmp_path: Path, holder: int) -> None:
 
     def written():
         # Not the lock, nor the journal that the holder's tracker process (not stopped with it) keeps writing.
-        return {path: path.stat().st_mtime_ns for path in run_dir.rglob("*")
-                if path.name != ".runner.lock" and not path.name.startswith("mlflow_journal")
-                and "mlflow_journal" not in path.parts}
+        return {
+            path: path.stat().st_mtime_ns
+            for path in run_dir.rglob("*")
+            if path.name != ".runner.lock"
+            and not path.name.startswith("mlflow_journal")
+            and "mlflow_journal" not in path.parts
+        }
 
     before = written()
     started = time.monotonic()
@@ -129,8 +133,11 @@ def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterru
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=30,
-              what="the training process's helpers to end with it")
+    wait_for(
+        lambda: not any(is_running(pid) for pid in helpers),
+        timeout=30,
+        what="the training process's helpers to end with it",
+    )
     _resume_and_check(tmp_path, "run", uninterrupted)
 
 
@@ -158,11 +165,22 @@ def _data_file(index: Path) -> Path:
 # in-process: test_checkpoints.py.)
 DAMAGES = {
     "data cut to 100 bytes, index empty, state file garbled": (
-        lambda newest, older, oldest, state: (_cut(_data_file(newest), lambda n: 100), _cut(older, lambda n: 0),
-                                              state.write_text("model_checkpoint_path: {{ garbled")), 1),
+        lambda newest, older, oldest, state: (
+            _cut(_data_file(newest), lambda n: 100),
+            _cut(older, lambda n: 0),
+            state.write_text("model_checkpoint_path: {{ garbled"),
+        ),
+        1,
+    ),
     "data cut to 0 bytes, data file missing, index cut to half, state file empty: none readable": (
-        lambda newest, older, oldest, state: (_cut(_data_file(newest), lambda n: 0), _data_file(older).unlink(),
-                                              _cut(oldest, lambda n: n // 2), state.write_text("")), 0),
+        lambda newest, older, oldest, state: (
+            _cut(_data_file(newest), lambda n: 0),
+            _data_file(older).unlink(),
+            _cut(oldest, lambda n: n // 2),
+            state.write_text(""),
+        ),
+        0,
+    ),
 }
 
 
@@ -181,8 +199,11 @@ def test_damaged_checkpoints_are_skipped_for_the_newest_readable_one(tmp_path, u
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "Traceback" not in output, output[-3000:]
     skipped = [line for line in output.splitlines() if "is unreadable" in line]
-    assert [name for name in ("ckpt-192", "ckpt-128", "ckpt-64") if any(f"/{name} " in line for line in skipped)] \
-        == ["ckpt-192", "ckpt-128", "ckpt-64"][: 3 - resumed_epoch], skipped
+    assert [name for name in ("ckpt-192", "ckpt-128", "ckpt-64") if any(f"/{name} " in line for line in skipped)] == [
+        "ckpt-192",
+        "ckpt-128",
+        "ckpt-64",
+    ][: 3 - resumed_epoch], skipped
     if resumed_epoch:
         assert f"resuming after epoch {resumed_epoch} from {oldest.with_suffix('')}" in output, output[-3000:]
     else:
@@ -225,10 +246,18 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
 def test_runs_started_together_on_a_fresh_store_all_finish(tmp_path):
     """Four single runs at once against one new sqlite file (two terminals, a SLURM array): the first to get there
     creates and migrates the store, the others wait for it (runner.tracking.store)."""
-    processes = [start_cli(*TINY, "strategy=one_device", "mlflow.tracking_uri=sqlite:///mlflow.db",
-                           f"hydra.run.dir={tmp_path / f'run{index}'}", cwd=tmp_path) for index in range(4)]
+    processes = [
+        start_cli(
+            *TINY,
+            "strategy=one_device",
+            "mlflow.tracking_uri=sqlite:///mlflow.db",
+            f"hydra.run.dir={tmp_path / f'run{index}'}",
+            cwd=tmp_path,
+        )
+        for index in range(4)
+    ]
     outputs = [process.communicate(timeout=600) for process in processes]
-    for process, (_, stderr) in zip(processes, outputs):
+    for process, (_, stderr) in zip(processes, outputs, strict=True):
         assert process.returncode == 0 and "Traceback" not in stderr, stderr[-3000:]
     client = _client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("fashion_mnist").experiment_id])
@@ -269,29 +298,52 @@ BAD_INPUT = {
     "batch=-3": lambda tmp: (["batch=-3"], "batch=-3 is not valid"),
     "batch=abc": lambda tmp: (["batch=abc"], "batch='abc' is not valid"),
     "epochs=0": lambda tmp: (["epochs=0"], "epochs=0 is not valid"),
-    "unknown strategy": lambda tmp: (["strategy=magic"], "strategy=magic is not valid: the strategy group has no option 'magic'"),
+    "unknown strategy": lambda tmp: (
+        ["strategy=magic"],
+        "strategy=magic is not valid: the strategy group has no option 'magic'",
+    ),
     "unknown loop": lambda tmp: (["loop=fast"], "loop=fast is not valid: the loop group has no option 'fast'"),
-    "unknown dataset": lambda tmp: (["dataset=mnist"], "dataset=mnist is not valid: the dataset group has no option 'mnist'"),
-    "unknown lr_scaling": lambda tmp: (["lr_scaling=cubic"], "lr_scaling=cubic is not valid: the lr_scaling group has no option 'cubic'"),
+    "unknown dataset": lambda tmp: (
+        ["dataset=mnist"],
+        "dataset=mnist is not valid: the dataset group has no option 'mnist'",
+    ),
+    "unknown lr_scaling": lambda tmp: (
+        ["lr_scaling=cubic"],
+        "lr_scaling=cubic is not valid: the lr_scaling group has no option 'cubic'",
+    ),
     "missing dataset.dir": lambda tmp: (["dataset=fashion_mnist", f"dataset.dir={tmp}/nowhere"], "dataset.dir="),
-    "malformed IDX": lambda tmp: (["dataset=fashion_mnist", f"dataset.dir={_malformed_idx_dir(tmp)}",
-                                   "dataset.train_examples=null", "dataset.test_examples=null"],
-                                  "train-labels-idx1-ubyte.gz"),
+    "malformed IDX": lambda tmp: (
+        [
+            "dataset=fashion_mnist",
+            f"dataset.dir={_malformed_idx_dir(tmp)}",
+            "dataset.train_examples=null",
+            "dataset.test_examples=null",
+        ],
+        "train-labels-idx1-ubyte.gz",
+    ),
     "tpu without a TPU": lambda tmp: (["strategy=tpu"], "strategy=tpu found no TPU"),
     "cpu_replicas with one_device": lambda tmp: (["strategy.cpu_replicas=2"], "strategy.cpu_replicas=2 is not valid"),
     "tracking server down": lambda tmp: (["mlflow.tracking_uri=http://127.0.0.1:9"], "does not answer"),
-    "checkpoint of another model": lambda tmp: ([f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
-                                                "does not fit this model"),
-    "resume=never over checkpoints": lambda tmp: (["resume=never", f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
-                                                  "resume=never, but"),
+    "checkpoint of another model": lambda tmp: (
+        [f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
+        "does not fit this model",
+    ),
+    "resume=never over checkpoints": lambda tmp: (
+        ["resume=never", f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
+        "resume=never, but",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_input_fails_fast_with_one_paragraph_and_leaves_nothing_running(tmp_path, case):
     overrides, expected = BAD_INPUT[case](tmp_path)
-    args = [*RUN, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / 'run'}",
-            *overrides]
+    args = [
+        *RUN,
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        *overrides,
+    ]
     started = time.monotonic()
     done = run_cli(*args, cwd=tmp_path, timeout=60)
     assert time.monotonic() - started < 30

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -35,8 +34,11 @@ _NEEDS = {
 
 @pytest.mark.parametrize(
     "group,option",
-    [(group, option) for group in ("strategy", "dataset", "model", "optimizer", "schedule", "loss", "lr_scaling", "loop")
-     for option in _options(group)],
+    [
+        (group, option)
+        for group in ("strategy", "dataset", "model", "optimizer", "schedule", "loss", "lr_scaling", "loop")
+        for option in _options(group)
+    ],
 )
 def test_every_group_option_composes_and_validates(group, option):
     settings = _settings(f"{group}={option}", *_NEEDS.get(f"{group}={option}", ()))
@@ -172,10 +174,11 @@ def test_any_positive_batch_is_accepted(batch):
         ("mlflow.checkpoints=[last]", "mlflow.checkpoints=['last']"),
         ("mlflow.outage_seconds=-1", "mlflow.outage_seconds=-1"),
         ("mlflow.outage_seconds=forever", "mlflow.outage_seconds='forever'"),
-        ("mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:5000",
-         "mlflow.tracking_uri='http://***@127.0.0.1:5000'"),
-        ("mlflow.tracking_uri=postgresql+psycopg2://alice:s3cret@127.0.0.1/db",
-         "mlflow.tracking_uri='postgresql+psycopg2://***@127.0.0.1/db'"),
+        ("mlflow.tracking_uri=http://alice:s3cret@127.0.0.1:5000", "mlflow.tracking_uri='http://***@127.0.0.1:5000'"),
+        (
+            "mlflow.tracking_uri=postgresql+psycopg2://alice:s3cret@127.0.0.1/db",
+            "mlflow.tracking_uri='postgresql+psycopg2://***@127.0.0.1/db'",
+        ),
         ("verbose=", "verbose=''"),
         ("verbose=loud", "verbose='loud'"),
         ("sweep.seeds=0", "sweep.seeds=0"),
@@ -202,8 +205,13 @@ def test_a_run_logs_its_model_unless_told_not_to_and_cannot_register_without_it(
 def test_the_mlflow_run_keeps_the_last_checkpoint_unless_told_otherwise():
     assert _settings().mlflow.checkpoints == "last"
     assert [_settings(f"mlflow.checkpoints={choice}").mlflow.checkpoints for choice in ("all", "none", "last")] == [
-        "all", "none", "last"]
-    with pytest.raises(RunnerError, match=r"^mlflow.checkpoints='some' is not valid: the options are last, all, none\."):
+        "all",
+        "none",
+        "last",
+    ]
+    with pytest.raises(
+        RunnerError, match=r"^mlflow.checkpoints='some' is not valid: the options are last, all, none\."
+    ):
         _settings("mlflow.checkpoints=some")
 
 
@@ -224,8 +232,14 @@ def test_cpu_replicas_and_explicit_devices_conflict():
         _settings("strategy.cpu_replicas=2", "strategy.devices=[/cpu:0]")
 
 
-@pytest.mark.parametrize("override,named", [("sweep=5", "sweep=5"), ("sweep.objective=", "sweep.objective=''"),
-                                            ("sweep.objective=speed", "sweep.objective='speed'")])
+@pytest.mark.parametrize(
+    "override,named",
+    [
+        ("sweep=5", "sweep=5"),
+        ("sweep.objective=", "sweep.objective=''"),
+        ("sweep.objective=speed", "sweep.objective='speed'"),
+    ],
+)
 def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):
     with pytest.raises(RunnerError) as raised:
         objective_name(overridden(defaults, override))
@@ -233,15 +247,25 @@ def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named
     assert message.startswith(named + " is not valid") and "Fix:" in message and "\n" not in message, message
 
 
-@pytest.mark.parametrize("override,expected", [
-    ("mlflow.tracking_uri=", None), ("mlflow.tracking_uri=postgresql+psycopg2://u@127.0.0.1/db", None),
-    ("mlflow.run_name=", None), ("mlflow.experiment_name=2024", "2024"), ("strategy.tpu=", ""),
-])
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("mlflow.tracking_uri=", None),
+        ("mlflow.tracking_uri=postgresql+psycopg2://u@127.0.0.1/db", None),
+        ("mlflow.run_name=", None),
+        ("mlflow.experiment_name=2024", "2024"),
+        ("strategy.tpu=", ""),
+    ],
+)
 def test_empty_and_numeric_values_where_they_mean_something(override, expected):
     settings = _settings(override)
     key = override.split("=")[0]
-    value = {"mlflow.tracking_uri": settings.mlflow.tracking_uri, "mlflow.run_name": settings.mlflow.run_name,
-             "mlflow.experiment_name": settings.mlflow.experiment_name, "strategy.tpu": settings.strategy.tpu}[key]
+    value = {
+        "mlflow.tracking_uri": settings.mlflow.tracking_uri,
+        "mlflow.run_name": settings.mlflow.run_name,
+        "mlflow.experiment_name": settings.mlflow.experiment_name,
+        "strategy.tpu": settings.strategy.tpu,
+    }[key]
     if key == "mlflow.tracking_uri" and override.endswith("db"):
         expected = override.split("=", 1)[1]
     assert value == expected
@@ -252,18 +276,25 @@ def _ray_launcher(*dotlist: str, environ=None):
 
     from runner.settings import ray_launcher
 
-    config = OmegaConf.merge(OmegaConf.load(CONF / "hydra" / "launcher" / "ray.yaml"), OmegaConf.from_dotlist(
-        [f"ray.{item}" for item in dotlist]))
+    config = OmegaConf.merge(
+        OmegaConf.load(CONF / "hydra" / "launcher" / "ray.yaml"),
+        OmegaConf.from_dotlist([f"ray.{item}" for item in dotlist]),
+    )
     return ray_launcher(config.ray, environ or {})
 
 
 @pytest.mark.parametrize(
     "overrides,environ,head",
-    [((), {}, None), (("init.address=local",), {"RAY_ADDRESS": "10.0.0.5:6379"}, None),
-     (("init.address=auto",), {}, None), (("init.address=10.0.0.5:6379",), {}, ("10.0.0.5", 6379)),
-     (("init.address=ray://head:10001",), {}, ("head", 10001)), ((), {"RAY_ADDRESS": "head:6380"}, ("head", 6380)),
-     (("init.address=local", "init.num_cpus=2", "init.object_store_memory=100000000"), {}, None),
-     (("remote.num_cpus=0.5", "remote.num_gpus=1"), {}, None)],
+    [
+        ((), {}, None),
+        (("init.address=local",), {"RAY_ADDRESS": "10.0.0.5:6379"}, None),
+        (("init.address=auto",), {}, None),
+        (("init.address=10.0.0.5:6379",), {}, ("10.0.0.5", 6379)),
+        (("init.address=ray://head:10001",), {}, ("head", 10001)),
+        ((), {"RAY_ADDRESS": "head:6380"}, ("head", 6380)),
+        (("init.address=local", "init.num_cpus=2", "init.object_store_memory=100000000"), {}, None),
+        (("remote.num_cpus=0.5", "remote.num_gpus=1"), {}, None),
+    ],
 )
 def test_ray_launcher_settings_find_the_cluster_to_reach(overrides, environ, head):
     assert _ray_launcher(*overrides, environ=environ).head == head
@@ -277,8 +308,11 @@ def test_ray_launcher_settings_find_the_cluster_to_reach(overrides, environ, hea
         (("init.address=head:port",), {}, "hydra.launcher.ray.init.address='head:port'"),
         (("init.address=head:70000",), {}, "hydra.launcher.ray.init.address='head:70000'"),
         ((), {"RAY_ADDRESS": "head"}, "RAY_ADDRESS='head'"),
-        (("init.address=head:6379", "init.object_store_memory=100000000"), {},
-         "hydra.launcher.ray.init.object_store_memory=100000000"),
+        (
+            ("init.address=head:6379", "init.object_store_memory=100000000"),
+            {},
+            "hydra.launcher.ray.init.object_store_memory=100000000",
+        ),
         (("init.address=head:6379", "init.num_cpus=2"), {}, "hydra.launcher.ray.init.num_cpus=2"),
         (("remote.num_cpus=-1",), {}, "hydra.launcher.ray.remote.num_cpus=-1"),
         (("remote.num_gpus=one",), {}, "hydra.launcher.ray.remote.num_gpus='one'"),
@@ -293,8 +327,11 @@ def test_bad_ray_launcher_values_name_the_value_and_the_fix(overrides, environ, 
 
 
 def test_deterministic_refuses_asynchronous_parameter_servers():
-    with pytest.raises(RunnerError, match=r"^runtime.deterministic=True is not valid: strategy=parameter_server "
-                                          r"trains asynchronously.*Fix: use strategy=multi_worker_mirrored"):
+    with pytest.raises(
+        RunnerError,
+        match=r"^runtime.deterministic=True is not valid: strategy=parameter_server "
+        r"trains asynchronously.*Fix: use strategy=multi_worker_mirrored",
+    ):
         _settings("strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=10", "runtime.deterministic=true")
     settings = _settings("strategy=multi_worker_mirrored", "cluster=local", "runtime.deterministic=true")
     assert settings.runtime.deterministic

@@ -21,7 +21,7 @@ from helpers.config import REPO
 from helpers.presets import TWO_EPOCHS
 from helpers.processes import find_process
 from helpers.requires import requires
-from helpers.slurm import free_port_run, running_slurm, Slurm
+from helpers.slurm import Slurm, free_port_run, running_slurm
 from helpers.tracking import metric_history, only_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
@@ -37,17 +37,26 @@ def slurm():
         yield cluster
 
 
-def _submit(slurm: Slurm, tmp_path: Path, script: Path, tasks: int, *overrides: str, run_dir: Path | None = None,
-            **env: str) -> str:
+def _submit(
+    slurm: Slurm, tmp_path: Path, script: Path, tasks: int, *overrides: str, run_dir: Path | None = None, **env: str
+) -> str:
     """sbatch the script as a user would, with the test's tiny data and MLflow store as overrides."""
     environment = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
-    environment.update(RUNNER_PYTHON=sys.executable, RUNNER_RUN_DIR=str(run_dir or tmp_path / "run"),
-                       PYTHONUNBUFFERED="1", **env)
+    environment.update(
+        RUNNER_PYTHON=sys.executable, RUNNER_RUN_DIR=str(run_dir or tmp_path / "run"), PYTHONUNBUFFERED="1", **env
+    )
     # A resumed run must be submitted with the same overrides as the first: the same ports too.
     if not any(item.startswith("cluster.port_base=") for item in overrides):
         overrides = (f"cluster.port_base={free_port_run(tasks)}", *overrides)
-    return slurm.sbatch(script, *TWO_EPOCHS, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *overrides,
-                        options=("--cpus-per-task=1",), cwd=tmp_path, env=environment)
+    return slurm.sbatch(
+        script,
+        *TWO_EPOCHS,
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        *overrides,
+        options=("--cpus-per-task=1",),
+        cwd=tmp_path,
+        env=environment,
+    )
 
 
 def _output(tmp_path: Path, script: Path, job: str) -> str:
@@ -155,8 +164,9 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     # --open-mode=append: the requeued run's output follows the first run's.
     assert output.count(f"runner: job {job}, 2 tasks") == 2, output[-3000:]
     # SLURM's requeue signals the tasks: they stop together at one step, so the resume may start mid-epoch.
-    assert re.search(r"^0: .*resuming after epoch \d+( and \d+ step\(s\) of the next epoch)? from ", output,
-                     re.MULTILINE), output[-3000:]
+    assert re.search(
+        r"^0: .*resuming after epoch \d+( and \d+ step\(s\) of the next epoch)? from ", output, re.MULTILINE
+    ), output[-3000:]
     client, run = only_run(tmp_path)  # the same run, continued, not a second one
     assert run.info.status == "FINISHED"
     assert [step for step, _ in metric_history(client, run.info.run_id, "train_loss")] == list(range(1, 9))
@@ -183,15 +193,31 @@ def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(s
 
 
 def test_more_slurm_tasks_than_a_one_process_strategy_can_use_is_one_paragraph(slurm, tmp_path):
-    done = slurm.run("srun", "--ntasks=2", "--cpus-per-task=1", sys.executable, "-m", "runner", *TWO_EPOCHS,
-                     "strategy=one_device", f"hydra.run.dir={tmp_path / 'run'}", check=False, cwd=tmp_path,
-                     timeout=120)
+    done = slurm.run(
+        "srun",
+        "--ntasks=2",
+        "--cpus-per-task=1",
+        sys.executable,
+        "-m",
+        "runner",
+        *TWO_EPOCHS,
+        "strategy=one_device",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
+    )
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode == 2 and len(errors) == 2, done.stderr[-3000:]
     # Both tasks stop with one paragraph: this one, or, for a task that came second to the shared run
     # directory, the paragraph saying another process holds it.
-    ours = [error for error in errors if error.startswith(
-        "error: this SLURM job step runs 2 tasks, but strategy=one_device with cluster=none trains in one process")]
+    ours = [
+        error
+        for error in errors
+        if error.startswith(
+            "error: this SLURM job step runs 2 tasks, but strategy=one_device with cluster=none trains in one process"
+        )
+    ]
     assert ours and all(error in ours or "is in use by another runner process" in error for error in errors), errors
     assert "Fix: start one task (srun --ntasks=1" in ours[0] and "strategy=multi_worker_mirrored" in ours[0]
     assert "Traceback" not in done.stderr and not (tmp_path / "mlflow.db").exists()

@@ -22,7 +22,14 @@ from helpers.processes import find_process
 from helpers.requires import requires
 from helpers.slurm import free_port_run, running_slurm
 from helpers.sweeps import (
-    all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep, sweep_command,
+    all_runs,
+    assert_finished_sweep,
+    children,
+    client_for,
+    parent_id_of,
+    summary_rows,
+    sweep,
+    sweep_command,
 )
 
 pytestmark = pytest.mark.slow
@@ -67,8 +74,13 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
     FINISHED; the same command again trains only the killed job, into its own run."""
     sweep_dir = tmp_path / "sweep"
     overrides = (*ON_SLURM, "batch=32,64")
-    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        sweep_command(tmp_path, sweep_dir, overrides),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Job 1 created its child run and is starting to train: kill its SLURM task's process outright, as
         # the OOM killer would (scancel's SIGTERM would let it record its own failure).
@@ -111,9 +123,17 @@ def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp
     job is FAILED with the time limit named, and the sweep ends instead of waiting or aborting."""
     sweep_dir = tmp_path / "sweep"
     started = time.monotonic()
-    result = subprocess.run(sweep_command(tmp_path, sweep_dir, (*ON_SLURM, "hydra.launcher.timeout_min=2",
-                                                           "hydra.launcher.signal_delay_s=30", "epochs=100000")),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    result = subprocess.run(
+        sweep_command(
+            tmp_path,
+            sweep_dir,
+            (*ON_SLURM, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30", "epochs=100000"),
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert result.returncode != 0 and time.monotonic() - started < 240, result.stderr[-3000:]
     assert "1 of 1 sweep jobs failed: job 0" in result.stderr, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -122,7 +142,8 @@ def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp
     slurm_job = job.data.tags["slurm_job_id"]
     assert job.data.tags["error"].startswith(
         f"SLURM job {slurm_job} of job 0 stopped before the job finished: it reached its time limit, "
-        "hydra.launcher.timeout_min=2"), job.data.tags["error"]
+        "hydra.launcher.timeout_min=2"
+    ), job.data.tags["error"]
     assert f"hydra.sweep.dir={sweep_dir}" in job.data.tags["error"]
     # The training process saved when told to stop: the run can be continued by a re-run of the sweep.
     assert job.data.tags["resumable"] == "true"
@@ -132,11 +153,18 @@ def test_a_job_at_its_time_limit_saves_ends_failed_and_the_sweep_ends(slurm, tmp
 
 
 def test_a_time_limit_shorter_than_the_signal_delay_is_one_paragraph(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "runner", "-m", *ON_SLURM, "hydra.launcher.timeout_min=1", "batch=32"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "-m", *ON_SLURM, "hydra.launcher.timeout_min=1", "batch=32"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
-    assert done.stderr.startswith("error: hydra.launcher.signal_delay_s=120 is not less than the jobs' time limit, "
-                                  "hydra.launcher.timeout_min=1 (60 s)"), done.stderr
+    assert done.stderr.startswith(
+        "error: hydra.launcher.signal_delay_s=120 is not less than the jobs' time limit, "
+        "hydra.launcher.timeout_min=1 (60 s)"
+    ), done.stderr
     assert "Fix: lower hydra.launcher.signal_delay_s below 60" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()
@@ -155,11 +183,23 @@ def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(sl
     """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it."""
     sweep_dir = tmp_path / "sweep"
     single = [item for item in SWEEP_JOB if not item.startswith("strategy=")]
-    command = [sys.executable, "-m", "runner", "-m", *single, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-               f"hydra.sweep.dir={sweep_dir}", *ON_SLURM, "hydra.launcher.tasks_per_node=2",
-               # Two jobs on one node would share ports: one at a time.
-               "hydra.launcher.array_parallelism=1", f"cluster.port_base={free_port_run(2)}",
-               "strategy=multi_worker_mirrored", "cluster=slurm", "batch=32,64"]
+    command = [
+        sys.executable,
+        "-m",
+        "runner",
+        "-m",
+        *single,
+        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.sweep.dir={sweep_dir}",
+        *ON_SLURM,
+        "hydra.launcher.tasks_per_node=2",
+        # Two jobs on one node would share ports: one at a time.
+        "hydra.launcher.array_parallelism=1",
+        f"cluster.port_base={free_port_run(2)}",
+        "strategy=multi_worker_mirrored",
+        "cluster=slurm",
+        "batch=32,64",
+    ]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -179,20 +219,40 @@ def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(sl
 def test_missing_sbatch_and_missing_extra_are_one_paragraph(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
-    no_sbatch = subprocess.run([sys.executable, "-m", "runner", "-m", "hydra/launcher=submitit_slurm", "batch=32,64"],
-                               cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                               env={"PATH": str(empty), "PYTHONPATH": str(REPO)})
+    no_sbatch = subprocess.run(
+        [sys.executable, "-m", "runner", "-m", "hydra/launcher=submitit_slurm", "batch=32,64"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(empty), "PYTHONPATH": str(REPO)},
+    )
     # Without the package: its import blocked, as on a machine where the extra was never installed.
     no_extra = subprocess.run(
-        [sys.executable, "-c", "import runpy, sys; sys.modules['hydra_plugins.hydra_submitit_launcher'] = None; "
-         "sys.argv = ['runner', '-m', 'hydra/launcher=submitit_local', 'batch=32,64']; "
-         "runpy.run_module('runner', run_name='__main__')"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "import runpy, sys; sys.modules['hydra_plugins.hydra_submitit_launcher'] = None; "
+            "sys.argv = ['runner', '-m', 'hydra/launcher=submitit_local', 'batch=32,64']; "
+            "runpy.run_module('runner', run_name='__main__')",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     for done, start, fix in (
-            (no_sbatch, "error: hydra/launcher=submitit_slurm submits every job with sbatch, which is not on the PATH",
-             "hydra/launcher=submitit_local"),
-            (no_extra, "error: hydra/launcher=submitit_local needs the optional extra 'slurm', which is not installed",
-             "pip install -e '.[slurm]'")):
+        (
+            no_sbatch,
+            "error: hydra/launcher=submitit_slurm submits every job with sbatch, which is not on the PATH",
+            "hydra/launcher=submitit_local",
+        ),
+        (
+            no_extra,
+            "error: hydra/launcher=submitit_local needs the optional extra 'slurm', which is not installed",
+            "pip install -e '.[slurm]'",
+        ),
+    ):
         assert done.returncode == 2, done.stderr[-3000:]
         assert done.stderr.startswith(start) and fix in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

@@ -15,19 +15,35 @@ import pytest
 import yaml
 
 from helpers.sweeps import (
-    all_runs, assert_finished_sweep, children, client_for, parent_id_of, summary_rows, sweep, sweep_command,
+    all_runs,
+    assert_finished_sweep,
+    children,
+    client_for,
+    parent_id_of,
+    summary_rows,
+    sweep,
+    sweep_command,
 )
 
 pytestmark = pytest.mark.slow
 
-GRID = [("batch=32", "lr_scaling=none"), ("batch=32", "lr_scaling=linear"),
-        ("batch=64", "lr_scaling=none"), ("batch=64", "lr_scaling=linear")]
+GRID = [
+    ("batch=32", "lr_scaling=none"),
+    ("batch=32", "lr_scaling=linear"),
+    ("batch=64", "lr_scaling=none"),
+    ("batch=64", "lr_scaling=linear"),
+]
 
 
 def start_and_kill_during_job(tmp_path, sweep_dir, overrides, job: int) -> None:
     """Run a sweep and kill it all (Hydra's process and the training process) while `job` trains."""
-    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        sweep_command(tmp_path, sweep_dir, overrides),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     job_log = sweep_dir / str(job) / "runner.log"
     deadline = time.monotonic() + 240
     try:
@@ -102,13 +118,14 @@ def test_rerun_of_a_finished_sweep_trains_nothing(serial_sweep):
 
 def test_joblib_sweep_runs_jobs_in_parallel_under_one_parent(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear",
-                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    result = sweep(
+        tmp_path, sweep_dir, "batch=32,64", "lr_scaling=none,linear", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"
+    )
     assert "Joblib.Parallel(n_jobs=2" in result.stdout
     parent_id, jobs = assert_finished_sweep(tmp_path, sweep_dir, result, GRID, launcher="joblib")
     # The jobs really overlapped: each started before another one ended.
     spans = sorted((run.info.start_time, run.info.end_time) for run in jobs)
-    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
 
 
 def test_the_launcher_tag_names_the_launcher_and_slurm_jobs_are_named_as_slurm_shows_them():
@@ -169,7 +186,8 @@ def test_optuna_sweep_reports_the_best_trial(tmp_path):
         names = sorted(item.split("=")[0] for item in run.info.run_name.split(","))
         assert names == ["batch", "optimizer.lr"]
         assert float(run.data.params["optimizer.lr"]) == pytest.approx(
-            float(run.info.run_name.split("optimizer.lr=")[1].split(",")[0]))
+            float(run.info.run_name.split("optimizer.lr=")[1].split(",")[0])
+        )
     best = max(trials, key=lambda run: run.data.metrics["test_accuracy"])
     reported = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert reported["best_value"] == pytest.approx(best.data.metrics["test_accuracy"])

@@ -14,17 +14,18 @@ import time
 import pytest
 import yaml
 
+from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep_command
 from runner.job_result import RESULT_KEYS
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
-from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep_command
 
 pytestmark = pytest.mark.slow
 
 
 def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
     # Up to six training processes one after another (two at a time with joblib) on a busy machine.
-    return subprocess.run(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
 
 
 def _by_configuration(runs) -> dict[str, list]:
@@ -36,8 +37,7 @@ def _by_configuration(runs) -> dict[str, list]:
 
 def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "seed=1,2,3", "batch=32,64", "hydra/launcher=joblib",
-                   "hydra.launcher.n_jobs=2")
+    result = sweep(tmp_path, sweep_dir, "seed=1,2,3", "batch=32,64", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
     parent_id = parent_id_of(sweep_dir)
@@ -45,7 +45,7 @@ def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_
     assert len(runs) == 6 and all(run.info.status == "FINISHED" for run in runs)
     grouped = _by_configuration(runs)
     assert sorted(grouped) == ["batch=32", "batch=64"]
-    for name, group in grouped.items():
+    for _name, group in grouped.items():
         assert sorted(run.data.tags["seed"] for run in group) == ["1", "2", "3"]
         assert sorted(run.data.params["seed"] for run in group) == ["1", "2", "3"]  # what they trained with
 
@@ -63,14 +63,16 @@ def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_
     assert (sweep_dir / CURVES_FILE).stat().st_size > 0
 
     # The best configuration by the mean of the objective, on the parent run and in the printed table.
-    means = {name: statistics.fmean(run.data.metrics["test_accuracy"] for run in group)
-             for name, group in grouped.items()}
+    means = {
+        name: statistics.fmean(run.data.metrics["test_accuracy"] for run in group) for name, group in grouped.items()
+    }
     best = max(means, key=means.get)
     parent = client.get_run(parent_id)
     assert parent.data.tags["best_configuration"] == best
     assert parent.data.metrics["best_test_accuracy_mean"] == means[best]
     assert parent.data.metrics["best_test_accuracy_std"] == statistics.stdev(
-        run.data.metrics["test_accuracy"] for run in grouped[best])
+        run.data.metrics["test_accuracy"] for run in grouped[best]
+    )
     # The best single job (the run that stands for the sweep) is taken within the best configuration.
     best_job = max(grouped[best], key=lambda run: run.data.metrics["test_accuracy"])
     assert parent.data.metrics["best_test_accuracy"] == best_job.data.metrics["test_accuracy"]
@@ -81,8 +83,7 @@ def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_
 
 def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "hparams_search=optuna", "hydra.sweeper.n_trials=2", "sweep.seeds=2",
-                   "seed=10")
+    result = sweep(tmp_path, sweep_dir, "hparams_search=optuna", "hydra.sweeper.n_trials=2", "sweep.seeds=2", "seed=10")
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
     runs = children(client, parent_id_of(sweep_dir))
@@ -106,8 +107,13 @@ def test_a_rerun_trains_only_the_seeds_that_did_not_finish(tmp_path):
     sweep_dir = tmp_path / "sweep"
     overrides = ("batch=32", "sweep.seeds=3", "seed=7")
     # Kill the whole sweep while the second seed (8) trains: seed 7 is done, 8 is cut short, 9 never began.
-    process = subprocess.Popen(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        sweep_command(tmp_path, sweep_dir, overrides),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     log = sweep_dir / "0" / "seed-8" / "runner.log"
     deadline = time.monotonic() + 240
     try:

@@ -62,8 +62,9 @@ def server(workdir):
     try:
         postgres.start()
         auth = BasicAuth(postgres.create_database("mlflow_auth"), admin_password=ADMIN.admin_password)
-        mlflow_server = MlflowServer(postgres.uri, artifacts=workdir / "artifacts", log=workdir / "mlflow-server.log",
-                                     auth=auth).start()
+        mlflow_server = MlflowServer(
+            postgres.uri, artifacts=workdir / "artifacts", log=workdir / "mlflow-server.log", auth=auth
+        ).start()
         from mlflow.server import get_app_client
 
         with _as(ADMIN.admin_username, ADMIN.admin_password):
@@ -88,8 +89,16 @@ def _runs(server) -> list:
 def _refused(server, workdir: Path, name: str, *args: str, env: dict[str, str]) -> str:
     """Run the CLI as the given user; assert exit 2, one paragraph, no run, no password; return the paragraph."""
     started = time.monotonic()
-    done = run_cli(*args, *TINY, "strategy=one_device", f"mlflow.tracking_uri={server.url}",
-                   f"hydra.run.dir={workdir / name}", f"hydra.sweep.dir={workdir / name}", cwd=workdir, env=env)
+    done = run_cli(
+        *args,
+        *TINY,
+        "strategy=one_device",
+        f"mlflow.tracking_uri={server.url}",
+        f"hydra.run.dir={workdir / name}",
+        f"hydra.sweep.dir={workdir / name}",
+        cwd=workdir,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert time.monotonic() - started < REFUSAL_SECONDS
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
@@ -112,8 +121,9 @@ def test_a_wrong_password_is_401_naming_the_user(server, workdir):
 
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
 def test_a_read_only_user_is_403_before_any_run_or_sweep_parent(server, workdir, sweep):
-    message = _refused(server, workdir, f"reader-{sweep}", *(["-m", "batch=32,64"] if sweep else []),
-                       env=_credentials(*READER))
+    message = _refused(
+        server, workdir, f"reader-{sweep}", *(["-m", "batch=32,64"] if sweep else []), env=_credentials(*READER)
+    )
     assert "would refuse to create the run for user 'reader' (403 Forbidden)" in message
     assert "it has READ permission on experiment 'fashion_mnist'" in message
     assert "grant 'reader' EDIT on the experiment" in message
@@ -132,10 +142,19 @@ def test_credentials_in_the_tracking_uri_are_refused_and_never_written(server, w
 def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server, workdir):
     sweep_dir = workdir / "editor"
     # One job: it trains in its own `python -m runner`, logs its model, and the sweep registers it.
-    done = run_cli("-m", "batch=32", *TINY, WITH_MODEL, "strategy=one_device",
-                   "mlflow.system_metrics.interval_seconds=1",
-                   f"mlflow.tracking_uri={server.url}", f"hydra.sweep.dir={sweep_dir}", cwd=workdir,
-                   env=_credentials(*TRAINER), timeout=900)
+    done = run_cli(
+        "-m",
+        "batch=32",
+        *TINY,
+        WITH_MODEL,
+        "strategy=one_device",
+        "mlflow.system_metrics.interval_seconds=1",
+        f"mlflow.tracking_uri={server.url}",
+        f"hydra.sweep.dir={sweep_dir}",
+        cwd=workdir,
+        env=_credentials(*TRAINER),
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = _runs(server)
     assert sorted(run.info.status for run in runs) == ["FINISHED", "FINISHED"]  # the sweep's parent and its job
@@ -153,10 +172,16 @@ def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server
             recorded += [*run.data.params.values(), *run.data.tags.values(), run.info.run_name]
             for artifact in ("config.yaml", "overrides.yaml", "sweep_summary.md", "sweep_summary.csv"):
                 if artifact in {item.path for item in client.list_artifacts(run.info.run_id)}:
-                    recorded.append(Path(client.download_artifacts(run.info.run_id, artifact,
-                                                                   str(workdir / "downloads"))).read_text())
-    recorded += [path.read_text(errors="replace") for path in sweep_dir.rglob("*")
-                 if path.is_file() and path.suffix in (".log", ".yaml", ".txt", ".json", ".md", ".csv")]
+                    recorded.append(
+                        Path(
+                            client.download_artifacts(run.info.run_id, artifact, str(workdir / "downloads"))
+                        ).read_text()
+                    )
+    recorded += [
+        path.read_text(errors="replace")
+        for path in sweep_dir.rglob("*")
+        if path.is_file() and path.suffix in (".log", ".yaml", ".txt", ".json", ".md", ".csv")
+    ]
     assert len(recorded) > 10
     for text in recorded:
         assert not any(password in text for password in PASSWORDS), text[:500]
@@ -169,8 +194,16 @@ def test_a_colleague_who_may_not_add_versions_of_the_model_is_refused_before_tra
         mlflow_client(server.url).get_registered_model(MODEL)  # the editor's sweep registered it
     before = len(_runs(server))
     started = time.monotonic()
-    done = run_cli(*TINY, WITH_MODEL, "strategy=one_device", "mlflow.register=true", f"mlflow.tracking_uri={server.url}",
-                   f"hydra.run.dir={workdir / 'colleague'}", cwd=workdir, env=_credentials(*COLLEAGUE))
+    done = run_cli(
+        *TINY,
+        WITH_MODEL,
+        "strategy=one_device",
+        "mlflow.register=true",
+        f"mlflow.tracking_uri={server.url}",
+        f"hydra.run.dir={workdir / 'colleague'}",
+        cwd=workdir,
+        env=_credentials(*COLLEAGUE),
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert time.monotonic() - started < REFUSAL_SECONDS
     [error] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]

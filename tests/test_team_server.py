@@ -60,8 +60,7 @@ def experiment_id(client, training_run):
 @pytest.fixture(scope="module")
 def training_run(mlflow_server, workdir) -> str:
     """The id of one short training job's run, tracked on the server."""
-    done = run_cli(*SHORT, f"mlflow.tracking_uri={mlflow_server.url}", f"hydra.run.dir={workdir / 'run'}",
-                   cwd=workdir)
+    done = run_cli(*SHORT, f"mlflow.tracking_uri={mlflow_server.url}", f"hydra.run.dir={workdir / 'run'}", cwd=workdir)
     assert done.returncode == 0, done.stderr[-3000:]
     return (workdir / "run" / "mlflow_run_id.txt").read_text().strip()
 
@@ -69,8 +68,14 @@ def training_run(mlflow_server, workdir) -> str:
 @pytest.fixture(scope="module")
 def sweep(mlflow_server, client, training_run, workdir):
     """A 2-job sweep against the server: (parent run, [child runs]) as the server holds them."""
-    done = run_cli("-m", "batch=32,64", *SHORT, f"mlflow.tracking_uri={mlflow_server.url}",
-                   f"hydra.sweep.dir={workdir / 'sweep'}", cwd=workdir)
+    done = run_cli(
+        "-m",
+        "batch=32,64",
+        *SHORT,
+        f"mlflow.tracking_uri={mlflow_server.url}",
+        f"hydra.sweep.dir={workdir / 'sweep'}",
+        cwd=workdir,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
     # The store is fresh: besides the training job, it holds exactly what the sweep created.
@@ -82,7 +87,8 @@ def sweep(mlflow_server, client, training_run, workdir):
 
 
 def test_a_training_run_is_tracked_in_postgres_with_artifacts_in_the_servers_directory(
-        client, training_run, postgres, workdir):
+    client, training_run, postgres, workdir
+):
     run = client.get_run(training_run)
     assert run.info.status == "FINISHED"
     params = run.data.params
@@ -106,8 +112,16 @@ def test_a_training_run_is_tracked_in_postgres_with_artifacts_in_the_servers_dir
     assert filecmp.cmp(downloaded, local / indexes[-1], shallow=False)
 
     # The server really keeps runs in PostgreSQL, not in a store of its own.
-    with psycopg2.connect(host="127.0.0.1", port=postgres.port, user=postgres.role, password=postgres.password,
-                          dbname=postgres.database) as connection, connection.cursor() as cursor:
+    with (
+        psycopg2.connect(
+            host="127.0.0.1",
+            port=postgres.port,
+            user=postgres.role,
+            password=postgres.password,
+            dbname=postgres.database,
+        ) as connection,
+        connection.cursor() as cursor,
+    ):
         cursor.execute("SELECT status FROM runs WHERE run_uuid = %s", (training_run,))
         assert cursor.fetchall() == [("FINISHED",)]
     connection.close()
@@ -125,11 +139,14 @@ def test_a_sweep_is_one_parent_run_with_a_child_run_per_job(sweep):
 
 @requires("chromium")
 def test_the_ui_lists_the_run_and_the_sweep_parent_with_its_children(
-        mlflow_server, client, experiment_id, training_run, sweep, workdir):
+    mlflow_server, client, experiment_id, training_run, sweep, workdir
+):
     parent, children = sweep
-    names = {run_id: client.get_run(run_id).info.run_name
-             for run_id in (training_run, parent.info.run_id, *(child.info.run_id for child in children))}
-    row = 'document.querySelector(\'[row-id="{}"]\') !== null'.format
+    names = {
+        run_id: client.get_run(run_id).info.run_name
+        for run_id in (training_run, parent.info.run_id, *(child.info.run_id for child in children))
+    }
+    row = "document.querySelector('[row-id=\"{}\"]') !== null".format
     browser = Chromium(user_data_dir=workdir / "chromium-profile", log=workdir / "chromium.log")
     try:
         browser.open(f"{mlflow_server.url}/#/experiments/{experiment_id}/runs")
@@ -143,12 +160,11 @@ def test_the_ui_lists_the_run_and_the_sweep_parent_with_its_children(
         browser.screenshot(workdir / "runs-expanded.png")
     finally:
         browser.close()
-    for run_id, name in names.items():
+    for _run_id, name in names.items():
         assert name in shown, (name, shown[:3000])
 
 
-def test_the_sweep_registers_its_best_job_and_parallel_registrations_settle_on_the_server(
-        client, sweep, mlflow_server):
+def test_the_sweep_registers_its_best_job_and_parallel_registrations_settle_on_the_server(client, sweep, mlflow_server):
     from helpers.registry import assert_parallel_registrations_settled, register_in_parallel
 
     parent, children = sweep

@@ -19,19 +19,48 @@ pytestmark = pytest.mark.server
 
 def _authority_and_certificate(directory) -> tuple:
     """A CA, and a certificate for 127.0.0.1 signed by it (openssl, as an admin would make them)."""
-    ca_key, ca, key, request, certificate = (directory / name for name in (
-        "ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ca_key, ca, key, request, certificate = (
+        directory / name for name in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem")
+    )
     extensions = directory / "server.ext"
     extensions.write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True)
 
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
-            "-days", "2", "-subj", "/CN=runner test CA")
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=runner test CA",
+    )
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(request), "-subj", "/CN=127.0.0.1")
-    openssl("x509", "-req", "-in", str(request), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
-            "-out", str(certificate), "-days", "2", "-extfile", str(extensions))
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(request),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(certificate),
+        "-days",
+        "2",
+        "-extfile",
+        str(extensions),
+    )
     return certificate, key, ca
 
 
@@ -39,8 +68,12 @@ def _authority_and_certificate(directory) -> tuple:
 def tls_server(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tls")
     certificate, key, ca = _authority_and_certificate(directory)
-    server = MlflowServer(f"sqlite:///{directory / 'server.db'}", artifacts=directory / "artifacts",
-                          log=directory / "mlflow-server.log", tls=(certificate, key, ca))
+    server = MlflowServer(
+        f"sqlite:///{directory / 'server.db'}",
+        artifacts=directory / "artifacts",
+        log=directory / "mlflow-server.log",
+        tls=(certificate, key, ca),
+    )
     try:
         yield server.start(), ca
     finally:
@@ -50,8 +83,13 @@ def tls_server(tmp_path_factory):
 @pytest.mark.slow
 def test_a_server_signed_by_a_private_ca_that_mlflow_trusts_is_not_called_down(tls_server, tmp_path, monkeypatch):
     server, ca = tls_server
-    done = run_cli(*TINY, "strategy=one_device", f"mlflow.tracking_uri={server.url}", cwd=tmp_path,
-                   env={"MLFLOW_TRACKING_SERVER_CERT_PATH": str(ca)})
+    done = run_cli(
+        *TINY,
+        "strategy=one_device",
+        f"mlflow.tracking_uri={server.url}",
+        cwd=tmp_path,
+        env={"MLFLOW_TRACKING_SERVER_CERT_PATH": str(ca)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     monkeypatch.setenv("MLFLOW_TRACKING_SERVER_CERT_PATH", str(ca))
     client = mlflow_client(server.url)

@@ -65,15 +65,19 @@ def test_a_run_tracked_through_the_process_holds_params_metrics_artifacts_and_it
     assert run.data.tags["error"] == "ZeroDivisionError: the loss was divided by zero"
 
 
-@pytest.mark.parametrize("choice,logged", [
-    ("last", ["ckpt-2.index"]), ("all", ["ckpt-1.data", "ckpt-1.index", "ckpt-2.data", "ckpt-2.index"]), ("none", [])])
+@pytest.mark.parametrize(
+    "choice,logged",
+    [("last", ["ckpt-2.index"]), ("all", ["ckpt-1.data", "ckpt-1.index", "ckpt-2.data", "ckpt-2.index"]), ("none", [])],
+)
 def test_the_checkpoints_a_run_ends_with_follow_mlflow_checkpoints(tmp_path, choice, logged):
     """last: only the newest checkpoint, journaled when the run ends (here KILLED and resumable), without the
     files rotated away by then; all: each save as it comes (journaled: it stays when rotated away); none: nothing."""
     from runner.tracking.tracker_process import TrackerProcess
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = TrackerProcess(mlflow_settings(uri, f"mlflow.checkpoints={choice}", "mlflow.system_metrics.enabled=false"))
+    tracker = TrackerProcess(
+        mlflow_settings(uri, f"mlflow.checkpoints={choice}", "mlflow.system_metrics.enabled=false")
+    )
     try:
         run_dir = tmp_path / "run"
         run_dir.mkdir()
@@ -121,8 +125,10 @@ def test_nothing_is_created_before_the_first_call_and_close_ends_the_child(tmp_p
 
 
 def test_the_training_process_never_imports_mlflow():
-    code = ("import sys, runner.train, runner.tracking.tracker_process, runner.clusters.roles; "
-            "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'alembic') if m in sys.modules))")
+    code = (
+        "import sys, runner.train, runner.tracking.tracker_process, runner.clusters.roles; "
+        "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'alembic') if m in sys.modules))"
+    )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "[]"
 
@@ -142,8 +148,10 @@ client.set_terminated(client.create_run(experiment.experiment_id).info.run_id)
 def test_processes_opening_a_fresh_sqlite_store_together_all_succeed(tmp_path):
     """MLflow migrates a new sqlite file in the first process that opens it; open_client makes the others wait."""
     uri, go = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}", tmp_path / "go"
-    processes = [subprocess.Popen([sys.executable, "-c", _OPEN_TOGETHER, uri, str(go)], stderr=subprocess.PIPE,
-                                  text=True) for _ in range(4)]
+    processes = [
+        subprocess.Popen([sys.executable, "-c", _OPEN_TOGETHER, uri, str(go)], stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     try:
         time.sleep(3)  # until all four have imported MLflow and wait for the signal
         go.touch()

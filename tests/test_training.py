@@ -16,8 +16,7 @@ from helpers.config import CONF
 from helpers.tracking import metric_history, mlflow_client
 from runner.settings import STRATEGIES
 
-EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second",
-                 "learning_rate")
+EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 
 
 def _finite_and_in_range(result) -> None:
@@ -62,7 +61,7 @@ def test_loop_styles_see_the_same_batches_and_agree(train, tmp_path):
     for style, result in results.items():
         _finite_and_in_range(result)
         assert [e.examples for e in result.history] == [512, 512], style
-        for ours, theirs in zip(result.history, reference.history):
+        for ours, theirs in zip(result.history, reference.history, strict=True):
             assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-4), style
             assert ours.test_accuracy == pytest.approx(theirs.test_accuracy, abs=1e-6), style
     assert reference.history[1].train_loss < reference.history[0].train_loss
@@ -111,24 +110,32 @@ def _logged_checkpoints(client, run_id: str) -> list[str]:
     top = {item.path for item in client.list_artifacts(run_id)}
     if "checkpoints" not in top:
         return []
-    return sorted(os.path.basename(item.path) for item in client.list_artifacts(run_id, "checkpoints")
-                  if os.path.basename(item.path).startswith("ckpt-"))
+    return sorted(
+        os.path.basename(item.path)
+        for item in client.list_artifacts(run_id, "checkpoints")
+        if os.path.basename(item.path).startswith("ckpt-")
+    )
 
 
 @pytest.mark.parametrize("choice,steps", [(None, [24]), ("last", [24]), ("all", [8, 16, 24]), ("none", [])])
 def test_mlflow_checkpoints_says_which_checkpoints_the_run_keeps(train, tmp_path, tracking_uri, choice, steps):
     run_dir = tmp_path / "run"
-    result = train("epochs=3", "checkpoint.every_epochs=1", *([f"mlflow.checkpoints={choice}"] if choice else []),
-                   run_dir=run_dir)
+    result = train(
+        "epochs=3", "checkpoint.every_epochs=1", *([f"mlflow.checkpoints={choice}"] if choice else []), run_dir=run_dir
+    )
     newest = os.path.basename(tf.train.get_checkpoint_state(str(run_dir / "checkpoints")).model_checkpoint_path)
     assert newest == "ckpt-24"  # 8 steps per epoch; the one eval_accuracy measured
     client = mlflow_client(tracking_uri)
     assert client.get_run(result.run_id).info.status == "FINISHED"
     assert _logged_checkpoints(client, result.run_id) == sorted(
-        name for step in steps for name in (f"ckpt-{step}.index", f"ckpt-{step}.data-00000-of-00001"))
+        name for step in steps for name in (f"ckpt-{step}.index", f"ckpt-{step}.data-00000-of-00001")
+    )
     # The run directory keeps checkpoint.max_to_keep (3) whatever the run's artifacts hold.
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.index")) == [
-        "ckpt-16.index", "ckpt-24.index", "ckpt-8.index"]
+        "ckpt-16.index",
+        "ckpt-24.index",
+        "ckpt-8.index",
+    ]
 
 
 def test_the_mlflow_run_holds_the_whole_contract(train, tracking_uri):
@@ -138,9 +145,21 @@ def test_the_mlflow_run_holds_the_whole_contract(train, tracking_uri):
     assert run.info.status == "FINISHED"
     assert client.get_experiment(run.info.experiment_id).name == "fashion_mnist"
     params = run.data.params
-    for key in ("batch", "epochs", "seed", "strategy.name", "strategy.cpu_replicas", "dataset.name",
-                "dataset.train_examples", "model._target_", "optimizer.lr", "lr_scaling.rule", "loop.style",
-                "checkpoint.every_epochs", "mlflow.experiment_name"):
+    for key in (
+        "batch",
+        "epochs",
+        "seed",
+        "strategy.name",
+        "strategy.cpu_replicas",
+        "dataset.name",
+        "dataset.train_examples",
+        "model._target_",
+        "optimizer.lr",
+        "lr_scaling.rule",
+        "loop.style",
+        "checkpoint.every_epochs",
+        "mlflow.experiment_name",
+    ):
         assert key in params, key
     assert (params["num_replicas"], params["global_batch_size"], params["batch"]) == ("1", "32", "32")
     assert float(params["learning_rate"]) == pytest.approx(0.001)
@@ -198,7 +217,7 @@ def test_jit_compile_compiles_the_training_step_with_xla_and_gives_the_same_trai
     compiled = train("epochs=2", "strategy=one_device", "runtime.jit_compile=true", probe, run_dir=tmp_path / "xla")
     assert plain_traces and not any(plain_traces)  # the probe traced, and saw no XLA without the flag
     assert any(LOSS_TRACES_IN_XLA), LOSS_TRACES_IN_XLA  # the forward/backward step was compiled with XLA
-    for ours, theirs in zip(compiled.history, plain.history):
+    for ours, theirs in zip(compiled.history, plain.history, strict=True):
         assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-3)
 
 
@@ -211,7 +230,7 @@ def test_mixed_precision_tracks_float32_training(train, tmp_path, policy):
     assert tf.keras.mixed_precision.global_policy().name == policy
     _finite_and_in_range(result)
     assert result.history[1].train_loss < result.history[0].train_loss
-    for ours, theirs in zip(result.history, reference.history):
+    for ours, theirs in zip(result.history, reference.history, strict=True):
         assert ours.train_loss == pytest.approx(theirs.train_loss, abs=0.03), policy
 
 

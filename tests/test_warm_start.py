@@ -84,9 +84,13 @@ def test_the_config_takes_a_directory_a_checkpoint_or_an_mlflow_uri(tmp_path):
         assert init_settings({"from": str(given)}) == init_settings({"from": str(run_dir / "checkpoints")})
         assert init_settings({"from": str(given)}).kind == "checkpoint"
     assert init_settings({"from": str(run_dir / "checkpoints" / "ckpt-8")}).source == str(
-        run_dir / "checkpoints" / "ckpt-8")
-    for uri, kind in (("runs:/0a1b/model", "runs"), ("models:/fashion_mnist@champion", "models"),
-                      ("models:/fashion_mnist/3", "models")):
+        run_dir / "checkpoints" / "ckpt-8"
+    )
+    for uri, kind in (
+        ("runs:/0a1b/model", "runs"),
+        ("models:/fashion_mnist@champion", "models"),
+        ("models:/fashion_mnist/3", "models"),
+    ):
         assert init_settings({"from": uri}) == init_settings({"from": uri}).__class__(uri, kind)
     # The composed config has the key, null by default.
     assert from_config(_composed()).init.source is None
@@ -98,14 +102,17 @@ def _composed(*overrides: str):
     return OmegaConf.to_container(compose([*TINY, *overrides]), resolve=True)
 
 
-@pytest.mark.parametrize("value, why", [
-    ("{missing}", "there is no directory"),
-    ("{empty}", "holds no checkpoint"),
-    ("runs:/0a1b", "runs:/<run id>/<artifact path>"),
-    ("models:/fashion_mnist", "models:/<name>@<alias> or models:/<name>/<version number>"),
-    ("models:/fashion_mnist/latest", "models:/<name>@<alias> or models:/<name>/<version number>"),
-    ("s3://bucket/checkpoints", "runs:/ and models:/ URIs and from local checkpoint directories"),
-])
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("{missing}", "there is no directory"),
+        ("{empty}", "holds no checkpoint"),
+        ("runs:/0a1b", "runs:/<run id>/<artifact path>"),
+        ("models:/fashion_mnist", "models:/<name>@<alias> or models:/<name>/<version number>"),
+        ("models:/fashion_mnist/latest", "models:/<name>@<alias> or models:/<name>/<version number>"),
+        ("s3://bucket/checkpoints", "runs:/ and models:/ URIs and from local checkpoint directories"),
+    ],
+)
 def test_a_bad_init_from_is_refused_naming_it(tmp_path, value, why):
     (tmp_path / "empty").mkdir()
     value = value.format(missing=tmp_path / "nowhere", empty=tmp_path / "empty")
@@ -117,8 +124,14 @@ def test_a_bad_init_from_is_refused_naming_it(tmp_path, value, why):
 
 
 def test_the_command_refuses_a_bad_init_from_in_one_paragraph_with_exit_2(tmp_path):
-    done = run_cli(*TINY, f"init.from={tmp_path / 'nowhere'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
-                   f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, timeout=120)
+    done = run_cli(
+        *TINY,
+        f"init.from={tmp_path / 'nowhere'}",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith(f"error: init.from='{tmp_path / 'nowhere'}' is not valid: there is no directory")
@@ -133,23 +146,28 @@ def test_the_weights_before_step_1_are_the_sources(source, tracking_uri, kind, s
     logged and the registered model are that same checkpoint."""
     from runner.builtins.models import cnn
 
-    given = {"run directory": str(source.run_dir), "runs:/": f"runs:/{source.run_id}/model",
-             "models:/@champion": "models:/synthetic@champion"}[kind]
-    with (tf.distribute.OneDeviceStrategy("/cpu:0") if strategy == "one_device"
-          else tf.distribute.MirroredStrategy(["/cpu:0"])).scope():
+    given = {
+        "run directory": str(source.run_dir),
+        "runs:/": f"runs:/{source.run_id}/model",
+        "models:/@champion": "models:/synthetic@champion",
+    }[kind]
+    with (
+        tf.distribute.OneDeviceStrategy("/cpu:0")
+        if strategy == "one_device"
+        else tf.distribute.MirroredStrategy(["/cpu:0"])
+    ).scope():
         model = cnn((28, 28, 1), 10)
     before = [w.numpy() for w in model.weights]
     origin = warm_start(init_settings({"from": given}), model, tracking_uri, resumed_from=None)
     expected = _source_weights(source.checkpoint)
     assert origin.variables == len(expected) == 8
-    for variable, value, initial in zip(model.weights, expected, before):
+    for variable, value, initial in zip(model.weights, expected, before, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.name)
         assert not np.array_equal(value, initial), variable.name  # a test that can fail: they did change
     assert origin.tags[SOURCE_RUN_TAG] == source.run_id
 
 
-def test_a_version_registered_from_a_logged_model_id_loads_from_this_store(source, tracking_uri, tmp_path,
-                                                                          monkeypatch):
+def test_a_version_registered_from_a_logged_model_id_loads_from_this_store(source, tracking_uri, tmp_path, monkeypatch):
     """mlflow.register_model gives a version the source models:/<model id>, which MLflow's download looks up in
     MLflow's default store: here that is another (empty) store, so only the run's own store can answer."""
     import mlflow
@@ -160,8 +178,9 @@ def test_a_version_registered_from_a_logged_model_id_loads_from_this_store(sourc
     client = mlflow_client(tracking_uri)
     logged = run_model(client, source.run_id)
     client.create_registered_model("by_model_id")
-    client.create_model_version("by_model_id", f"models:/{logged.model_id}", run_id=source.run_id,
-                                model_id=logged.model_id)
+    client.create_model_version(
+        "by_model_id", f"models:/{logged.model_id}", run_id=source.run_id, model_id=logged.model_id
+    )
     monkeypatch.chdir(tmp_path)
     default = mlflow.get_tracking_uri()  # the source's model logging set it to this file's store
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -171,7 +190,7 @@ def test_a_version_registered_from_a_logged_model_id_loads_from_this_store(sourc
     finally:
         mlflow.set_tracking_uri(default)
     assert origin.tags[MODEL_VERSION_TAG] == "by_model_id/1"
-    for variable, value in zip(model.weights, _source_weights(source.checkpoint)):
+    for variable, value in zip(model.weights, _source_weights(source.checkpoint), strict=True):
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.name)
 
 
@@ -222,8 +241,12 @@ def test_a_source_of_another_shape_names_the_first_mismatching_variable(source, 
 def test_a_registered_model_that_does_not_exist_is_one_paragraph(source, train, tracking_uri, tmp_path):
     client = mlflow_client(tracking_uri)
     runs_before = _run_ids(client)
-    for given in ("models:/synthetic@nobody", "models:/synthetic/99", "models:/no_such_model@champion",
-                  "runs:/0123456789abcdef/model"):
+    for given in (
+        "models:/synthetic@nobody",
+        "models:/synthetic/99",
+        "models:/no_such_model@champion",
+        "runs:/0123456789abcdef/model",
+    ):
         with pytest.raises(RunnerError) as raised:
             train(f"init.from={given}", run_dir=tmp_path / "missing")
         message = str(raised.value)
@@ -261,11 +284,12 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     old_run = client.create_run(experiment_id, run_name="logged-before-savedmodels").info.run_id
     trained = _source_weights(source.checkpoint)
     network = cnn((28, 28, 1), 10)
-    for variable, value in zip(network.weights, trained):
+    for variable, value in zip(network.weights, trained, strict=True):
         variable.assign(value)
     settings = from_config(OmegaConf.to_container(compose([*TINY]), resolve=True))
-    spec = DataSpec(name="synthetic", raw_shape=(28, 28), raw_dtype="uint8", input_shape=(28, 28, 1),
-                    num_classes=10, scale=255.0)
+    spec = DataSpec(
+        name="synthetic", raw_shape=(28, 28), raw_dtype="uint8", input_shape=(28, 28, 1), num_classes=10, scale=255.0
+    )
     wrapper = ClassificationTask.from_settings(settings, spec).export_model(network)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment_id=experiment_id)
@@ -276,7 +300,7 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     model = cnn((28, 28, 1), 10)
     origin = warm_start(init_settings({"from": f"runs:/{old_run}/model"}), model, tracking_uri, resumed_from=None)
     assert origin.variables == 8 and origin.tags[SOURCE_RUN_TAG] == old_run
-    for variable, value in zip(model.weights, trained):
+    for variable, value in zip(model.weights, trained, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.name)
 
 
@@ -319,12 +343,24 @@ for source in sources:
 def test_mirrored_over_two_cpu_replicas_gives_every_replica_the_sources_weights(workdir, tracking_uri):
     """A ResNet's variables, BatchNorm's on-read moving statistics included, on both replicas' copies."""
     run_dir = workdir / "resnet"
-    trained = _run(tracking_uri, run_dir, "model=resnet", "model.widths=[8]", "model.blocks_per_stage=1",
-                   "strategy=one_device", WITH_MODEL)
+    trained = _run(
+        tracking_uri,
+        run_dir,
+        "model=resnet",
+        "model.widths=[8]",
+        "model.blocks_per_stage=1",
+        "strategy=one_device",
+        WITH_MODEL,
+    )
     checkpoint = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", TWO_REPLICAS, tracking_uri, checkpoint, str(run_dir),
-                           f"runs:/{trained.run_id}/model"], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_REPLICAS, tracking_uri, checkpoint, str(run_dir), f"runs:/{trained.run_id}/model"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("every replica holds the source's") == 2, done.stdout

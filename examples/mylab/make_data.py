@@ -29,8 +29,9 @@ def main(out: Path = Path("data")) -> None:
     order = np.random.default_rng(0).permutation(len(labels))
     train, test = order[:TRAIN_EXAMPLES], order[TRAIN_EXAMPLES:]
     out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out / "digits.npz", x_train=images[train], y_train=labels[train], x_test=images[test],
-                        y_test=labels[test])
+    np.savez_compressed(
+        out / "digits.npz", x_train=images[train], y_train=labels[train], x_test=images[test], y_test=labels[test]
+    )
     print(f"{out / 'digits.npz'}: {len(train)} training and {len(test)} test images of 8x8, values 0-16")
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -3,7 +3,7 @@ inside strategy.scope() and returns a tf_keras model that outputs logits (float3
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def cnn(input_shape: Sequence[int], num_classes: int, weight_decay: float = 1e-5):
@@ -27,8 +27,13 @@ def cnn(input_shape: Sequence[int], num_classes: int, weight_decay: float = 1e-5
     return model
 
 
-def resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] = (16, 32, 64),
-           blocks_per_stage: int = 2, weight_decay: float = 1e-4):
+def resnet(
+    input_shape: Sequence[int],
+    num_classes: int,
+    widths: Sequence[int] = (16, 32, 64),
+    blocks_per_stage: int = 2,
+    weight_decay: float = 1e-4,
+):
     """A small ResNet (He et al.'s CIFAR layout): a 3x3 conv stem, one stage of `blocks_per_stage` residual
     blocks per width (each stage after the first halves the resolution), global average pooling, logits."""
     import tensorflow as tf
@@ -37,8 +42,9 @@ def resnet(input_shape: Sequence[int], num_classes: int, widths: Sequence[int] =
     regularizer = tf.keras.regularizers.L2(weight_decay) if weight_decay else None
 
     def conv(filters: int, size: int, strides: int = 1):
-        return layers.Conv2D(filters, size, strides=strides, padding="same", use_bias=False,
-                             kernel_regularizer=regularizer)
+        return layers.Conv2D(
+            filters, size, strides=strides, padding="same", use_bias=False, kernel_regularizer=regularizer
+        )
 
     def block(x, filters: int, strides: int):
         shortcut = x

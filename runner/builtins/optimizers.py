@@ -7,8 +7,9 @@ from __future__ import annotations
 def adam(learning_rate, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7, amsgrad: bool = False):
     import tensorflow as tf
 
-    return tf.keras.optimizers.Adam(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                                    amsgrad=amsgrad)
+    return tf.keras.optimizers.Adam(
+        learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, amsgrad=amsgrad
+    )
 
 
 def sgd(learning_rate, momentum: float = 0.0, nesterov: bool = False):
@@ -17,10 +18,22 @@ def sgd(learning_rate, momentum: float = 0.0, nesterov: bool = False):
     return tf.keras.optimizers.SGD(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov)
 
 
-def adamw(learning_rate, weight_decay: float = 0.004, beta_1: float = 0.9, beta_2: float = 0.999,
-          epsilon: float = 1e-7, amsgrad: bool = False):
+def adamw(
+    learning_rate,
+    weight_decay: float = 0.004,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-7,
+    amsgrad: bool = False,
+):
     """Adam with weight decay decoupled from the gradient (Loshchilov and Hutter)."""
     import tensorflow as tf
 
-    return tf.keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1,
-                                     beta_2=beta_2, epsilon=epsilon, amsgrad=amsgrad)
+    return tf.keras.optimizers.AdamW(
+        learning_rate=learning_rate,
+        weight_decay=weight_decay,
+        beta_1=beta_1,
+        beta_2=beta_2,
+        epsilon=epsilon,
+        amsgrad=amsgrad,
+    )

@@ -25,8 +25,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -78,11 +79,20 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
     Raises RunnerError when another task brought the job down, SystemExit with the chief's status when
     the chief failed on its own (it printed its error paragraph itself)."""
     run_dir = os.path.abspath(str(hydra_config.runtime.output_dir))
-    command = [sys.executable, "-m", "runner", *searchpath_overrides(hydra_config),
-               *_task_overrides(list(hydra_config.overrides.task), run_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "runner",
+        *searchpath_overrides(hydra_config),
+        *_task_overrides(list(hydra_config.overrides.task), run_dir),
+    ]
     tasks = _plan(settings.strategy.name, settings.cluster, os.path.join(run_dir, "tasks"))
-    log.info("cluster=local: strategy=%s with %s; the other tasks log to %s", settings.strategy.name,
-             ", ".join(f"{t.name} at {_address(t)}" for t in tasks), os.path.join(run_dir, "tasks"))
+    log.info(
+        "cluster=local: strategy=%s with %s; the other tasks log to %s",
+        settings.strategy.name,
+        ", ".join(f"{t.name} at {_address(t)}" for t in tasks),
+        os.path.join(run_dir, "tasks"),
+    )
     cwd = str(hydra_config.runtime.cwd)
     status, error, stopped_by = 1, None, None
     previous = _install_stop_handlers()
@@ -102,9 +112,11 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
             _restore_handlers(previous)
     if stopped_by is not None:
         code = tasks[0].process.returncode if tasks[0].process else None
-        error = (f"the job was stopped by {stopped_by} before the chief finished; every task was stopped, the "
-                 f"chief first (it saves a checkpoint when it can). Fix: re-run the same command with "
-                 f"hydra.run.dir={run_dir} to resume from the last checkpoint.")
+        error = (
+            f"the job was stopped by {stopped_by} before the chief finished; every task was stopped, the "
+            f"chief first (it saves a checkpoint when it can). Fix: re-run the same command with "
+            f"hydra.run.dir={run_dir} to resume from the last checkpoint."
+        )
         _mark_failed(settings, run_dir, error, only_if_running=True)
         report("error", error)
         raise SystemExit(code if code and code > 0 else 128 + stopped_by.signum)
@@ -115,15 +127,17 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
         raise SystemExit(status)
     result = read_result(run_dir)
     if result is None:
-        raise RunnerError(f"the chief exited without writing {os.path.join(run_dir, RESULT_FILE)}. Fix: see its "
-                          "output above; re-run the same command.")
+        raise RunnerError(
+            f"the chief exited without writing {os.path.join(run_dir, RESULT_FILE)}. Fix: see its "
+            "output above; re-run the same command."
+        )
     return result
 
 
 def _task_overrides(overrides: list[str], run_dir: str) -> list[str]:
     """The user's overrides, with the cluster and the run directory set for a task of this job."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    kept = [text for text, override in zip(overrides, parsed) if override.key_or_group not in _OWN_KEYS]
+    kept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group not in _OWN_KEYS]
     # Hydra's override grammar would read a comma in a path as a sweep and stop at a space: quote it.
     quoted = "'" + run_dir.replace("\\", "\\\\").replace("'", "\\'") + "'"
     # hydra.output_subdir=null: the run directory's .hydra/ stays the launcher's (cluster=local).
@@ -184,9 +198,14 @@ def _start(task: _Task, command: list[str], cwd: str) -> None:
         output = open(task.log_path, "ab")
     try:
         task.process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT if output else None,
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
             start_new_session=True,  # its own process group: stopped as a whole, and Ctrl-C stays ours
-            preexec_fn=_die_with_launcher if sys.platform.startswith("linux") else None)
+            preexec_fn=_die_with_launcher if sys.platform.startswith("linux") else None,
+        )
     finally:
         if output is not None:
             output.close()
@@ -217,8 +236,14 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 others.remove(task)
             elif restart is not None and task.type == "worker" and task.restarts < MAX_WORKER_RESTARTS:
                 task.restarts += 1
-                log.warning("%s died (%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
-                            "the other workers", task.name, _how(status), task.restarts, MAX_WORKER_RESTARTS)
+                log.warning(
+                    "%s died (%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
+                    "the other workers",
+                    task.name,
+                    _how(status),
+                    task.restarts,
+                    MAX_WORKER_RESTARTS,
+                )
                 restart(task)
             else:
                 deadline = time.monotonic() + FAILURE_GRACE_SECONDS
@@ -256,15 +281,16 @@ def _last_words(path: str | None) -> str:
 
 def _died(task: _Task, run_dir: str) -> str:
     seconds = time.monotonic() - task.started
-    role = {"ps": " (a parameter server: the variables it held are gone)",
-            "chief": " (the chief)"}.get(task.type, "")
+    role = {"ps": " (a parameter server: the variables it held are gone)", "chief": " (the chief)"}.get(task.type, "")
     where = f"Its log: {task.log_path}. " if task.log_path else ""
     # A task killed by a signal had no last words; one that exited may have said why.
     said = _last_words(task.log_path) if task.process.returncode > 0 else ""
-    return (f"{task.name}{role} of the local cluster (pid {task.process.pid}) {_how(task.process.returncode)} "
-            f"{seconds:.0f} s after it started{said}, so every other task was stopped. "
-            f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then re-run the "
-            f"same command with hydra.run.dir={run_dir} to resume from the last checkpoint.")
+    return (
+        f"{task.name}{role} of the local cluster (pid {task.process.pid}) {_how(task.process.returncode)} "
+        f"{seconds:.0f} s after it started{said}, so every other task was stopped. "
+        f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then re-run the "
+        f"same command with hydra.run.dir={run_dir} to resume from the last checkpoint."
+    )
 
 
 def _signal_group(task: _Task, signum: int) -> None:

@@ -105,10 +105,12 @@ class CoordinatedPreemption(PreemptionGuard):
             # The handler restores from and counts its steps in a checkpoint of its own: an empty one here, since
             # the runner's checkpoints are written by `save` and restored by the Checkpointer.
             manager = tf.train.CheckpointManager(tf.train.Checkpoint(), scratch, max_to_keep=1)
-            config = tf.distribute.experimental.TerminationConfig(exit_fn=self._stop, grace_period=0,
-                                                                  save_fn=lambda: self.save())
-            self.handler = tf.distribute.experimental.PreemptionCheckpointHandler(self.resolver, manager,
-                                                                                  termination_config=config)
+            config = tf.distribute.experimental.TerminationConfig(
+                exit_fn=self._stop, grace_period=0, save_fn=lambda: self.save()
+            )
+            self.handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                self.resolver, manager, termination_config=config
+            )
             yield self  # the handler's SIGTERM handler replaced ours; super() restores the one before both
 
     def at_step_boundary(self) -> None:

@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, NoReturn
+from typing import Any, NoReturn
 
 from runner.errors import RunnerError
 from runner.settings import Settings
@@ -45,9 +46,9 @@ _JOBS = {
 }
 _EXAMPLE = {
     "multi_worker_mirrored": '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, '
-                             '"task": {"type": "worker", "index": 0}}',
+    '"task": {"type": "worker", "index": 0}}',
     "parameter_server": '{"cluster": {"chief": ["host0:12345"], "worker": ["host1:12345", "host2:12345"], '
-                        '"ps": ["host3:12345"]}, "task": {"type": "chief", "index": 0}}',
+    '"ps": ["host3:12345"]}, "task": {"type": "chief", "index": 0}}',
 }
 
 
@@ -97,14 +98,14 @@ def read_tf_config(text: str | None, strategy: str) -> dict:
     task = config.get("task") if isinstance(config, dict) else None
     if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) or not isinstance(task, dict):
         raise RunnerError(
-            f"{TF_CONFIG}={json.dumps(config)[:200]} is not valid: it needs a \"cluster\" object (job name to "
-            f"list of host:port) and a \"task\" object (this process's type and index). Fix: set it as in {example}."
+            f'{TF_CONFIG}={json.dumps(config)[:200]} is not valid: it needs a "cluster" object (job name to '
+            f'list of host:port) and a "task" object (this process\'s type and index). Fix: set it as in {example}.'
         )
     index = task.get("index", 0)
     if not isinstance(task.get("type"), str) or isinstance(index, bool) or not isinstance(index, int):
         raise RunnerError(
-            f"{TF_CONFIG}'s task {json.dumps(task)} is not valid: it needs a \"type\" (chief, worker or ps) and "
-            f"an integer \"index\". Fix: set it as in {example}."
+            f'{TF_CONFIG}\'s task {json.dumps(task)} is not valid: it needs a "type" (chief, worker or ps) and '
+            f'an integer "index". Fix: set it as in {example}.'
         )
     check_cluster(config["cluster"], task["type"], index, strategy, TF_CONFIG)
     return config
@@ -119,13 +120,17 @@ def check_cluster(cluster: Mapping[str, Any], task_type: str, index: int, strate
             raise RunnerError(
                 f"{source}'s cluster {shape} is not valid for strategy={strategy}: it has a {job!r} job, and this "
                 f"strategy's cluster holds only {', '.join(allowed)} tasks. Fix: drop the {job!r} job"
-                + (", or use strategy=parameter_server" if job == "ps" else "") + "."
+                + (", or use strategy=parameter_server" if job == "ps" else "")
+                + "."
             )
-        if not isinstance(addresses, list) or not addresses or not all(
-                isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses):
+        if (
+            not isinstance(addresses, list)
+            or not addresses
+            or not all(isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses)
+        ):
             raise RunnerError(
                 f"{source}'s cluster {shape} is not valid: its {job!r} job must be a non-empty list of "
-                f"\"host:port\" addresses. Fix: list one address per task, e.g. \"{job}\": [\"host0:12345\"]."
+                f'"host:port" addresses. Fix: list one address per task, e.g. "{job}": ["host0:12345"].'
             )
     if len(cluster.get("chief", [])) > 1:
         raise RunnerError(
@@ -133,12 +138,15 @@ def check_cluster(cluster: Mapping[str, Any], task_type: str, index: int, strate
             "chief (the task that logs to MLflow and keeps the checkpoints) and make the others workers."
         )
     if strategy == "parameter_server":
-        for job, role in (("chief", "the coordinator, which runs the training loop"),
-                          ("worker", "the tasks that run the training steps"), ("ps", "the parameter servers")):
+        for job, role in (
+            ("chief", "the coordinator, which runs the training loop"),
+            ("worker", "the tasks that run the training steps"),
+            ("ps", "the parameter servers"),
+        ):
             if not cluster.get(job):
                 raise RunnerError(
                     f"{source}'s cluster {shape} has no {job} task: strategy=parameter_server needs {role}. "
-                    f"Fix: add a \"{job}\" job to the cluster and start one more process as that task, as in "
+                    f'Fix: add a "{job}" job to the cluster and start one more process as that task, as in '
                     f"{_EXAMPLE[strategy]}."
                 )
     elif not cluster.get("chief") and not cluster.get("worker"):
@@ -212,11 +220,12 @@ def _slurm_resolver(settings: Settings):
         # On CPU-only nodes TensorFlow's resolver needs nvidia-smi to count GPUs, and with 0 GPUs per task it
         # hands out no addresses: resolve with one placeholder "GPU" per task, and pass on the cluster alone.
         slurm = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            jobs=jobs, port_base=settings.cluster.port_base, gpus_per_node=tasks, gpus_per_task=1,
-            auto_set_gpu=False)
+            jobs=jobs, port_base=settings.cluster.port_base, gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False
+        )
         spec = slurm.cluster_spec()
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
-            spec, task_type=slurm.task_type, task_id=slurm.task_id, rpc_layer="grpc", num_accelerators={})
+            spec, task_type=slurm.task_type, task_id=slurm.task_id, rpc_layer="grpc", num_accelerators={}
+        )
     except (KeyError, ValueError, RuntimeError, OSError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RunnerError(
@@ -287,10 +296,21 @@ def serve(task: Task, settings: Settings, run_dir: str) -> NoReturn:
     # TensorFlow's parameter server guide: a task serving N workers needs N + 1 inter-op threads, or
     # concurrent requests can wait on each other forever.
     config.inter_op_parallelism_threads = max(os.cpu_count() or 1, spec.num_tasks("worker") + 1)
-    server = tf.distribute.Server(spec, job_name=task.type, task_index=task.index,
-                                  protocol=resolver.rpc_layer or "grpc", config=config, start=True)
-    log.info("%s of strategy=%s serving at %s until the chief is done (%s)", task.name, settings.strategy.name,
-             server.target, path)
+    server = tf.distribute.Server(
+        spec,
+        job_name=task.type,
+        task_index=task.index,
+        protocol=resolver.rpc_layer or "grpc",
+        config=config,
+        start=True,
+    )
+    log.info(
+        "%s of strategy=%s serving at %s until the chief is done (%s)",
+        task.name,
+        settings.strategy.name,
+        server.target,
+        path,
+    )
     while True:
         end = _read_end(path)
         if end is not None and end != earlier:
@@ -300,8 +320,11 @@ def serve(task: Task, settings: Settings, run_dir: str) -> NoReturn:
             break
         if stop_requested and time.monotonic() - stop_requested[0] > SERVER_STOP_GRACE_SECONDS:
             code = 128 + signal.SIGTERM
-            log.info("%s stops: SIGTERM %.0f s ago and the chief did not say it was done", task.name,
-                     SERVER_STOP_GRACE_SECONDS)
+            log.info(
+                "%s stops: SIGTERM %.0f s ago and the chief did not say it was done",
+                task.name,
+                SERVER_STOP_GRACE_SECONDS,
+            )
             break
         time.sleep(_POLL_SECONDS)
     # A tf.distribute.Server cannot be stopped, and its threads would hold a normal exit: leave at once.

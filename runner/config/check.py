@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config.schema import RunnerConfig, TARGET_GROUPS
+from runner.config.schema import TARGET_GROUPS, RunnerConfig
 from runner.errors import RunnerError
-
 
 
 def config_dir() -> Path:
@@ -38,8 +38,9 @@ _NOT_COMPOSED = ("help", "hydra_help", "info", "shell_completion", "config_dir",
 _SEE_KEYS = "python -m runner --cfg job prints every key with its value"
 
 
-def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False,
-                   config_name: str = CONFIG_NAME) -> DictConfig:
+def compose_config(
+    overrides: Sequence[str] = (), return_hydra_config: bool = False, config_name: str = CONFIG_NAME
+) -> DictConfig:
     """conf/config.yaml composed with `overrides`, as `python -m runner <overrides>` composes it."""
     from hydra import compose, initialize_config_dir
 
@@ -63,8 +64,10 @@ def check_command_line(arguments: Sequence[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="runner"):
         composer = _Composer(GlobalHydra.instance().config_loader(), options.config_name or CONFIG_NAME)
         overrides = composer.parse(options.overrides)
-        choices = [[override.input_line] if not override.is_sweep_override() else _sweep_values(override)
-                   for override in overrides]
+        choices = [
+            [override.input_line] if not override.is_sweep_override() else _sweep_values(override)
+            for override in overrides
+        ]
         first = [values[0] for values in choices if values]
         config = composer.compose(first, return_hydra_config=True)
         multirun = options.multirun or str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
@@ -75,15 +78,15 @@ def check_command_line(arguments: Sequence[str]) -> None:
                 f"{line} is not valid: it gives several values, which is a sweep, and this command trains one run. "
                 f"Fix: add -m to train one run per value (python -m runner -m {line}), or write a list as "
                 f"{swept[0].get_key_element()}=[{line.split('=', 1)[1]}] or a string as "
-                f"{swept[0].get_key_element()}='{line.split('=', 1)[1]}'.")
+                f"{swept[0].get_key_element()}='{line.split('=', 1)[1]}'."
+            )
         refuse_unknown_keys(config, overrides)
         if not multirun:
             return
         _check_targets(config)
         for index, values in enumerate(choices):
             for value in values[1:]:
-                point = [value if position == index else chosen[0]
-                         for position, chosen in enumerate(choices) if chosen]
+                point = [value if position == index else chosen[0] for position, chosen in enumerate(choices) if chosen]
                 other = composer.changed(config, overrides[index], value) or composer.compose(point)
                 refuse_unknown_keys(other, overrides)
                 _check_targets(other)
@@ -116,7 +119,8 @@ class _Composer:
                 raise RunnerError(
                     f"{argument!r} is not valid: Hydra cannot read it as an override ({reason}). Fix: write "
                     "key=value (group=option for a config group, +key=value to add a key); quote a value that "
-                    "holds spaces, commas or brackets, e.g. 'mlflow.run_name=\"my run\"'.") from None
+                    "holds spaces, commas or brackets, e.g. 'mlflow.run_name=\"my run\"'."
+                ) from None
         return parser.parse_overrides(list(arguments))
 
     def _compose(self, overrides: Sequence[str], return_hydra_config: bool = False) -> DictConfig:
@@ -127,7 +131,7 @@ class _Composer:
     def compose(self, overrides: Sequence[str], return_hydra_config: bool = False) -> DictConfig:
         try:
             return self._compose(overrides, return_hydra_config)
-        except Exception as error:  # noqa: BLE001  (turned into a paragraph below, or re-raised)
+        except Exception:  # noqa: BLE001  (turned into a paragraph below, or re-raised)
             failing = self._first_failing(overrides)
             if failing is None:
                 raise
@@ -183,17 +187,24 @@ class _Composer:
         if isinstance(error, MissingConfigException) or "Could not find '" in message:
             return self._missing_option(override, message)
         base = self._compose(before, return_hydra_config=key.startswith("hydra."))
-        if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or message.startswith(
-                ("Could not override", "Could not delete from config. '")) or "config group '" in message:
+        if (
+            isinstance(cause, (ConfigAttributeError, ConfigKeyError))
+            or message.startswith(("Could not override", "Could not delete from config. '"))
+            or "config group '" in message
+        ):
             return unknown_key(line, key, base)
         if message.startswith("Could not append to config. An item is already at"):
-            return RunnerError(f"{line} is not valid: {key} is already a key of the config, and + adds a new one. "
-                               f"Fix: write {line.lstrip('+')} (without +).")
+            return RunnerError(
+                f"{line} is not valid: {key} is already a key of the config, and + adds a new one. "
+                f"Fix: write {line.lstrip('+')} (without +)."
+            )
         if isinstance(cause, ValidationError):
             return self._wrong_type(override, line, before, cause)
         reason = " ".join((str(cause or error).splitlines() or [type(error).__name__])[0].split())
-        return RunnerError(f"{line} is not valid: {reason}. Fix: correct it ({_SEE_KEYS}; python -m runner --help "
-                           "lists the config groups and their options).")
+        return RunnerError(
+            f"{line} is not valid: {reason}. Fix: correct it ({_SEE_KEYS}; python -m runner --help "
+            "lists the config groups and their options)."
+        )
 
     def _missing_option(self, override, message: str) -> RunnerError:
         group, option = override.key_or_group, override.value()
@@ -201,13 +212,16 @@ class _Composer:
         if not options or not isinstance(option, str):
             lines = [line.strip() for line in message.splitlines() if line.strip()] or ["Hydra cannot find it"]
             first = next((line for line in lines if "Could not find" in line), lines[0])
-            return RunnerError(f"{override.input_line} is not valid: {first}. Fix: pick an option of a "
-                               "config group (python -m runner --help lists them).")
+            return RunnerError(
+                f"{override.input_line} is not valid: {first}. Fix: pick an option of a "
+                "config group (python -m runner --help lists them)."
+            )
         close = difflib.get_close_matches(option, options, n=1)
         return RunnerError(
             f"{override.input_line} is not valid: the {group} group has no option {option!r}"
             + (f" (did you mean {group}={close[0]}?)" if close else "")
-            + f"; its options are {', '.join(options)}. Fix: pick one of them, e.g. {group}={(close or options)[0]}.")
+            + f"; its options are {', '.join(options)}. Fix: pick one of them, e.g. {group}={(close or options)[0]}."
+        )
 
     def _wrong_type(self, override, line: str, before: Sequence[str], cause: Exception) -> RunnerError:
         """The paragraph runner.settings gives for the value, else OmegaConf's reason."""
@@ -220,8 +234,9 @@ class _Composer:
             if refused is not None:
                 return refused
         reason = " ".join(str(cause).splitlines()[0].split())
-        return RunnerError(f"{line} is not valid: {reason}. Fix: give {override.key_or_group} a value of its type "
-                           f"({_SEE_KEYS}).")
+        return RunnerError(
+            f"{line} is not valid: {reason}. Fix: give {override.key_or_group} a value of its type ({_SEE_KEYS})."
+        )
 
 
 def settings_refusal(config: dict, override) -> RunnerError | None:
@@ -288,8 +303,12 @@ def _paths(node: DictConfig, prefix: str) -> Iterator[str]:
         path = f"{prefix}{key}"
         yield path
         child = node._get_node(key)
-        if isinstance(child, DictConfig) and path not in TARGET_GROUPS and not child._is_missing() \
-                and not child._is_none():
+        if (
+            isinstance(child, DictConfig)
+            and path not in TARGET_GROUPS
+            and not child._is_missing()
+            and not child._is_none()
+        ):
             yield from _paths(child, path + ".")
 
 
@@ -307,8 +326,12 @@ def unknown_keys(config: DictConfig) -> list[str]:
                 found.append(path)
                 continue
             child, expected = node._get_node(key), reference._get_node(key)
-            if isinstance(child, DictConfig) and isinstance(expected, DictConfig) and not child._is_none() \
-                    and not child._is_missing():
+            if (
+                isinstance(child, DictConfig)
+                and isinstance(expected, DictConfig)
+                and not child._is_none()
+                and not child._is_missing()
+            ):
                 walk(child, expected, path + ".")
 
     walk(config, _schema(), "")
@@ -319,8 +342,14 @@ def refuse_unknown_keys(config: DictConfig, overrides: Iterable = ()) -> None:
     """Raise the paragraph for the first key of `config` the schema does not have, naming the override that
     added it when there is one."""
     for key in unknown_keys(config):
-        line = next((override.input_line for override in overrides
-                     if override.key_or_group == key or key.startswith(override.key_or_group + ".")), key)
+        line = next(
+            (
+                override.input_line
+                for override in overrides
+                if override.key_or_group == key or key.startswith(override.key_or_group + ".")
+            ),
+            key,
+        )
         raise unknown_key(line, key, config)
 
 
@@ -341,5 +370,5 @@ def unknown_key(line: str, key: str, config: DictConfig) -> RunnerError:
         f"{line} is not valid: the config has no key {key!r}"
         + (f" (did you mean {close[0]}?)" if close else "")
         + f". Fix: {fix} ({_SEE_KEYS}; a model, optimizer, schedule, loss or dataset takes its callable's "
-        "arguments as keys).")
-
+        "arguments as keys)."
+    )

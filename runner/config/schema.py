@@ -27,7 +27,7 @@ any other key under it as it does for a dataclass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -41,7 +41,7 @@ TARGET_GROUPS = ("dataset", "model", "optimizer", "schedule", "loss")
 class VariablePartitionerConfig:
     """parameter_server: split big variables into shards across the ps tasks (MinSizePartitioner)."""
 
-    max_shards: Optional[int] = None  # null = no splitting; N = at most N shards
+    max_shards: int | None = None  # null = no splitting; N = at most N shards
     min_shard_bytes: int = 256 << 10  # no shard smaller than this (256 KiB)
 
 
@@ -49,8 +49,8 @@ class VariablePartitionerConfig:
 class StrategyConfig:
     name: str = MISSING  # set by the strategy group's option
     devices: Any = None  # a list of device names, or null to auto-detect
-    cross_device_ops: Optional[str] = None  # nccl | hierarchical_copy | reduce_to_one | null (TensorFlow's choice)
-    cpu_replicas: Optional[int] = None  # split the CPU into N logical devices (mirrored, central_storage)
+    cross_device_ops: str | None = None  # nccl | hierarchical_copy | reduce_to_one | null (TensorFlow's choice)
+    cpu_replicas: int | None = None  # split the CPU into N logical devices (mirrored, central_storage)
     tpu: Any = ""  # TPU name or grpc:// address; "" for a TPU VM's local TPU
     communication: str = "auto"  # multi_worker_mirrored's all-reduce: auto | ring (gRPC) | nccl (GPUs)
     variable_partitioner: VariablePartitionerConfig = field(default_factory=VariablePartitionerConfig)
@@ -79,7 +79,7 @@ class LrScalingConfig:
 @dataclass
 class LoopConfig:
     style: str = MISSING  # for_in | iterator | in_function | multi_step: set by the loop group's option
-    steps_per_epoch: Optional[int] = None  # null = one pass over the training set
+    steps_per_epoch: int | None = None  # null = one pass over the training set
     steps_per_call: int = 1  # multi_step: steps inside one tf.function call
 
 
@@ -92,7 +92,7 @@ class CheckpointConfig:
 @dataclass
 class RuntimeConfig:
     jit_compile: Any = False  # XLA-compile the per-replica forward and backward pass
-    mixed_precision: Optional[str] = None  # null | mixed_float16 (with loss scaling) | mixed_bfloat16
+    mixed_precision: str | None = None  # null | mixed_float16 (with loss scaling) | mixed_bfloat16
     # true: TensorFlow's op determinism (deterministic kernels or an error, ordered input pipeline, every random
     # source from `seed`), so that the same command gives bit-identical metrics; refuses parameter_server.
     deterministic: Any = False
@@ -108,9 +108,9 @@ class SystemMetricsConfig:
 
 @dataclass
 class MlflowConfig:
-    tracking_uri: Optional[str] = None  # null = MLflow's default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)
+    tracking_uri: str | None = None  # null = MLflow's default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)
     experiment_name: str = "fashion_mnist"
-    run_name: Optional[str] = None  # null = MLflow's random name
+    run_name: str | None = None  # null = MLflow's random name
     # The Model Registry name a sweep registers its best job's model under (and a run's, with register=true);
     # its alias `champion` is on the version with the best sweep.objective. By default: the data's name.
     registered_model_name: str = "${dataset.name}"
@@ -145,8 +145,8 @@ class DatasetConfig:
 
     _target_: str = MISSING  # set by the dataset group's option
     name: str = MISSING  # names the data in MLflow (dataset inputs) and the registered model
-    train_examples: Optional[int] = None  # take this many training examples (null = all)
-    test_examples: Optional[int] = None
+    train_examples: int | None = None  # take this many training examples (null = all)
+    test_examples: int | None = None
     scale: Any = 255  # inputs are divided by this (raw pixels 0-255 -> 0-1); the logged model does it too
 
 
@@ -180,10 +180,10 @@ class RunnerConfig:
     # schedule: build(learning_rate=..., total_steps=..., **arguments): a rate or a Keras schedule.
     # loss: loss(labels, logits, **arguments): one loss per example (the runner averages over the global batch
     # and adds the model's regularization losses).
-    model: Dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    schedule: Dict[str, Any] = field(default_factory=dict)
-    loss: Dict[str, Any] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    loss: dict[str, Any] = field(default_factory=dict)
     lr_scaling: LrScalingConfig = field(default_factory=LrScalingConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -193,7 +193,7 @@ class RunnerConfig:
     # its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model; models:/<name>@<alias> or
     # models:/<name>/<version>. Only the model's weights: the optimizer and the epoch counter start afresh.
     # (`from` is a Python keyword, so the group is a mapping; runner.settings.init_settings refuses other keys.)
-    init: Dict[str, Any] = field(default_factory=lambda: {"from": None})
+    init: dict[str, Any] = field(default_factory=lambda: {"from": None})
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 

@@ -44,8 +44,9 @@ def _load_keras_fashion_mnist() -> tuple[np.ndarray, ...]:
     return train_x, train_y, test_x, test_y
 
 
-def synthetic(train_examples: int = 2048, test_examples: int = 512, num_classes: int = FASHION_MNIST_CLASSES,
-              seed: int = 0) -> DataSplits:
+def synthetic(
+    train_examples: int = 2048, test_examples: int = 512, num_classes: int = FASHION_MNIST_CLASSES, seed: int = 0
+) -> DataSplits:
     """Noisy copies of one random 28x28 prototype per class: random, yet learnable in a few steps."""
     rng = np.random.default_rng(seed)
     prototypes = rng.uniform(0, 255, size=(num_classes, *IMAGE_SIZE))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,13 +30,27 @@ def source_of(source: Mapping[str, Any] | None, target: str, seed: int) -> tuple
     return "code", {"tags": {"mlflow.source.name": target, "seed": str(seed), **dict((source or {}).get("tags", {}))}}
 
 
-def describe_arrays(name: str, source_type: str, source: Mapping[str, Any], train: tuple[np.ndarray, np.ndarray],
-                    test: tuple[np.ndarray, np.ndarray]) -> list[dict[str, Any]]:
+def describe_arrays(
+    name: str,
+    source_type: str,
+    source: Mapping[str, Any],
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+) -> list[dict[str, Any]]:
     """Both splits held in memory; the digest is sha256 of the inputs and labels as loaded, so a different
     prefix or seed is a different digest."""
-    return [{"name": f"{name}-{split}", "context": context, "digest": digest(inputs, labels),
-             "source_type": source_type, "source": dict(source), "features": spec(inputs), "targets": spec(labels)}
-            for split, context, (inputs, labels) in (("train", "training", train), ("test", "evaluation", test))]
+    return [
+        {
+            "name": f"{name}-{split}",
+            "context": context,
+            "digest": digest(inputs, labels),
+            "source_type": source_type,
+            "source": dict(source),
+            "features": spec(inputs),
+            "targets": spec(labels),
+        }
+        for split, context, (inputs, labels) in (("train", "training", train), ("test", "evaluation", test))
+    ]
 
 
 def file_digest(files: Sequence[str], per_file: Sequence[int] = ()) -> str:
@@ -49,12 +64,29 @@ def file_digest(files: Sequence[str], per_file: Sequence[int] = ()) -> str:
     return hashed.hexdigest()[:16]
 
 
-def describe_stream(name: str, context: str, digest_: str, source_type: str, source: Mapping[str, Any],
-                    examples: int | None, raw_shape: Sequence[int], raw_dtype: str) -> dict[str, Any]:
+def describe_stream(
+    name: str,
+    context: str,
+    digest_: str,
+    source_type: str,
+    source: Mapping[str, Any],
+    examples: int | None,
+    raw_shape: Sequence[int],
+    raw_dtype: str,
+) -> dict[str, Any]:
     """A split streamed from disk or code, as describe_arrays describes one in memory (-1: an unknown count)."""
     count = -1 if examples is None else int(examples)
     size = int(np.prod(raw_shape)) * np.dtype(raw_dtype).itemsize
-    return {"name": name, "context": context, "digest": digest_, "source_type": source_type, "source": dict(source),
-            "features": {"dtype": np.dtype(raw_dtype).name, "shape": [count, *map(int, raw_shape)],
-                         "nbytes": count * size if count >= 0 else -1},
-            "targets": {"dtype": "int64", "shape": [count], "nbytes": count * 8 if count >= 0 else -1}}
+    return {
+        "name": name,
+        "context": context,
+        "digest": digest_,
+        "source_type": source_type,
+        "source": dict(source),
+        "features": {
+            "dtype": np.dtype(raw_dtype).name,
+            "shape": [count, *map(int, raw_shape)],
+            "nbytes": count * size if count >= 0 else -1,
+        },
+        "targets": {"dtype": "int64", "shape": [count], "nbytes": count * 8 if count >= 0 else -1},
+    }

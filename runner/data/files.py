@@ -11,16 +11,19 @@ from runner.data.source import DataSplits
 from runner.errors import RunnerError
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
-_FIX_KEYS = ("write the file with np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...): inputs shaped "
-             "(n, ...) and one integer label per example")
+_FIX_KEYS = (
+    "write the file with np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...): inputs shaped "
+    "(n, ...) and one integer label per example"
+)
 
 
 def npz(path: str, num_classes: int | None = None) -> DataSplits:
     """The four arrays of `path`; num_classes: null = the largest label + 1."""
     where = f"dataset.path={path!r}"
     if path is None:
-        raise RunnerError("dataset.path is missing: dataset=npz reads one .npz file. Fix: pass "
-                          "dataset.path=/path/to/data.npz.")
+        raise RunnerError(
+            "dataset.path is missing: dataset=npz reads one .npz file. Fix: pass dataset.path=/path/to/data.npz."
+        )
     if not isinstance(path, str) or not path:
         raise RunnerError(f"{where} is not a file's path. Fix: pass dataset.path=/path/to/data.npz.")
     full = os.path.abspath(os.path.expanduser(path))
@@ -30,33 +33,48 @@ def npz(path: str, num_classes: int | None = None) -> DataSplits:
         with np.load(full, allow_pickle=False) as archive:
             missing = [key for key in NPZ_KEYS if key not in archive.files]
             if missing:
-                raise RunnerError(f"{where}: the file has no {', '.join(missing)} (it holds "
-                                  f"{', '.join(archive.files) or 'no arrays'}). Fix: {_FIX_KEYS}.")
+                raise RunnerError(
+                    f"{where}: the file has no {', '.join(missing)} (it holds "
+                    f"{', '.join(archive.files) or 'no arrays'}). Fix: {_FIX_KEYS}."
+                )
             arrays = {key: archive[key] for key in NPZ_KEYS}
     except RunnerError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise RunnerError(f"{where}: not a readable .npz file ({type(error).__name__}: "
-                          f"{' '.join(str(error).split())}). Fix: {_FIX_KEYS}.") from None
+        raise RunnerError(
+            f"{where}: not a readable .npz file ({type(error).__name__}: "
+            f"{' '.join(str(error).split())}). Fix: {_FIX_KEYS}."
+        ) from None
     for split in ("train", "test"):
         inputs, labels = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if inputs.ndim < 2 or labels.ndim != 1 or len(inputs) != len(labels) or not len(labels):
-            raise RunnerError(f"{where}: x_{split} is shaped {inputs.shape} and y_{split} {labels.shape}; expected "
-                              f"(n, ...) inputs and n labels, n > 0. Fix: {_FIX_KEYS}.")
+            raise RunnerError(
+                f"{where}: x_{split} is shaped {inputs.shape} and y_{split} {labels.shape}; expected "
+                f"(n, ...) inputs and n labels, n > 0. Fix: {_FIX_KEYS}."
+            )
         if not np.issubdtype(labels.dtype, np.integer):
-            raise RunnerError(f"{where}: y_{split} holds {labels.dtype} values, not integer class indices. Fix: "
-                              f"store labels as integers 0..num_classes-1 (y.astype(np.int64)).")
+            raise RunnerError(
+                f"{where}: y_{split} holds {labels.dtype} values, not integer class indices. Fix: "
+                f"store labels as integers 0..num_classes-1 (y.astype(np.int64))."
+            )
     if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
-        raise RunnerError(f"{where}: x_train examples are shaped {arrays['x_train'].shape[1:]} and x_test examples "
-                          f"{arrays['x_test'].shape[1:]}. Fix: give both splits examples of one shape.")
-    classes = num_classes if num_classes is not None else \
-        int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
+        raise RunnerError(
+            f"{where}: x_train examples are shaped {arrays['x_train'].shape[1:]} and x_test examples "
+            f"{arrays['x_test'].shape[1:]}. Fix: give both splits examples of one shape."
+        )
+    classes = num_classes if num_classes is not None else int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
     for split in ("train", "test"):
         labels = arrays[f"y_{split}"]
         if labels.min() < 0 or labels.max() >= classes:
-            raise RunnerError(f"{where}: y_{split} runs from {labels.min()} to {labels.max()}, outside 0..{classes - 1} "
-                              f"for {classes} classes. Fix: store class indices 0..num_classes-1"
-                              + (", or set dataset.num_classes to the number of classes" if num_classes else "")
-                              + ".")
-    return DataSplits((arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"]),
-                      num_classes=classes, source={"uri": full})
+            raise RunnerError(
+                f"{where}: y_{split} runs from {labels.min()} to {labels.max()}, outside 0..{classes - 1} "
+                f"for {classes} classes. Fix: store class indices 0..num_classes-1"
+                + (", or set dataset.num_classes to the number of classes" if num_classes else "")
+                + "."
+            )
+    return DataSplits(
+        (arrays["x_train"], arrays["y_train"]),
+        (arrays["x_test"], arrays["y_test"]),
+        num_classes=classes,
+        source={"uri": full},
+    )

@@ -19,8 +19,14 @@ IDX_FILES = {
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_IDX_DTYPES = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 
 def read_idx(path: str) -> np.ndarray:
@@ -41,7 +47,7 @@ def read_idx(path: str) -> np.ndarray:
         )
     dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
     header = 4 + 4 * ndim
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     expected = header + int(np.prod(shape)) * dtype.itemsize
     if len(raw) != expected:
         raise RunnerError(

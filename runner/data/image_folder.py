@@ -8,7 +8,7 @@ width, channels), all resized to one size (by default the first training image's
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from runner.data.source import DataSplits, FileRecords
 from runner.errors import RunnerError
@@ -18,25 +18,33 @@ COLOR_MODES = {"grayscale": 1, "rgb": 3, "rgba": 4}
 LAYOUT = "dir/train/<class>/<image> and dir/test/<class>/<image>, one sub-folder per class"
 
 
-def image_folder(dir: str, image_size: Sequence[int] | None = None, color_mode: str | None = None,  # noqa: A002
-                 shuffle_buffer: int = 10_000) -> DataSplits:
+def image_folder(
+    dir: str,
+    image_size: Sequence[int] | None = None,
+    color_mode: str | None = None,  # noqa: A002
+    shuffle_buffer: int = 10_000,
+) -> DataSplits:
     """image_size: [height, width] (null: the first training image's); color_mode: grayscale, rgb or rgba
     (null: the first training image's channels)."""
     where = f"dataset.dir={dir!r}"
     if dir is None:
-        raise RunnerError(f"dataset.dir is missing: dataset=image_folder reads {LAYOUT}. Fix: pass "
-                          "dataset.dir=/path/to/images.")
+        raise RunnerError(
+            f"dataset.dir is missing: dataset=image_folder reads {LAYOUT}. Fix: pass dataset.dir=/path/to/images."
+        )
     root = os.path.abspath(os.path.expanduser(str(dir)))
     if color_mode is not None and color_mode not in COLOR_MODES:
-        raise RunnerError(f"dataset.color_mode={color_mode!r} is not one of {', '.join(COLOR_MODES)}. Fix: pick one, "
-                          "or null for the first image's channels.")
+        raise RunnerError(
+            f"dataset.color_mode={color_mode!r} is not one of {', '.join(COLOR_MODES)}. Fix: pick one, "
+            "or null for the first image's channels."
+        )
     for split in ("train", "test"):
         if not os.path.isdir(os.path.join(root, split)):
             raise RunnerError(f"{where}: there is no {split}/ folder in {root}. Fix: lay the images out as {LAYOUT}.")
     classes = sorted(entry.name for entry in os.scandir(os.path.join(root, "train")) if entry.is_dir())
     if not classes:
-        raise RunnerError(f"{where}: {os.path.join(root, 'train')} has no class sub-folders. Fix: lay the images out "
-                          f"as {LAYOUT}.")
+        raise RunnerError(
+            f"{where}: {os.path.join(root, 'train')} has no class sub-folders. Fix: lay the images out as {LAYOUT}."
+        )
     train_files, train_labels = _listing(where, root, "train", classes)
     test_files, test_labels = _listing(where, root, "test", classes)
     import tensorflow as tf
@@ -44,16 +52,20 @@ def image_folder(dir: str, image_size: Sequence[int] | None = None, color_mode: 
     try:
         first = tf.io.decode_image(tf.io.read_file(train_files[0]), expand_animations=False, dtype=tf.uint8)
     except tf.errors.OpError as error:
-        raise RunnerError(f"{where}: {train_files[0]} is not a readable image ({type(error).__name__}). Fix: remove "
-                          "it or replace it with a PNG, JPEG, BMP or GIF file.") from None
+        raise RunnerError(
+            f"{where}: {train_files[0]} is not a readable image ({type(error).__name__}). Fix: remove "
+            "it or replace it with a PNG, JPEG, BMP or GIF file."
+        ) from None
     if image_size is not None:
         try:
             size = tuple(int(d) for d in image_size)
         except (TypeError, ValueError):
             size = ()
         if len(size) != 2 or min(size) < 1:
-            raise RunnerError(f"dataset.image_size={image_size!r} is not a size. Fix: pass [height, width], e.g. "
-                              "dataset.image_size=[64,64], or null for the first image's size.")
+            raise RunnerError(
+                f"dataset.image_size={image_size!r} is not a size. Fix: pass [height, width], e.g. "
+                "dataset.image_size=[64,64], or null for the first image's size."
+            )
     else:
         size = tuple(int(d) for d in first.shape[:2])
     channels = COLOR_MODES[color_mode] if color_mode is not None else int(first.shape[2])
@@ -63,15 +75,34 @@ def image_folder(dir: str, image_size: Sequence[int] | None = None, color_mode: 
         image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False, dtype=tf.uint8)
         image.set_shape((None, None, channels))
         # Images of another size are resized (bilinear, rounded back to uint8); same-sized ones pass untouched.
-        image = tf.cond(tf.reduce_all(tf.shape(image)[:2] == size), lambda: image,
-                        lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(image, size), 0, 255)), tf.uint8))
+        image = tf.cond(
+            tf.reduce_all(tf.shape(image)[:2] == size),
+            lambda: image,
+            lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(image, size), 0, 255)), tf.uint8),
+        )
         return tf.ensure_shape(image, shape), label
 
-    splits = [FileRecords(files, shape, "uint8", labels=labels, counts=[1] * len(files), decode_record=decode_record,
-                          shuffle_buffer=shuffle_buffer)
-              for files, labels in ((train_files, train_labels), (test_files, test_labels))]
-    return DataSplits(splits[0], splits[1], num_classes=len(classes), source={"uri": root}, train_files=train_files,
-                      train_examples=len(train_files), test_examples=len(test_files))
+    splits = [
+        FileRecords(
+            files,
+            shape,
+            "uint8",
+            labels=labels,
+            counts=[1] * len(files),
+            decode_record=decode_record,
+            shuffle_buffer=shuffle_buffer,
+        )
+        for files, labels in ((train_files, train_labels), (test_files, test_labels))
+    ]
+    return DataSplits(
+        splits[0],
+        splits[1],
+        num_classes=len(classes),
+        source={"uri": root},
+        train_files=train_files,
+        train_examples=len(train_files),
+        test_examples=len(test_files),
+    )
 
 
 def _listing(where: str, root: str, split: str, classes: list[str]) -> tuple[list[str], list[int]]:
@@ -79,8 +110,10 @@ def _listing(where: str, root: str, split: str, classes: list[str]) -> tuple[lis
     folder = os.path.join(root, split)
     unknown = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir() and entry.name not in classes)
     if unknown:
-        raise RunnerError(f"{where}: {folder} has class folders that train/ lacks ({', '.join(unknown)}). Fix: give "
-                          "train/ and test/ the same class sub-folders.")
+        raise RunnerError(
+            f"{where}: {folder} has class folders that train/ lacks ({', '.join(unknown)}). Fix: give "
+            "train/ and test/ the same class sub-folders."
+        )
     files, labels = [], []
     for label, name in enumerate(classes):
         for directory, subdirectories, names in os.walk(os.path.join(folder, name)):
@@ -90,6 +123,7 @@ def _listing(where: str, root: str, split: str, classes: list[str]) -> tuple[lis
                     files.append(os.path.join(directory, file))
                     labels.append(label)
     if not files:
-        raise RunnerError(f"{where}: {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}). Fix: lay the images "
-                          f"out as {LAYOUT}.")
+        raise RunnerError(
+            f"{where}: {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}). Fix: lay the images out as {LAYOUT}."
+        )
     return files, labels

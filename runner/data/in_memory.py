@@ -39,9 +39,15 @@ class InMemoryData:
         """The first `count` test inputs as the data holds them (the served model's input)."""
         return to_raw(self.test_images[:count], self.spec)
 
-    def train_dataset(self, batch_size: int, seed, first_epoch: int = 1, epochs: int | None = 1,
-                      skip_batches: int = 0, input_context: tf.distribute.InputContext | None = None
-                      ) -> tf.data.Dataset:
+    def train_dataset(
+        self,
+        batch_size: int,
+        seed,
+        first_epoch: int = 1,
+        epochs: int | None = 1,
+        skip_batches: int = 0,
+        input_context: tf.distribute.InputContext | None = None,
+    ) -> tf.data.Dataset:
         """Batches of `batch_size` for epochs first_epoch, first_epoch+1, ... (`epochs` of them; None = endless),
         less the first `skip_batches` (skipped as indices, before any input is gathered).
 
@@ -56,19 +62,25 @@ class InMemoryData:
 
         def epoch_batches(epoch):
             order = tf.random.experimental.index_shuffle(
-                tf.range(count, dtype=tf.int64), seed=tf.stack([tf.cast(seed, tf.int64), epoch]),
-                max_index=count - 1)
+                tf.range(count, dtype=tf.int64), seed=tf.stack([tf.cast(seed, tf.int64), epoch]), max_index=count - 1
+            )
             indices = tf.data.Dataset.from_tensor_slices(order)
             if input_context is not None:
                 indices = indices.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
             return indices.batch(batch_size)
 
-        epoch_numbers = tf.data.Dataset.range(first_epoch, first_epoch + epochs) if epochs is not None \
+        epoch_numbers = (
+            tf.data.Dataset.range(first_epoch, first_epoch + epochs)
+            if epochs is not None
             else tf.data.Dataset.range(first_epoch, 2**62)
+        )
         dataset = epoch_numbers.flat_map(epoch_batches).skip(skip_batches)
         # One gather per batch from tensors already in memory: no per-example work in the pipeline.
-        dataset = dataset.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)),
-                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        dataset = dataset.map(
+            lambda index: (tf.gather(images, index), tf.gather(labels, index)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
         return with_options(dataset.prefetch(tf.data.AUTOTUNE), "DATA")
 
     def test_dataset(self, batch_size: int) -> tf.data.Dataset:

@@ -25,15 +25,19 @@ def load_data(settings: DatasetSettings, seed: int, workers: int = 1) -> Trainin
     function = settings.component.resolve()
     accepted = _accepted(function)
     # The run's seed, and the prefix sizes (so a generator or a reader can make or read only that many).
-    offered = dict(zip(DATASET_ARGUMENTS, (seed, settings.train_examples, settings.test_examples)))
+    offered = dict(zip(DATASET_ARGUMENTS, (seed, settings.train_examples, settings.test_examples), strict=True))
     supplied = {name: value for name, value in offered.items() if value is not None and name in accepted}
-    splits = as_splits(call(key, settings.component.target, lambda: settings.component.instantiate(**supplied)),
-                       settings.component.target)
+    splits = as_splits(
+        call(key, settings.component.target, lambda: settings.component.instantiate(**supplied)),
+        settings.component.target,
+    )
     if _is_arrays(splits.train) and _is_arrays(splits.test):
         return in_memory(settings, splits, seed)
     if _is_arrays(splits.train) or _is_arrays(splits.test):
-        raise RunnerError(f"{key}={settings.component.target!r} returned arrays for one split and a dataset for the "
-                          "other. Fix: return both splits the same way: (inputs, labels) arrays, or tf.data datasets.")
+        raise RunnerError(
+            f"{key}={settings.component.target!r} returned arrays for one split and a dataset for the "
+            "other. Fix: return both splits the same way: (inputs, labels) arrays, or tf.data datasets."
+        )
     from runner.data.streaming import streamed
 
     return streamed(settings, splits, seed, workers)
@@ -62,15 +66,22 @@ def as_splits(result: Any, target: str) -> DataSplits:
     raise RunnerError(
         f"dataset._target_={target!r} returned {type(result).__name__}, not the training and test data. Fix: return "
         "runner.data.source.DataSplits(train=(x_train, y_train), test=(x_test, y_test), num_classes=...) with NumPy "
-        "arrays or tf.data datasets of (input, label) pairs, or ((x_train, y_train), (x_test, y_test)).")
+        "arrays or tf.data datasets of (input, label) pairs, or ((x_train, y_train), (x_test, y_test))."
+    )
 
 
 def describe_spec(name: str, example_shape: tuple[int, ...], dtype: Any, num_classes: int, scale: float) -> DataSpec:
     """Examples of rank 2 (grey images) get a channel axis for the model; the served model takes them as they are."""
     raw_shape = tuple(int(d) for d in example_shape)
     input_shape = (*raw_shape, 1) if len(raw_shape) == 2 else raw_shape
-    return DataSpec(name=name, input_shape=input_shape, num_classes=int(num_classes), raw_shape=raw_shape,
-                    raw_dtype=np.dtype(dtype).name, scale=float(scale))
+    return DataSpec(
+        name=name,
+        input_shape=input_shape,
+        num_classes=int(num_classes),
+        raw_shape=raw_shape,
+        raw_dtype=np.dtype(dtype).name,
+        scale=float(scale),
+    )
 
 
 def check_labels(split: str, labels: np.ndarray, num_classes: int, target: str) -> None:
@@ -78,7 +89,8 @@ def check_labels(split: str, labels: np.ndarray, num_classes: int, target: str) 
         raise RunnerError(
             f"dataset._target_={target!r}: the {split} labels run from {labels.min()} to {labels.max()}, outside 0.."
             f"{num_classes - 1} for num_classes={num_classes}. Fix: give integer class indices 0..num_classes-1, "
-            "or the right num_classes.")
+            "or the right num_classes."
+        )
 
 
 def in_memory(settings: DatasetSettings, splits: DataSplits, seed: int) -> InMemoryData:
@@ -89,13 +101,18 @@ def in_memory(settings: DatasetSettings, splits: DataSplits, seed: int) -> InMem
             raise RunnerError(
                 f"dataset._target_={target!r}: the {split} split holds inputs of shape {inputs.shape} and labels of "
                 f"shape {labels.shape}; expected (n, ...) inputs and n labels, n > 0. Fix: return one label per "
-                "example.")
+                "example."
+            )
         if not np.issubdtype(labels.dtype, np.integer):
-            raise RunnerError(f"dataset._target_={target!r}: the {split} labels are {labels.dtype}, not integers. "
-                              "Fix: give integer class indices 0..num_classes-1.")
+            raise RunnerError(
+                f"dataset._target_={target!r}: the {split} labels are {labels.dtype}, not integers. "
+                "Fix: give integer class indices 0..num_classes-1."
+            )
     if train_x.shape[1:] != test_x.shape[1:]:
-        raise RunnerError(f"dataset._target_={target!r}: training inputs are shaped {train_x.shape[1:]} and test "
-                          f"inputs {test_x.shape[1:]}. Fix: give both splits examples of one shape.")
+        raise RunnerError(
+            f"dataset._target_={target!r}: training inputs are shaped {train_x.shape[1:]} and test "
+            f"inputs {test_x.shape[1:]}. Fix: give both splits examples of one shape."
+        )
     train_x, train_y = train_x[: settings.train_examples], train_y[: settings.train_examples]
     test_x, test_y = test_x[: settings.test_examples], test_y[: settings.test_examples]
     num_classes = splits.num_classes if splits.num_classes is not None else int(max(train_y.max(), test_y.max())) + 1
@@ -103,7 +120,18 @@ def in_memory(settings: DatasetSettings, splits: DataSplits, seed: int) -> InMem
         check_labels(split, labels, num_classes, target)
     spec = describe_spec(settings.name, train_x.shape[1:], train_x.dtype, num_classes, settings.scale)
     # Hashing the raw bytes (sha256 releases the GIL) overlaps with building the model and the first steps.
-    descriptions = _DESCRIBING.submit(describe_arrays, settings.name, *source_of(splits.source, settings.name, seed),
-                                      (train_x, train_y), (test_x, test_y))
-    return InMemoryData(spec, to_model_input(train_x, spec), train_y.astype(np.int64), to_model_input(test_x, spec),
-                        test_y.astype(np.int64), descriptions)
+    descriptions = _DESCRIBING.submit(
+        describe_arrays,
+        settings.name,
+        *source_of(splits.source, settings.name, seed),
+        (train_x, train_y),
+        (test_x, test_y),
+    )
+    return InMemoryData(
+        spec,
+        to_model_input(train_x, spec),
+        train_y.astype(np.int64),
+        to_model_input(test_x, spec),
+        test_y.astype(np.int64),
+        descriptions,
+    )

@@ -13,8 +13,9 @@ images, (height, width)) get a channel axis for the model; the served model take
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,15 @@ class TrainingData(Protocol):
     train_examples: int | None  # None: unknown (a stream): give loop.steps_per_epoch
     shard_policy: str  # how MultiWorkerMirrored workers split the training set: "FILE" or "DATA"
 
-    def train_dataset(self, batch_size: int, seed: Any, first_epoch: int = 1, epochs: int | None = 1,
-                      skip_batches: int = 0, input_context: Any = None) -> Any: ...
+    def train_dataset(
+        self,
+        batch_size: int,
+        seed: Any,
+        first_epoch: int = 1,
+        epochs: int | None = 1,
+        skip_batches: int = 0,
+        input_context: Any = None,
+    ) -> Any: ...
 
     def test_dataset(self, batch_size: int) -> Any: ...
 

@@ -10,8 +10,9 @@ reads every file and keeps its share of the examples (auto-shard by DATA).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -56,7 +57,8 @@ class Split:
         files, per_file = tf.constant(self.files), tf.constant(self.per_file, tf.int64)
         if seed is not None:
             order = tf.random.experimental.stateless_shuffle(
-                tf.range(len(self.files)), seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)]))
+                tf.range(len(self.files)), seed=tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+            )
             files, per_file = tf.gather(files, order), tf.gather(per_file, order)
         return tf.data.Dataset.from_tensor_slices((files, per_file))
 
@@ -65,16 +67,18 @@ class Split:
         if not self.by_file:
             return source  # (path, label) pairs, or the dataset's examples
         read = self.records.read
-        return source.interleave(lambda file, limit: read(file).take(limit),
-                                 cycle_length=min(CYCLE_LENGTH, len(self.files)),
-                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return source.interleave(
+            lambda file, limit: read(file).take(limit),
+            cycle_length=min(CYCLE_LENGTH, len(self.files)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
 
 
 class StreamingData:
     """The TrainingData of runner.data.source, read from files or a dataset as the loop asks for batches."""
 
-    def __init__(self, spec: DataSpec, train: Split, test: Split, descriptions: list[dict[str, Any]],
-                 workers: int = 1):
+    def __init__(self, spec: DataSpec, train: Split, test: Split, descriptions: list[dict[str, Any]], workers: int = 1):
         self.spec = spec
         self.train = train
         self.test = test
@@ -87,9 +91,15 @@ class StreamingData:
     def inputs(self) -> list[dict[str, Any]]:
         return self.descriptions
 
-    def train_dataset(self, batch_size: int, seed, first_epoch: int = 1, epochs: int | None = 1,
-                      skip_batches: int = 0, input_context: tf.distribute.InputContext | None = None
-                      ) -> tf.data.Dataset:
+    def train_dataset(
+        self,
+        batch_size: int,
+        seed,
+        first_epoch: int = 1,
+        epochs: int | None = 1,
+        skip_batches: int = 0,
+        input_context: tf.distribute.InputContext | None = None,
+    ) -> tf.data.Dataset:
         """Batches of `batch_size` for epochs first_epoch, first_epoch+1, ... (`epochs` of them; None = endless),
         less the first `skip_batches`.
 
@@ -117,19 +127,19 @@ class StreamingData:
         return with_options(self._batches(split, records, batch_size), self.shard_policy)
 
     def test_dataset(self, batch_size: int) -> tf.data.Dataset:
-        return with_options(self._batches(self.test, self.test.read(self.test.source()), batch_size),
-                            self._test_policy)
+        return with_options(self._batches(self.test, self.test.read(self.test.source()), batch_size), self._test_policy)
 
     def raw_examples(self, count: int) -> np.ndarray:
         """The first `count` test inputs as the files hold them (the served model's input)."""
         records = self.test.read(self.test.source())
         for inputs, _ in self._batches(self.test, records, count, raw=True).take(1):
             return inputs.numpy()
-        raise RunnerError(f"dataset.name={self.spec.name!r}: the test split holds no examples. Fix: give a test "
-                          "split with at least one example.")
+        raise RunnerError(
+            f"dataset.name={self.spec.name!r}: the test split holds no examples. Fix: give a test "
+            "split with at least one example."
+        )
 
-    def _batches(self, split: Split, records: tf.data.Dataset, batch_size: int, raw: bool = False
-                 ) -> tf.data.Dataset:
+    def _batches(self, split: Split, records: tf.data.Dataset, batch_size: int, raw: bool = False) -> tf.data.Dataset:
         decode_record = split.records.decode_record if split.records is not None else None
         decode_batch = split.records.decode_batch if split.records is not None else None
         if decode_record is not None:
@@ -141,8 +151,9 @@ class StreamingData:
             inputs = tf.reshape(inputs, (-1, *spec.raw_shape))
             if not raw:
                 # The float32 division of runner.data.in_memory.to_model_input and of the exported model.
-                inputs = tf.reshape(tf.cast(inputs, tf.float32) / tf.constant(spec.scale, tf.float32),
-                                    (-1, *spec.input_shape))
+                inputs = tf.reshape(
+                    tf.cast(inputs, tf.float32) / tf.constant(spec.scale, tf.float32), (-1, *spec.input_shape)
+                )
             return inputs, tf.cast(labels, tf.int64)
 
         if decode_batch is None:
@@ -169,11 +180,14 @@ def sharding_line(name: str, training_data: Any, workers: int) -> str:
     """The log line that says how MultiWorkerMirrored workers split the training set."""
     files = len(getattr(training_data, "train_files", ()))
     if training_data.shard_policy == "FILE":
-        return (f"dataset {name}: {files} files for {workers} workers, each worker reads its own files "
-                "(auto-shard by FILE)")
+        return (
+            f"dataset {name}: {files} files for {workers} workers, each worker reads its own files (auto-shard by FILE)"
+        )
     held = f"{files} file{'s' if files != 1 else ''}" if files else "one stream of examples"
-    return (f"dataset {name}: {held} for {workers} workers, each worker reads all of it and keeps its share of the "
-            "examples (auto-shard by DATA)")
+    return (
+        f"dataset {name}: {held} for {workers} workers, each worker reads all of it and keeps its share of the "
+        "examples (auto-shard by DATA)"
+    )
 
 
 def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> StreamingData:
@@ -187,24 +201,41 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
         test = Split(None, test.dataset, examples=_prefixed(splits.test_examples, settings.test_examples))
     (train_shape, train_dtype), (test_shape, _) = _example(train, target), _example(test, target)
     if train_shape != test_shape:
-        raise RunnerError(f"dataset._target_={target!r}: training inputs are shaped {train_shape} and test inputs "
-                          f"{test_shape}. Fix: give both splits examples of one shape.")
+        raise RunnerError(
+            f"dataset._target_={target!r}: training inputs are shaped {train_shape} and test inputs "
+            f"{test_shape}. Fix: give both splits examples of one shape."
+        )
     num_classes = splits.num_classes
     if num_classes is None:
-        labels = [label for split in (train, test) if split.records is not None and not split.by_file
-                  for label in split.per_file]
+        labels = [
+            label
+            for split in (train, test)
+            if split.records is not None and not split.by_file
+            for label in split.per_file
+        ]
         if not labels:
-            raise RunnerError(f"dataset._target_={target!r} returned streamed data without num_classes, which the "
-                              "runner cannot read off a stream. Fix: return DataSplits(..., num_classes=N).")
+            raise RunnerError(
+                f"dataset._target_={target!r} returned streamed data without num_classes, which the "
+                "runner cannot read off a stream. Fix: return DataSplits(..., num_classes=N)."
+            )
         num_classes = max(labels) + 1
     from runner.data.loading import describe_spec
 
     spec = describe_spec(settings.name, train_shape, train_dtype, num_classes, settings.scale)
     source_type, source = source_of(splits.source, target, seed)
     descriptions = [
-        describe_stream(f"{settings.name}-{name}", context, _digest(split, splits.digests.get(name), target, seed),
-                        source_type, source, split.examples, spec.raw_shape, spec.raw_dtype)
-        for name, context, split in (("train", "training", train), ("test", "evaluation", test))]
+        describe_stream(
+            f"{settings.name}-{name}",
+            context,
+            _digest(split, splits.digests.get(name), target, seed),
+            source_type,
+            source,
+            split.examples,
+            spec.raw_shape,
+            spec.raw_dtype,
+        )
+        for name, context, split in (("train", "training", train), ("test", "evaluation", test))
+    ]
     return StreamingData(spec, train, test, descriptions, workers)
 
 
@@ -216,31 +247,39 @@ def _split(name: str, data: Any, prefix: int | None, target: str, key: str) -> S
             data = data.take(prefix)
         count = int(data.cardinality())
         return Split(None, data, examples=count if count >= 0 else None)
-    raise RunnerError(f"dataset._target_={target!r} returned a {type(data).__name__} as the {name} split. Fix: "
-                      "return (inputs, labels) NumPy arrays, a tf.data.Dataset of (input, label) pairs, or "
-                      "runner.data.source.FileRecords.")
+    raise RunnerError(
+        f"dataset._target_={target!r} returned a {type(data).__name__} as the {name} split. Fix: "
+        "return (inputs, labels) NumPy arrays, a tf.data.Dataset of (input, label) pairs, or "
+        "runner.data.source.FileRecords."
+    )
 
 
 def _file_split(name: str, records: FileRecords, prefix: int | None, target: str, key: str) -> Split:
     files = tuple(str(file) for file in records.files)
     if not files:
-        raise RunnerError(f"dataset._target_={target!r} returned no files for the {name} split. Fix: point the "
-                          "dataset at files that exist.")
+        raise RunnerError(
+            f"dataset._target_={target!r} returned no files for the {name} split. Fix: point the "
+            "dataset at files that exist."
+        )
     if records.read is None:  # one record per file: the prefix is the first files
         labels = tuple(int(label) for label in (records.labels or ()))
         if len(labels) != len(files):
-            raise RunnerError(f"dataset._target_={target!r}: the {name} split has {len(files)} files and "
-                              f"{len(labels)} labels. Fix: give FileRecords one label per file, or a reader.")
+            raise RunnerError(
+                f"dataset._target_={target!r}: the {name} split has {len(files)} files and "
+                f"{len(labels)} labels. Fix: give FileRecords one label per file, or a reader."
+            )
         keep = len(files) if prefix is None else min(prefix, len(files))
         return Split(records, None, files[:keep], labels[:keep], keep)
     counts = tuple(int(count) for count in records.counts) if records.counts is not None else None
     if prefix is None:
         return Split(records, None, files, (-1,) * len(files), sum(counts) if counts is not None else None)
     if counts is None:
-        raise RunnerError(f"dataset.{key}={prefix}: the {name} files' example counts are unknown, so no prefix can "
-                          f"be taken. Fix: leave dataset.{key} null, or give FileRecords(counts=...).")
+        raise RunnerError(
+            f"dataset.{key}={prefix}: the {name} files' example counts are unknown, so no prefix can "
+            f"be taken. Fix: leave dataset.{key} null, or give FileRecords(counts=...)."
+        )
     kept, limits, total = [], [], 0
-    for file, count in zip(files, counts):
+    for file, count in zip(files, counts, strict=True):
         if total >= prefix:
             break
         take = min(count, prefix - total)
@@ -259,14 +298,18 @@ def _example(split: Split, target: str) -> tuple[tuple[int, ...], str]:
         return tuple(int(d) for d in split.records.example_shape), np.dtype(split.records.dtype).name
     element = split.dataset.element_spec
     if not (isinstance(element, (tuple, list)) and len(element) == 2):
-        raise RunnerError(f"dataset._target_={target!r} returned a dataset of {element}, not of (input, label) "
-                          "pairs. Fix: map it to (input, label) pairs of single examples (unbatched).")
+        raise RunnerError(
+            f"dataset._target_={target!r} returned a dataset of {element}, not of (input, label) "
+            "pairs. Fix: map it to (input, label) pairs of single examples (unbatched)."
+        )
     inputs, labels = element
     if not inputs.shape.is_fully_defined() or labels.shape.rank != 0 or not labels.dtype.is_integer:
-        raise RunnerError(f"dataset._target_={target!r} returned a dataset of inputs {inputs.shape} {inputs.dtype.name} "
-                          f"and labels {labels.shape} {labels.dtype.name}. Fix: give unbatched examples of one known "
-                          "shape, each with one integer label (dataset.map(lambda x, y: (tf.ensure_shape(x, "
-                          "SHAPE), y))).")
+        raise RunnerError(
+            f"dataset._target_={target!r} returned a dataset of inputs {inputs.shape} {inputs.dtype.name} "
+            f"and labels {labels.shape} {labels.dtype.name}. Fix: give unbatched examples of one known "
+            "shape, each with one integer label (dataset.map(lambda x, y: (tf.ensure_shape(x, "
+            "SHAPE), y)))."
+        )
     return tuple(inputs.shape.as_list()), inputs.dtype.name
 
 

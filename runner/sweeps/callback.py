@@ -25,13 +25,22 @@ from runner.errors import RunnerError, report
 from runner.settings import mlflow_settings, sweep_seeds
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
-    BEST_CONFIGURATION_TAG, OVERRIDES_TAG, PARENT_RUN_ID_FILE, REGISTERED_VERSION_TAG, SWEEP_DIR_TAG, SWEPT_KEYS_TAG,
-    lower_is_better, objective_name, read_parent_run_id, run_name_for,
+    BEST_CONFIGURATION_TAG,
+    OVERRIDES_TAG,
+    PARENT_RUN_ID_FILE,
+    REGISTERED_VERSION_TAG,
+    SWEEP_DIR_TAG,
+    SWEPT_KEYS_TAG,
+    lower_is_better,
+    objective_name,
+    read_parent_run_id,
+    run_name_for,
 )
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose
 
 log = logging.getLogger("runner")
+
 
 def sweep_dir_of(config: DictConfig) -> str:
     return os.path.abspath(str(config.hydra.sweep.dir))
@@ -43,7 +52,7 @@ def swept_keys(config: DictConfig) -> list[str]:
     overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     keys = [override.key_or_group for override in overrides if override.is_sweep_override()]
     params = OmegaConf.select(config, "hydra.sweeper.params")
-    for key in (params or {}):
+    for key in params or {}:
         if key not in keys:
             keys.append(str(key))
     return keys
@@ -72,8 +81,12 @@ class SweepCallback(Callback):
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)
-        log.info("sweep %s: MLflow parent run %s; MLflow UI: %s", run_name_for(sweep_dir_of(config)), parent_id,
-                 parent_ui_link(config, parent_id))
+        log.info(
+            "sweep %s: MLflow parent run %s; MLflow UI: %s",
+            run_name_for(sweep_dir_of(config)),
+            parent_id,
+            parent_ui_link(config, parent_id),
+        )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -93,8 +106,9 @@ def check_sweep_config(config: DictConfig) -> None:
 
     refuse_unknown_keys(config, OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)))
     swept = swept_keys(config)
-    groups = tuple(group for group in TARGET_GROUPS
-                   if not any(key == group or key.startswith(group + ".") for key in swept))
+    groups = tuple(
+        group for group in TARGET_GROUPS if not any(key == group or key.startswith(group + ".") for key in swept)
+    )
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in groups}
     check_targets(target_components(plain, groups))
 
@@ -171,8 +185,11 @@ def finish_parent_run(config: DictConfig) -> None:
     status = RunStatus.FAILED
     try:
         summary = sweep_summary.collect(
-            client, parent_id, objective,
-            lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")))
+            client,
+            parent_id,
+            objective,
+            lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")),
+        )
         for path in sweep_summary.write(summary, sweep_dir):
             client.log_artifact(parent_id, path)
         if summary.best is not None:
@@ -197,12 +214,12 @@ def finish_parent_run(config: DictConfig) -> None:
         # Whatever happened while summarizing, the parent must not stay RUNNING.
         client.set_terminated(parent_id, RunStatus.to_string(status))
     if failed:
-        jobs = "; ".join(f"job {row.job} ({row.overrides or 'no overrides'}): {_shorten(row.error)}"
-                         for row in failed)
+        jobs = "; ".join(f"job {row.job} ({row.overrides or 'no overrides'}): {_shorten(row.error)}" for row in failed)
         raise RunnerError(
             f"{len(failed)} of {len(summary.rows)} sweep jobs failed: {jobs}. The others finished and are in "
             f"the summary above and under MLflow parent run {parent_id}. Fix: correct the failing values, or "
-            f"re-run the same command with hydra.sweep.dir={sweep_dir} to run only the jobs that did not finish.")
+            f"re-run the same command with hydra.sweep.dir={sweep_dir} to run only the jobs that did not finish."
+        )
 
 
 def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:
@@ -214,15 +231,21 @@ def _register_best(client, config: DictConfig, parent_id: str, best, objective: 
     name = mlflow_settings(config).registered_model_name
     try:
         registration = register_run_model(
-            client, name, best.run_id, objective, best.metrics[objective],
+            client,
+            name,
+            best.run_id,
+            objective,
+            best.metrics[objective],
             lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")),
-            tags={SWEEP_TAG: parent_id})
+            tags={SWEEP_TAG: parent_id},
+        )
     except MlflowException as error:
         raise RunnerError(
             f"the sweep's best job {best.job} (MLflow run {best.run_id}) could not be registered as a version of "
             f"{name!r} at {client.tracking_uri}: {error.message}. Fix: make the Model Registry writable for "
             f"you, then re-run the same sweep command with hydra.sweep.dir={sweep_dir_of(config)}: its finished "
-            "jobs are skipped and the best one is registered.") from None
+            "jobs are skipped and the best one is registered."
+        ) from None
     client.set_tag(parent_id, REGISTERED_VERSION_TAG, f"{registration.name}/{registration.version}")
     print(f"best job {best.job} ({best.overrides}): {registration.describe()}", flush=True)
 

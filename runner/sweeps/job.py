@@ -37,12 +37,22 @@ from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
 from runner.searchpath import searchpath_overrides
 from runner.settings import sweep_seeds
-from runner.sweeps.terms import (
-    CONFIGURATION_TAG, JOB_NUMBER_TAG, LAUNCHER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SLURM_JOB_ID_TAG,
-    SWEPT_KEYS_TAG, WALL_SECONDS, objective_name, read_parent_run_id, worst_value,
-)
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
+from runner.sweeps.terms import (
+    CONFIGURATION_TAG,
+    JOB_NUMBER_TAG,
+    LAUNCHER_TAG,
+    OVERRIDES_TAG,
+    SEED_KEY,
+    SEED_TAG,
+    SLURM_JOB_ID_TAG,
+    SWEPT_KEYS_TAG,
+    WALL_SECONDS,
+    objective_name,
+    read_parent_run_id,
+    worst_value,
+)
 from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
 from runner.training.progress import bar_enabled
 
@@ -71,16 +81,31 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     swept = parent.data.tags.get(SWEPT_KEYS_TAG, "")
     name = _point_name(overrides, swept, number)
     configuration = configuration_name(overrides, swept, number)
-    job = _Job(client, parent, number, configuration, objective, worst, hydra_config,
-               progress_overrides(cfg.get("progress")))
+    job = _Job(
+        client, parent, number, configuration, objective, worst, hydra_config, progress_overrides(cfg.get("progress"))
+    )
     seeds = job_seeds(cfg)
     if len(seeds) == 1:  # the job is one run in its own directory, as without sweep.seeds
         return job.train_seed(seeds[0], job_dir, overrides, name)
-    values = [job.train_seed(seed, os.path.join(job_dir, f"seed-{seed}"), with_seed(overrides, seed),
-                             f"{configuration},{SEED_KEY}={seed}") for seed in seeds]
+    values = [
+        job.train_seed(
+            seed,
+            os.path.join(job_dir, f"seed-{seed}"),
+            with_seed(overrides, seed),
+            f"{configuration},{SEED_KEY}={seed}",
+        )
+        for seed in seeds
+    ]
     mean = statistics.fmean(values)  # a failed seed's worst value makes the whole point the worst
-    log.info("job %d (%s): %s %s over seeds %s, mean %.4f", number, configuration, objective,
-             ", ".join(f"{value:.4f}" for value in values), ", ".join(map(str, seeds)), mean)
+    log.info(
+        "job %d (%s): %s %s over seeds %s, mean %.4f",
+        number,
+        configuration,
+        objective,
+        ", ".join(f"{value:.4f}" for value in values),
+        ", ".join(map(str, seeds)),
+        mean,
+    )
     return mean
 
 
@@ -106,22 +131,31 @@ def job_seeds(cfg: DictConfig) -> list[int]:
 def with_seed(overrides: list[str], seed: int) -> list[str]:
     """The job's overrides with `seed=<seed>` in place of any seed it had."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    kept = [text for text, override in zip(overrides, parsed) if override.key_or_group != SEED_KEY]
+    kept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group != SEED_KEY]
     return [*kept, f"{SEED_KEY}={seed}"]
 
 
 def configuration_name(overrides: list[str], swept_keys: str, number: int) -> str:
     """What the job's runs share with the runs of other seeds: its point's name without `seed`."""
     parsed = OverridesParser.create().parse_overrides(overrides)
-    without_seed = [text for text, override in zip(overrides, parsed) if override.key_or_group != SEED_KEY]
+    without_seed = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group != SEED_KEY]
     return _point_name(without_seed, ",".join(key for key in swept_keys.split(",") if key != SEED_KEY), number)
 
 
 class _Job:
     """One Hydra job's share of the sweep: a child run per seed, each trained by its own process."""
 
-    def __init__(self, client: MlflowClient, parent: Run, number: int, configuration: str, objective: str,
-                 worst: float, hydra_config: DictConfig, progress: list[str]):
+    def __init__(
+        self,
+        client: MlflowClient,
+        parent: Run,
+        number: int,
+        configuration: str,
+        objective: str,
+        worst: float,
+        hydra_config: DictConfig,
+        progress: list[str],
+    ):
         self.client, self.parent, self.number = client, parent, number
         self.progress = progress  # progress_overrides
         self.configuration, self.objective, self.worst = configuration, objective, worst
@@ -137,13 +171,21 @@ class _Job:
         if run is not None and run.info.status == _FINISHED:
             log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
             return float(run.data.metrics.get(self.objective, self.worst))
-        command = [sys.executable, "-m", "runner", *searchpath_overrides(self.hydra_config), *overrides,
-                   f"hydra.run.dir={_quoted(run_dir)}",
-                   # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
-                   # directory's .hydra/ stays the one the sweep wrote.
-                   "hydra.mode=RUN", "hydra.output_subdir=null",
-                   # The sweep registers its best job's model when it ends; a job never registers its own.
-                   "mlflow.register=false", *self.progress]
+        command = [
+            sys.executable,
+            "-m",
+            "runner",
+            *searchpath_overrides(self.hydra_config),
+            *overrides,
+            f"hydra.run.dir={_quoted(run_dir)}",
+            # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
+            # directory's .hydra/ stays the one the sweep wrote.
+            "hydra.mode=RUN",
+            "hydra.output_subdir=null",
+            # The sweep registers its best job's model when it ends; a job never registers its own.
+            "mlflow.register=false",
+            *self.progress,
+        ]
         rank = other_task_rank()
         if rank is not None:
             # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
@@ -162,8 +204,14 @@ class _Job:
             client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             log.info("%s: continuing MLflow run %s", label, run_id)
         else:
-            run_id = _new_child(client, self.parent, name, self.number, overrides_tag,
-                                {**where, CONFIGURATION_TAG: self.configuration, SEED_TAG: str(seed)})
+            run_id = _new_child(
+                client,
+                self.parent,
+                name,
+                self.number,
+                overrides_tag,
+                {**where, CONFIGURATION_TAG: self.configuration, SEED_TAG: str(seed)},
+            )
             log.info("%s: MLflow run %s", label, run_id)
         # The training process continues the run this file names instead of creating its own.
         write_run_id(run_dir, run_id)
@@ -178,8 +226,11 @@ class _Job:
         result = read_result(run_dir) if returncode == 0 else None
         if result is not None:
             return float(result[self.objective])
-        error = (f"the training process exited without writing {RESULT_FILE}" if returncode == 0
-                 else _failure_paragraph(stderr_tail, returncode))
+        error = (
+            f"the training process exited without writing {RESULT_FILE}"
+            if returncode == 0
+            else _failure_paragraph(stderr_tail, returncode)
+        )
         _mark_failed(client, run_id, error)
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
@@ -259,12 +310,19 @@ def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | 
     return worst
 
 
-def _new_child(client: MlflowClient, parent: Run, name: str, number: int, overrides_tag: str,
-               where: dict[str, str]) -> str:
-    return client.create_run(parent.info.experiment_id, run_name=name, tags={
-        MLFLOW_PARENT_RUN_ID: parent.info.run_id, JOB_NUMBER_TAG: str(number), OVERRIDES_TAG: overrides_tag,
-        **where,
-    }).info.run_id
+def _new_child(
+    client: MlflowClient, parent: Run, name: str, number: int, overrides_tag: str, where: dict[str, str]
+) -> str:
+    return client.create_run(
+        parent.info.experiment_id,
+        run_name=name,
+        tags={
+            MLFLOW_PARENT_RUN_ID: parent.info.run_id,
+            JOB_NUMBER_TAG: str(number),
+            OVERRIDES_TAG: overrides_tag,
+            **where,
+        },
+    ).info.run_id
 
 
 def _parent_run(client: MlflowClient, sweep_dir: str) -> Run:
@@ -273,7 +331,8 @@ def _parent_run(client: MlflowClient, sweep_dir: str) -> Run:
         raise RunnerError(
             f"hydra.sweep.dir={sweep_dir!r} holds no MLflow parent run id: the sweep callback did not run. "
             "Fix: keep `hydra.callbacks.sweep` (runner.sweeps.callback.SweepCallback) in conf/config.yaml, or pass it "
-            "again if a config or override removed it.")
+            "again if a config or override removed it."
+        )
     return client.get_run(parent_id)
 
 
@@ -289,9 +348,11 @@ def _existing_child(client: MlflowClient, job_dir: str, parent_id: str, override
         run = client.get_run(run_id)
     except MlflowException:  # an id from another tracking store
         return None
-    same_job = (run.info.lifecycle_stage == "active"
-                and run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent_id
-                and run.data.tags.get(OVERRIDES_TAG) == overrides_tag)
+    same_job = (
+        run.info.lifecycle_stage == "active"
+        and run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent_id
+        and run.data.tags.get(OVERRIDES_TAG) == overrides_tag
+    )
     return run if same_job else None
 
 
@@ -299,7 +360,7 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     """The job's values of the keys the sweep varies (`batch=64,lr_scaling=linear`): its run name."""
     keys = set(filter(None, swept_keys.split(",")))
     parsed = OverridesParser.create().parse_overrides(overrides)
-    swept = [text for text, override in zip(overrides, parsed) if override.key_or_group in keys]
+    swept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group in keys]
     return ",".join(swept or overrides) or f"job {number}"
 
 
@@ -357,8 +418,11 @@ def _stop_for_resume(process: subprocess.Popen) -> None:
     """SIGTERM the training process and give it STOP_GRACE_SECONDS to save and mark its run; then kill it."""
     if process.poll() is not None:
         return
-    log.warning("the sweep job was interrupted: stopping its training process (pid %d) with SIGTERM so that it "
-                "saves a checkpoint and can be resumed", process.pid)
+    log.warning(
+        "the sweep job was interrupted: stopping its training process (pid %d) with SIGTERM so that it "
+        "saves a checkpoint and can be resumed",
+        process.pid,
+    )
     process.terminate()
     try:
         process.communicate(timeout=STOP_GRACE_SECONDS)  # drains stderr, so the process cannot block on it
@@ -372,7 +436,7 @@ def _failure_paragraph(stderr: str, returncode: int) -> str:
     lines = [line.strip() for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
     for index in range(len(lines) - 1, -1, -1):
         if lines[index].startswith("error: "):
-            return " ".join(lines[index:])[len("error: "):]
+            return " ".join(lines[index:])[len("error: ") :]
     how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
     last = [line for line in lines if not line.startswith("Set the environment variable HYDRA_FULL_ERROR")]
     return f"the training process failed ({how})" + (f": {last[-1]}" if last else "")

@@ -10,9 +10,10 @@ import os
 import re
 import shutil
 import socket
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, MutableMapping
+from typing import Any
 
 from runner.errors import RunnerError
 
@@ -36,15 +37,32 @@ _SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "submitit")
 
 
 OPTIONAL_LAUNCHERS = {
-    launcher.option: launcher for launcher in (
-        OptionalLauncher("ray", ("hydra_plugins.hydra_ray_launcher", "ray"), "ray",
-                         ("hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",)),
-        OptionalLauncher("submitit_slurm", _SUBMITIT, "slurm", (
-            "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
-            "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher")),
-        OptionalLauncher("submitit_local", _SUBMITIT, "slurm", (
-            "hydra_plugins.runner_submitit_launchers.LocalLauncher",
-            "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")),
+    launcher.option: launcher
+    for launcher in (
+        OptionalLauncher(
+            "ray",
+            ("hydra_plugins.hydra_ray_launcher", "ray"),
+            "ray",
+            ("hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",),
+        ),
+        OptionalLauncher(
+            "submitit_slurm",
+            _SUBMITIT,
+            "slurm",
+            (
+                "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
+                "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+            ),
+        ),
+        OptionalLauncher(
+            "submitit_local",
+            _SUBMITIT,
+            "slurm",
+            (
+                "hydra_plugins.runner_submitit_launchers.LocalLauncher",
+                "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+            ),
+        ),
     )
 }
 
@@ -77,7 +95,8 @@ def require_installed(option: str) -> None:
             f"hydra/launcher={option} needs the optional extra '{launcher.extra}', which is not installed here "
             f"(no module {missing!r}). Fix: pip install '{DISTRIBUTION}[{launcher.extra}]' (from a checkout: "
             f"pip install -e '.[{launcher.extra}]') in this environment and in the one the jobs run in, or sweep "
-            "with the default launcher or hydra/launcher=joblib.")
+            "with the default launcher or hydra/launcher=joblib."
+        )
 
 
 def check_launcher(args: Iterable[str]) -> None:
@@ -161,7 +180,8 @@ def check_time_limit_signal(launcher_config: Any) -> None:
             f"hydra.launcher.timeout_min={timeout_min} ({timeout_min * 60} s): SLURM would send submitit's time-out "
             "signal as soon as each job starts, and every job would end FAILED without training. Fix: lower "
             f"hydra.launcher.signal_delay_s below {timeout_min * 60} (it is how long a job has to save its "
-            "checkpoint before the limit, e.g. hydra.launcher.signal_delay_s=30), or raise hydra.launcher.timeout_min.")
+            "checkpoint before the limit, e.g. hydra.launcher.signal_delay_s=30), or raise hydra.launcher.timeout_min."
+        )
 
 
 def _select(config: Any, key: str) -> Any:
@@ -190,7 +210,8 @@ def check_ray_address(ray_config: Any, environ: Mapping[str, str] = os.environ) 
             f"cannot reach a Ray cluster there and nothing was started. Fix: start the cluster first (`ray start "
             f"--head --port={port}` on {where}, then `ray start --address=<head>:{port}` on each other machine) "
             "and pass the address its head prints, or leave hydra.launcher.ray.init.address out (and RAY_ADDRESS "
-            "unset) to run the sweep on a Ray started for it on this machine.") from None
+            "unset) to run the sweep on a Ray started for it on this machine."
+        ) from None
 
 
 def join_with_the_local_ray_token(environ: MutableMapping[str, str] = os.environ) -> None:

@@ -18,19 +18,31 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf, open_dict
+
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
 log = logging.getLogger("runner")
 
 # SLURM's states of a job that will not run any more (scontrol show job's JobState).
-_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-          "TIMEOUT", "SPECIAL_EXIT", "REVOKED"}
+_ENDED = {
+    "BOOT_FAIL",
+    "CANCELLED",
+    "COMPLETED",
+    "DEADLINE",
+    "FAILED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "TIMEOUT",
+    "SPECIAL_EXIT",
+    "REVOKED",
+}
 # How long a job's result file may lag behind its end (a shared filesystem's caches).
 RESULT_GRACE_SECONDS = 15.0
 _POLL_SECONDS = 1.0
@@ -60,23 +72,36 @@ class _Sweep:
         params = dict(self.params)
         init_keys = {"submitit_folder", "max_num_timeout"}
         executor = submitit.AutoExecutor(
-            folder=params["submitit_folder"], cluster=self.executor,
-            **({f"{self.executor}_max_num_timeout": params["max_num_timeout"]} if "max_num_timeout" in params else {}))
+            folder=params["submitit_folder"],
+            cluster=self.executor,
+            **({f"{self.executor}_max_num_timeout": params["max_num_timeout"]} if "max_num_timeout" in params else {}),
+        )
         generic = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{key if key in generic else f"{self.executor}_{key}": value
-                                      for key, value in params.items() if key not in init_keys})
+        executor.update_parameters(
+            **{
+                key if key in generic else f"{self.executor}_{key}": value
+                for key, value in params.items()
+                if key not in init_keys
+            }
+        )
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("submitit '%s' sweep output dir: %s; jobs' logs in %s", self.executor, sweep_dir,
-                 params["submitit_folder"].replace("%j", "<job id>"))
+        log.info(
+            "submitit '%s' sweep output dir: %s; jobs' logs in %s",
+            self.executor,
+            sweep_dir,
+            params["submitit_folder"].replace("%j", "<job id>"),
+        )
         numbered = [(initial_job_idx + index, list(overrides)) for index, overrides in enumerate(job_overrides)]
         for number, overrides in numbered:
             log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
-        arguments = [(overrides, "hydra.sweep.dir", number, f"job_id_for_{number}", Singleton.get_state())
-                     for number, overrides in numbered]
+        arguments = [
+            (overrides, "hydra.sweep.dir", number, f"job_id_for_{number}", Singleton.get_state())
+            for number, overrides in numbered
+        ]
         # The launcher itself is what runs on the node (hydra-submitit-launcher's __call__).
-        jobs = executor.map_array(self.launcher, *zip(*arguments))
-        return [self._settle(job, number, overrides) for job, (number, overrides) in zip(jobs, numbered)]
+        jobs = executor.map_array(self.launcher, *zip(*arguments, strict=True))
+        return [self._settle(job, number, overrides) for job, (number, overrides) in zip(jobs, numbered, strict=True)]
 
     def _settle(self, job, number: int, overrides: list[str]) -> JobReturn:
         """Wait for the job; its JobReturn, or, if it ended without one, a worst-value JobReturn for a job
@@ -88,7 +113,7 @@ class _Sweep:
                 try:
                     result = job.results()[0]
                     # What the job raised inside Hydra's run_job (submitit's time-out) is raised again here.
-                    result.return_value
+                    _ = result.return_value  # the property raises what the job raised
                 except Exception as error:  # the job raised, or a task died: the sweep goes on without it
                     return self._lost(job, number, overrides, self._how_it_ended(error))
                 return result
@@ -99,18 +124,35 @@ class _Sweep:
                 if state is not None:
                     ended_at, ended_state = now, state
             if ended_at is not None and now - ended_at > RESULT_GRACE_SECONDS:
-                how = (f"{self._time_limit()} without a result" if ended_state == "TIMEOUT" else
-                       f"it ended {ended_state} without a result (killed by scancel, a node failure or running out "
-                       "of memory)")
+                how = (
+                    f"{self._time_limit()} without a result"
+                    if ended_state == "TIMEOUT"
+                    else f"it ended {ended_state} without a result (killed by scancel, a node failure or running out "
+                    "of memory)"
+                )
                 return self._lost(job, number, overrides, how)
             time.sleep(_POLL_SECONDS)
 
     def _ended_state(self, job) -> str | None:
         """The job's final state if it has ended, else None."""
         state = job.state if self.executor == "local" else _slurm_state(job)
-        return state if state is not None and state.upper() not in (
-            "READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "CONFIGURING", "RESIZING",
-            "SUSPENDED") else None
+        return (
+            state
+            if state is not None
+            and state.upper()
+            not in (
+                "READY",
+                "PENDING",
+                "RUNNING",
+                "UNKNOWN",
+                "REQUEUED",
+                "COMPLETING",
+                "CONFIGURING",
+                "RESIZING",
+                "SUSPENDED",
+            )
+            else None
+        )
 
     def _how_it_ended(self, error: BaseException) -> str:
         text = str(error).strip()
@@ -132,14 +174,22 @@ class _Sweep:
             config.hydra.job.id = str(job.job_id)
         job_dir = os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))
         logs = Path(str(job.paths.stderr))
-        error = (f"{'SLURM' if self.executor == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
-                 f"before the job finished: {how}; its log: {logs}. Fix: see that log; raise "
-                 "hydra.launcher.timeout_min or hydra.launcher.mem_gb if it ran out of either, then re-run the same "
-                 f"command with "
-                 f"hydra.sweep.dir={os.path.abspath(str(config.hydra.sweep.dir))} to run the jobs that did not finish.")
+        error = (
+            f"{'SLURM' if self.executor == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
+            f"before the job finished: {how}; its log: {logs}. Fix: see that log; raise "
+            "hydra.launcher.timeout_min or hydra.launcher.mem_gb if it ran out of either, then re-run the same "
+            f"command with "
+            f"hydra.sweep.dir={os.path.abspath(str(config.hydra.sweep.dir))} to run the jobs that did not finish."
+        )
         value = record_lost_job(config, job_dir, error, str(job.job_id) if self.executor == "slurm" else None)
-        result = JobReturn(overrides=overrides, cfg=config, hydra_cfg=config, working_dir=job_dir,
-                           task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
+        result = JobReturn(
+            overrides=overrides,
+            cfg=config,
+            hydra_cfg=config,
+            working_dir=job_dir,
+            task_name=str(config.hydra.job.name),
+            status=JobStatus.COMPLETED,
+        )
         result.return_value = value
         return result
 
@@ -149,14 +199,13 @@ def _has_results(job) -> bool:
     return all(Path(sub.paths.result_pickle).exists() for sub in jobs)
 
 
-
-
 def _slurm_state(job) -> str | None:
     """JobState from `scontrol show job` (ended jobs stay there for SLURM's MinJobAge, 300 s by default);
     a job SLURM no longer knows has ended."""
     try:
-        done = subprocess.run(["scontrol", "show", "job", "-o", str(job.job_id)], capture_output=True, text=True,
-                              timeout=30)
+        done = subprocess.run(
+            ["scontrol", "show", "job", "-o", str(job.job_id)], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:

@@ -17,13 +17,20 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from runner.job_result import RESULT_KEYS
 from runner.plots import plot_sweep_curves
 from runner.sweeps.terms import (
-    CONFIGURATION_TAG, JOB_NUMBER_TAG, OVERRIDES_TAG, SEED_KEY, SEED_TAG, SWEEP_DIR_TAG, WALL_SECONDS, run_name_for,
+    CONFIGURATION_TAG,
+    JOB_NUMBER_TAG,
+    OVERRIDES_TAG,
+    SEED_KEY,
+    SEED_TAG,
+    SWEEP_DIR_TAG,
+    WALL_SECONDS,
+    run_name_for,
 )
 from runner.tracking.common import ERROR_TAG
 
-CSV_FILE = "sweep_summary.csv"        # one row per configuration
+CSV_FILE = "sweep_summary.csv"  # one row per configuration
 MARKDOWN_FILE = "sweep_summary.md"
-JOBS_CSV_FILE = "sweep_jobs.csv"      # one row per job (per seed)
+JOBS_CSV_FILE = "sweep_jobs.csv"  # one row per job (per seed)
 JOBS_MARKDOWN_FILE = "sweep_jobs.md"
 CURVES_FILE = "sweep_curves.png"
 CURVE_METRICS = ("test_accuracy", "test_loss", "train_loss")
@@ -33,15 +40,15 @@ _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 @dataclass(frozen=True)
 class JobRow:
     job: int
-    overrides: str        # the overrides that vary in the sweep (the child run's name)
-    all_overrides: str    # every task override of the job (its `overrides` tag)
+    overrides: str  # the overrides that vary in the sweep (the child run's name)
+    all_overrides: str  # every task override of the job (its `overrides` tag)
     status: str
     metrics: dict[str, float]
     wall_seconds: float | None
     run_id: str
     error: str
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    seed: str = ""           # the seed the run trained with
+    seed: str = ""  # the seed the run trained with
     configuration: str = ""  # its swept values without the seed: what it shares with the other seeds' runs
 
     @property
@@ -86,8 +93,9 @@ class ConfigurationRow:
         for job in self.finished:
             for epoch, value in job.curves.get(metric, []):
                 by_epoch.setdefault(epoch, []).append(value)
-        return [(epoch, statistics.fmean(values), min(values), max(values))
-                for epoch, values in sorted(by_epoch.items())]
+        return [
+            (epoch, statistics.fmean(values), min(values), max(values)) for epoch, values in sorted(by_epoch.items())
+        ]
 
 
 @dataclass(frozen=True)
@@ -105,15 +113,21 @@ class Summary:
         return [row for row in self.rows if not row.finished]
 
     def _heading(self) -> str:
-        return (f"Sweep {self.sweep} (MLflow parent run {self.parent_id}): {len(self.rows)} jobs, "
-                f"{len(self.rows) - len(self.failed)} finished, {len(self.failed)} failed, in "
-                f"{len(self.configurations)} configurations")
+        return (
+            f"Sweep {self.sweep} (MLflow parent run {self.parent_id}): {len(self.rows)} jobs, "
+            f"{len(self.rows) - len(self.failed)} finished, {len(self.failed)} failed, in "
+            f"{len(self.configurations)} configurations"
+        )
 
     def markdown(self) -> str:
         """The configurations: n and mean ± standard deviation of each final metric, then the best one."""
         header = ["configuration", "n", *RESULT_KEYS, WALL_SECONDS]
-        lines = [self._heading(), "", "| " + " | ".join(header) + " |",
-                 "|---|---:|" + "|".join("---:" for _ in header[2:]) + "|"]
+        lines = [
+            self._heading(),
+            "",
+            "| " + " | ".join(header) + " |",
+            "|---|---:|" + "|".join("---:" for _ in header[2:]) + "|",
+        ]
         for row in self.configurations:
             cells = [_cell(row.configuration), f"{row.n}" + ("" if row.complete else f" of {len(row.jobs)}")]
             cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
@@ -124,12 +138,17 @@ class Summary:
         best = self.best_configuration
         if best is not None:
             spread = best.std(self.objective)
-            lines += ["", f"best {self.objective}: {_format(self.objective, best.mean(self.objective))}"
-                          + (f" ± {_format(self.objective, spread)}" if spread is not None else "")
-                          + f" (mean of {best.n}), configuration {best.configuration}"]
+            lines += [
+                "",
+                f"best {self.objective}: {_format(self.objective, best.mean(self.objective))}"
+                + (f" ± {_format(self.objective, spread)}" if spread is not None else "")
+                + f" (mean of {best.n}), configuration {best.configuration}",
+            ]
             if self.best is not None:
-                lines.append(f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
-                             f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}")
+                lines.append(
+                    f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
+                    f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
+                )
         for row in self.failed:
             lines += ["", f"job {row.job} ({row.overrides}) {row.status}: {row.error or 'no error recorded'}"]
         return "\n".join(lines) + "\n"
@@ -141,8 +160,9 @@ class Summary:
             f"Jobs of sweep {self.sweep}",
             "",
             "| " + " | ".join(header) + " |",
-            "|" + "|".join("---:" if name in RESULT_KEYS or name in ("job", WALL_SECONDS) else "---"
-                           for name in header) + "|",
+            "|"
+            + "|".join("---:" if name in RESULT_KEYS or name in ("job", WALL_SECONDS) else "---" for name in header)
+            + "|",
         ]
         for row in self.rows:
             cells = [str(row.job), _cell(row.overrides), row.status]
@@ -174,8 +194,9 @@ def _children(client: MlflowClient, parent_id: str):
     experiment_id = client.get_run(parent_id).info.experiment_id
     token = None
     while True:
-        page = client.search_runs([experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}'",
-                                  max_results=1000, page_token=token)
+        page = client.search_runs(
+            [experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}'", max_results=1000, page_token=token
+        )
         yield from page
         token = page.token
         if not token:
@@ -203,8 +224,10 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
     of the sweep directory), the most recently started one is the job. Configurations group the rows."""
     latest = {}
     for run in _children(client, parent_id):
-        key = (int(run.data.tags.get(JOB_NUMBER_TAG, -1)),
-               run.data.tags.get(SEED_TAG, run.data.params.get(SEED_KEY, "")))
+        key = (
+            int(run.data.tags.get(JOB_NUMBER_TAG, -1)),
+            run.data.tags.get(SEED_TAG, run.data.params.get(SEED_KEY, "")),
+        )
         if key not in latest or run.info.start_time > latest[key].info.start_time:
             latest[key] = run
     rows = []
@@ -213,19 +236,21 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
         wall = metrics.get(WALL_SECONDS)
         if wall is None and run.info.end_time:
             wall = (run.info.end_time - run.info.start_time) / 1000
-        rows.append(JobRow(
-            job=number,
-            overrides=run.info.run_name or "",
-            all_overrides=run.data.tags.get(OVERRIDES_TAG, ""),
-            status=run.info.status,
-            metrics={key: metrics[key] for key in RESULT_KEYS if key in metrics},
-            wall_seconds=wall,
-            run_id=run.info.run_id,
-            error=run.data.tags.get(ERROR_TAG, ""),
-            curves={metric: _curve(client, run.info.run_id, metric) for metric in CURVE_METRICS},
-            seed=seed,
-            configuration=_configuration_of(run),
-        ))
+        rows.append(
+            JobRow(
+                job=number,
+                overrides=run.info.run_name or "",
+                all_overrides=run.data.tags.get(OVERRIDES_TAG, ""),
+                status=run.info.status,
+                metrics={key: metrics[key] for key in RESULT_KEYS if key in metrics},
+                wall_seconds=wall,
+                run_id=run.info.run_id,
+                error=run.data.tags.get(ERROR_TAG, ""),
+                curves={metric: _curve(client, run.info.run_id, metric) for metric in CURVE_METRICS},
+                seed=seed,
+                configuration=_configuration_of(run),
+            )
+        )
     grouped: dict[str, list[JobRow]] = {}
     for row in rows:
         grouped.setdefault(row.configuration, []).append(row)
@@ -233,8 +258,11 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
 
     pick = min if lower_is_better else max
     # A configuration with a failed seed is never the best, as its job's objective is then the worst value.
-    scored = [row for row in configurations
-              if row.complete and math.isfinite(row.mean(objective) if row.mean(objective) is not None else math.nan)]
+    scored = [
+        row
+        for row in configurations
+        if row.complete and math.isfinite(row.mean(objective) if row.mean(objective) is not None else math.nan)
+    ]
     best_configuration = pick(scored, key=lambda row: row.mean(objective)) if scored else None
     best = None
     if best_configuration is not None:
@@ -258,25 +286,55 @@ def write(summary: Summary, directory: str) -> list[str]:
             values = {}
             for key in RESULT_KEYS:
                 values[f"{key}_mean"], values[f"{key}_std"] = row.mean(key), row.std(key)
-            writer.writerow({"configuration": row.configuration, "n": row.n, "jobs": len(row.jobs), **values,
-                             "run_ids": " ".join(job.run_id for job in row.finished)})
+            writer.writerow(
+                {
+                    "configuration": row.configuration,
+                    "n": row.n,
+                    "jobs": len(row.jobs),
+                    **values,
+                    "run_ids": " ".join(job.run_id for job in row.finished),
+                }
+            )
     jobs_csv_path = os.path.join(directory, JOBS_CSV_FILE)
-    columns = ["job", "seed", "configuration", "overrides", "status", *RESULT_KEYS, WALL_SECONDS, "run_id",
-               "all_overrides", "error"]
+    columns = [
+        "job",
+        "seed",
+        "configuration",
+        "overrides",
+        "status",
+        *RESULT_KEYS,
+        WALL_SECONDS,
+        "run_id",
+        "all_overrides",
+        "error",
+    ]
     with open(jobs_csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
         for row in summary.rows:
-            writer.writerow({"job": row.job, "seed": row.seed, "configuration": row.configuration,
-                             "overrides": row.overrides, "status": row.status, **row.metrics,
-                             WALL_SECONDS: row.wall_seconds, "run_id": row.run_id,
-                             "all_overrides": row.all_overrides, "error": row.error})
+            writer.writerow(
+                {
+                    "job": row.job,
+                    "seed": row.seed,
+                    "configuration": row.configuration,
+                    "overrides": row.overrides,
+                    "status": row.status,
+                    **row.metrics,
+                    WALL_SECONDS: row.wall_seconds,
+                    "run_id": row.run_id,
+                    "all_overrides": row.all_overrides,
+                    "error": row.error,
+                }
+            )
     paths = [csv_path, jobs_csv_path]
     for name, text in ((MARKDOWN_FILE, summary.markdown()), (JOBS_MARKDOWN_FILE, summary.jobs_markdown())):
         paths.append(os.path.join(directory, name))
         with open(paths[-1], "w") as handle:
             handle.write(text)
-    bands = {f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in CURVE_METRICS}
-             for row in summary.configurations if row.n}
+    bands = {
+        f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in CURVE_METRICS}
+        for row in summary.configurations
+        if row.n
+    }
     paths.append(plot_sweep_curves(bands, os.path.join(directory, CURVES_FILE), title=summary.sweep))
     return paths

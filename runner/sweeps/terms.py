@@ -5,7 +5,8 @@ it without importing one another."""
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_KEYS
@@ -36,13 +37,16 @@ def objective_name(config: Any) -> str:
     """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
     sweep = config.get("sweep")
     if not isinstance(sweep, Mapping):
-        raise RunnerError(f"sweep={sweep!r} is not valid: it is a group of settings, not a value. Fix: set its "
-                          "keys one at a time, e.g. sweep.objective=test_accuracy.")
+        raise RunnerError(
+            f"sweep={sweep!r} is not valid: it is a group of settings, not a value. Fix: set its "
+            "keys one at a time, e.g. sweep.objective=test_accuracy."
+        )
     name = sweep.get("objective")
     if name not in RESULT_KEYS:
         raise RunnerError(
             f"sweep.objective={name!r} is not valid: a sweep job can only return one of its final numbers, "
-            f"{', '.join(RESULT_KEYS)}. Fix: pass e.g. sweep.objective=test_accuracy.")
+            f"{', '.join(RESULT_KEYS)}. Fix: pass e.g. sweep.objective=test_accuracy."
+        )
     return name
 
 

@@ -8,7 +8,8 @@ runner.tracking.tracker_process, so that neither it nor this module makes the tr
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ERROR_TAG = "error"
 RESUMABLE_TAG = "resumable"

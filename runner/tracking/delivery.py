@@ -15,7 +15,8 @@ import logging
 import re
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from runner.tracking.journal import Journal, Record
 
@@ -36,8 +37,9 @@ def unanswered(error: BaseException) -> bool:
 
     if isinstance(error, requests.exceptions.HTTPError) and error.response is not None:
         return error.response.status_code >= 500 or error.response.status_code == 429
-    if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError,
-                          TimeoutError)):
+    if isinstance(
+        error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError, TimeoutError)
+    ):
         return True
     from sqlalchemy.exc import OperationalError  # a database store that is down, or locked
 
@@ -79,8 +81,9 @@ def describe(record: Record) -> str:
 class Delivery:
     """The thread that hands the journal's records to `apply` (MlflowTracker.apply) in order."""
 
-    def __init__(self, journal: Journal, apply: Callable[[str, dict[str, Any]], None], store: str,
-                 outage_seconds: float):
+    def __init__(
+        self, journal: Journal, apply: Callable[[str, dict[str, Any]], None], store: str, outage_seconds: float
+    ):
         self.journal, self.apply, self.store, self.outage_seconds = journal, apply, store, outage_seconds
         self.outage_since: float | None = None  # time.monotonic() when the store stopped answering
         self._stopped = threading.Event()
@@ -116,9 +119,15 @@ class Delivery:
                 if refusals < REFUSALS:
                     self._stopped.wait(refusals)
                     continue
-                log.warning("the MLflow tracking store %s refused %s %d times (%s: %s); it is left out of the "
-                            "run. Fix: see the store's log for why.", self.store, describe(record), refusals,
-                            type(error).__name__, reason(error))
+                log.warning(
+                    "the MLflow tracking store %s refused %s %d times (%s: %s); it is left out of the "
+                    "run. Fix: see the store's log for why.",
+                    self.store,
+                    describe(record),
+                    refusals,
+                    type(error).__name__,
+                    reason(error),
+                )
                 return True
             self._up(record)
             return True
@@ -130,10 +139,15 @@ class Delivery:
                 return
             self.outage_since = time.monotonic()
             self.journal.condition.notify_all()
-        log.warning("the MLflow tracking store %s stopped answering (%s). Training goes on: what the run logs "
-                    "is kept in %s and sent in order once the store answers again (a run that ends meanwhile "
-                    "waits for it until it has been down mlflow.outage_seconds=%g s).", self.store, reason(error),
-                    self.journal.path, self.outage_seconds)
+        log.warning(
+            "the MLflow tracking store %s stopped answering (%s). Training goes on: what the run logs "
+            "is kept in %s and sent in order once the store answers again (a run that ends meanwhile "
+            "waits for it until it has been down mlflow.outage_seconds=%g s).",
+            self.store,
+            reason(error),
+            self.journal.path,
+            self.outage_seconds,
+        )
 
     def _up(self, record: Record) -> None:
         if self.outage_since is None:
@@ -142,8 +156,13 @@ class Delivery:
             seconds, self.outage_since = time.monotonic() - self.outage_since, None
             left = self.journal.last_seq - record.seq
             self.journal.condition.notify_all()
-        log.info("the MLflow tracking store %s answers again after %.0f s; %d more record(s) logged meanwhile "
-                 "follow in order", self.store, seconds, left)
+        log.info(
+            "the MLflow tracking store %s answers again after %.0f s; %d more record(s) logged meanwhile "
+            "follow in order",
+            self.store,
+            seconds,
+            left,
+        )
 
     def wait(self, seq: int, give_up: Callable[[], bool]) -> bool:
         """Wait until every record up to `seq` is delivered: True. False once the store has not answered for
@@ -157,10 +176,16 @@ class Delivery:
                         return False
                     if not told:
                         told = True
-                        log.warning("waiting up to %.0f s more for the MLflow tracking store %s to answer and "
-                                    "take the run's last %d record(s) (mlflow.outage_seconds=%g; Ctrl-C stops "
-                                    "waiting, and they stay in %s)", remaining, self.store,
-                                    seq - self.journal.delivered_seq, self.outage_seconds, self.journal.path)
+                        log.warning(
+                            "waiting up to %.0f s more for the MLflow tracking store %s to answer and "
+                            "take the run's last %d record(s) (mlflow.outage_seconds=%g; Ctrl-C stops "
+                            "waiting, and they stay in %s)",
+                            remaining,
+                            self.store,
+                            seq - self.journal.delivered_seq,
+                            self.outage_seconds,
+                            self.journal.path,
+                        )
                 self.journal.condition.wait(1.0)
                 if give_up():
                     return False

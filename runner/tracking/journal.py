@@ -18,8 +18,9 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 JOURNAL_FILE = "mlflow_journal.jsonl"
 ARTIFACTS_DIR = "mlflow_journal"  # one folder per log_artifact record: <seq>/<file name>

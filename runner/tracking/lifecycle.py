@@ -9,7 +9,7 @@ from ending, nor hides the error that ended it.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from runner.clusters.preemption import Preempted
 
@@ -17,15 +17,19 @@ log = logging.getLogger("runner")
 
 
 class RunLifecycle:
-    def __init__(self, tracker, discard_model: Callable[[], None] = lambda: None,
-                 explain: Callable[[BaseException], BaseException] = lambda error: error):
+    def __init__(
+        self,
+        tracker,
+        discard_model: Callable[[], None] = lambda: None,
+        explain: Callable[[BaseException], BaseException] = lambda error: error,
+    ):
         """`discard_model`: delete the run's model (a run that does not finish has none); `explain`: the error
         as the user should read it (the same error, or a one-paragraph RunnerError that replaces it)."""
         self.tracker = tracker
         self.discard_model = discard_model
         self.explain = explain
 
-    def __enter__(self) -> "RunLifecycle":
+    def __enter__(self) -> RunLifecycle:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
@@ -53,5 +57,9 @@ def _reported(what: str, step: Callable[[], None]) -> None:
     try:
         step()
     except Exception as failure:  # a clean-up step never hides the error that ended the run
-        log.warning("%s failed (%s: %s); the run's own error follows", what, type(failure).__name__,
-                    " ".join(str(failure).split())[:300])
+        log.warning(
+            "%s failed (%s: %s); the run's own error follows",
+            what,
+            type(failure).__name__,
+            " ".join(str(failure).split())[:300],
+        )

@@ -17,7 +17,8 @@ import logging
 import os
 import random
 import time
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import psutil
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModel, Metric, Param, RunStatus, RunTag
@@ -30,8 +31,17 @@ from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal
 from runner.tracking.common import (
-    CHECKPOINTS_ARTIFACT_PATH, ERROR_TAG, EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, MODEL_NAME, RESUMABLE_TAG, RUN_ID_FILE, existing_files, failure_message,
-    ui_link, write_run_id,
+    CHECKPOINTS_ARTIFACT_PATH,
+    ERROR_TAG,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    MODEL_NAME,
+    RESUMABLE_TAG,
+    RUN_ID_FILE,
+    existing_files,
+    failure_message,
+    ui_link,
+    write_run_id,
 )
 from runner.tracking.provenance import run_tags as provenance_tags
 from runner.tracking.store import open_client, sqlite_file
@@ -89,7 +99,8 @@ def run_model(client: MlflowClient, run_id: str) -> LoggedModel | None:
     """The run's model (runner.tracking.model_export logs it when the run finishes), or None."""
     experiment_id = client.get_run(run_id).info.experiment_id
     found = client.search_logged_models(
-        [experiment_id], filter_string=f"name = '{MODEL_NAME}' AND source_run_id = '{run_id}'", max_results=1)
+        [experiment_id], filter_string=f"name = '{MODEL_NAME}' AND source_run_id = '{run_id}'", max_results=1
+    )
     return found[0] if found else None
 
 
@@ -126,8 +137,11 @@ class MlflowTracker:
             with open(id_file) as handle:
                 run_id = handle.read().strip()
             run = self.client.get_run(run_id)
-            changed = {key: (old, values[key]) for key, old in run.data.params.items()
-                       if key in values and key not in PRESENTATION_KEYS and values[key] != old}
+            changed = {
+                key: (old, values[key])
+                for key, old in run.data.params.items()
+                if key in values and key not in PRESENTATION_KEYS and values[key] != old
+            }
             if changed:
                 listed = ", ".join(f"{key}={new} (the run has {old})" for key, (old, new) in sorted(changed.items()))
                 raise RunnerError(
@@ -140,8 +154,12 @@ class MlflowTracker:
             self.attach(run_id)
             replayed = journal.replay(run_dir, self.apply)
             if replayed:
-                log.info("delivered %d record(s) that an earlier invocation left in %s to MLflow run %s",
-                         replayed, os.path.join(run_dir, journal.JOURNAL_FILE), run_id)
+                log.info(
+                    "delivered %d record(s) that an earlier invocation left in %s to MLflow run %s",
+                    replayed,
+                    os.path.join(run_dir, journal.JOURNAL_FILE),
+                    run_id,
+                )
                 self.attach(run_id)
             self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             self.client.set_tag(run_id, RESUMABLE_TAG, "false")
@@ -149,8 +167,9 @@ class MlflowTracker:
             experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
             run_tags = {MLFLOW_RUN_NAME: self.settings.run_name} if self.settings.run_name else {}
             with _names_apart_from_the_seed():
-                self.run_id = self.client.create_run(experiment_id, tags=run_tags, run_name=self.settings.run_name
-                                                     ).info.run_id
+                self.run_id = self.client.create_run(
+                    experiment_id, tags=run_tags, run_name=self.settings.run_name
+                ).info.run_id
             write_run_id(run_dir, self.run_id)
         # Where the code came from and what it ran on, set again on every resume: a run resumed with other
         # versions or on another machine shows the ones its last epochs were trained with.
@@ -179,10 +198,16 @@ class MlflowTracker:
         # Its start and stop announcements at INFO would interleave with the run's own log on the terminal.
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         monitor = _system_metrics_monitor(
-            self._publish_system_metrics, self.run_id, sampling_interval=settings.interval_seconds,
-            samples_before_logging=1, resume_logging=True, tracking_uri=self.client.tracking_uri)
-        monitor.monitors = [_FirstSampleMeasuredCpu() if type(each) is CPUMonitor else each
-                            for each in monitor.monitors]
+            self._publish_system_metrics,
+            self.run_id,
+            sampling_interval=settings.interval_seconds,
+            samples_before_logging=1,
+            resume_logging=True,
+            tracking_uri=self.client.tracking_uri,
+        )
+        monitor.monitors = [
+            _FirstSampleMeasuredCpu() if type(each) is CPUMonitor else each for each in monitor.monitors
+        ]
         # The config decides, not MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL left in the environment.
         monitor.sampling_interval = settings.interval_seconds
         monitor.start()
@@ -195,8 +220,9 @@ class MlflowTracker:
             self._log_system_metrics(metrics, step, _millis())
 
     def _log_system_metrics(self, metrics: Mapping[str, float], step: int, timestamp: int) -> None:
-        self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), timestamp, step)
-                                                    for key, value in metrics.items()])
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(key, float(value), timestamp, step) for key, value in metrics.items()]
+        )
 
     def stop_system_metrics(self) -> None:
         """Log what the monitor holds while the run is still RUNNING, then stop its thread."""
@@ -221,20 +247,26 @@ class MlflowTracker:
 
     def _log_fresh_inputs(self, descriptions: Sequence[Mapping[str, Any]]) -> None:
         run = self.client.get_run(self.run_id)
-        logged = {(item.dataset.name, item.dataset.digest,
-                   next((tag.value for tag in item.tags if tag.key == DATASET_CONTEXT_TAG), None))
-                  for item in run.inputs.dataset_inputs}
-        fresh = [DatasetInput(_dataset_entity(description),
-                              tags=[InputTag(DATASET_CONTEXT_TAG, description["context"])])
-                 for description in descriptions
-                 if (description["name"], description["digest"], description["context"]) not in logged]
+        logged = {
+            (
+                item.dataset.name,
+                item.dataset.digest,
+                next((tag.value for tag in item.tags if tag.key == DATASET_CONTEXT_TAG), None),
+            )
+            for item in run.inputs.dataset_inputs
+        }
+        fresh = [
+            DatasetInput(_dataset_entity(description), tags=[InputTag(DATASET_CONTEXT_TAG, description["context"])])
+            for description in descriptions
+            if (description["name"], description["digest"], description["context"]) not in logged
+        ]
         if fresh:
             self.client.log_inputs(self.run_id, datasets=fresh)
 
     def _log_params(self, values: Mapping[str, str]) -> None:
         items = [Param(key, value) for key, value in values.items()]
         for start in range(0, len(items), _MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[start: start + _MAX_PARAMS_PER_BATCH])
+            self.client.log_batch(self.run_id, params=items[start : start + _MAX_PARAMS_PER_BATCH])
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
@@ -254,8 +286,10 @@ class MlflowTracker:
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         """Every metric of the run as (step, value) pairs in step order, across resumed invocations."""
         run = self.client.get_run(self.run_id)
-        return {key: sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, key))
-                for key in run.data.metrics}
+        return {
+            key: sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, key))
+            for key in run.data.metrics
+        }
 
     def apply(self, op: str, args: Mapping[str, Any]) -> None:
         """Deliver one record of the run's journal (runner.tracking.journal)."""
@@ -307,7 +341,6 @@ class MlflowTracker:
         self.client.set_tag(self.run_id, ERROR_TAG, message[:5000])
         self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FAILED))
 
-
     def _log_last_checkpoint(self) -> None:
         """mlflow.checkpoints=last: the newest checkpoint's files (those still there), before the run's status is
         set; a file that cannot be logged is reported and never keeps the run from ending."""
@@ -316,8 +349,13 @@ class MlflowTracker:
             try:
                 self.log_artifact(path, CHECKPOINTS_ARTIFACT_PATH)
             except Exception as error:
-                log.warning("could not log the checkpoint file %s to MLflow run %s (%s: %s); it stays in the run "
-                            "directory", path, self.run_id, type(error).__name__, " ".join(str(error).split())[:300])
+                log.warning(
+                    "could not log the checkpoint file %s to MLflow run %s (%s: %s); it stays in the run directory",
+                    path,
+                    self.run_id,
+                    type(error).__name__,
+                    " ".join(str(error).split())[:300],
+                )
 
 
 def _dataset_entity(description: Mapping[str, Any]) -> Dataset:
@@ -332,14 +370,22 @@ def _dataset_entity(description: Mapping[str, Any]) -> Dataset:
     def spec(part: Mapping[str, Any]) -> Schema:
         return Schema([TensorSpec(np.dtype(part["dtype"]), (-1, *part["shape"][1:]))])
 
-    profile = {"features_shape": features["shape"], "features_size": int(np.prod(features["shape"])),
-               "features_nbytes": features["nbytes"], "targets_shape": targets["shape"],
-               "targets_size": int(np.prod(targets["shape"])), "targets_nbytes": targets["nbytes"]}
-    return Dataset(name=description["name"], digest=description["digest"], source_type=description["source_type"],
-                   source=json.dumps(description["source"]),
-                   schema=json.dumps(TensorDatasetSchema(spec(features), spec(targets)).to_dict()),
-                   profile=json.dumps(profile))
-
+    profile = {
+        "features_shape": features["shape"],
+        "features_size": int(np.prod(features["shape"])),
+        "features_nbytes": features["nbytes"],
+        "targets_shape": targets["shape"],
+        "targets_size": int(np.prod(targets["shape"])),
+        "targets_nbytes": targets["nbytes"],
+    }
+    return Dataset(
+        name=description["name"],
+        digest=description["digest"],
+        source_type=description["source_type"],
+        source=json.dumps(description["source"]),
+        schema=json.dumps(TensorDatasetSchema(spec(features), spec(targets)).to_dict()),
+        profile=json.dumps(profile),
+    )
 
 
 def _system_metrics_monitor(publish: Callable[[dict[str, float], int], None], *args, **kwargs):

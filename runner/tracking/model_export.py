@@ -66,18 +66,28 @@ class ExportedModel:
     logged: bool  # False: the run already had its model (a resumed run that had logged it before), or no server
 
 
-def log_run_model(network: tf.keras.Model, classifier: tf.keras.Model, tracking_uri: str, run_id: str, step: int,
-                  example_images: np.ndarray) -> ExportedModel:
+def log_run_model(
+    network: tf.keras.Model,
+    classifier: tf.keras.Model,
+    tracking_uri: str,
+    run_id: str,
+    step: int,
+    example_images: np.ndarray,
+) -> ExportedModel:
     """Log `classifier` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model
-    of the trained `network`) as the run's model, linked to the run's metrics at `step` (its last epoch), unless the run has one already;
-    `example_images` are a few raw inputs, as the data holds them. A tracking server that does not answer gets no
-    model now (MLflow would retry for minutes, then fail the run): the run's next invocation logs it."""
+    of the trained `network`) as the run's model, linked to the run's metrics at `step` (its last epoch), unless
+    the run has one already; `example_images` are a few raw inputs, as the data holds them. A tracking server that
+    does not answer gets no model now (MLflow would retry for minutes, then fail the run):
+    the run's next invocation logs it."""
     started = time.perf_counter()
     if not _answers(tracking_uri):
-        log.warning("the MLflow tracking server %s does not answer, so the model of run %s is not logged now. Fix: "
-                    "once it answers, re-run the same command with the same hydra.run.dir: the run has trained "
-                    "every epoch, so that logs its model (and delivers whatever else it had not taken).",
-                    tracking_uri, run_id)
+        log.warning(
+            "the MLflow tracking server %s does not answer, so the model of run %s is not logged now. Fix: "
+            "once it answers, re-run the same command with the same hydra.run.dir: the run has trained "
+            "every epoch, so that logs its model (and delivers whatever else it had not taken).",
+            tracking_uri,
+            run_id,
+        )
         return ExportedModel("", run_id, 0.0, logged=False)
     import mlflow
     import mlflow.tensorflow
@@ -101,14 +111,25 @@ def log_run_model(network: tf.keras.Model, classifier: tf.keras.Model, tracking_
     mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
     module = served_module(network, classifier)
     info = mlflow.tensorflow.log_model(
-        module, name=MODEL_NAME, run_id=run_id, step=step, signature=signature, input_example=example_images,
+        module,
+        name=MODEL_NAME,
+        run_id=run_id,
+        step=step,
+        signature=signature,
+        input_example=example_images,
         saved_model_kwargs={"signatures": {SERVING_SIGNATURE: module.serve}},
         # Given, so that MLflow does not start a process to infer them. The SavedModel needs no tf-keras.
         pip_requirements=[f"tensorflow=={version('tensorflow')}"],
     )
     seconds = time.perf_counter() - started
-    log.info("logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s",
-             info.model_id, run_id, run_id, MODEL_NAME, seconds)
+    log.info(
+        "logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s",
+        info.model_id,
+        run_id,
+        run_id,
+        MODEL_NAME,
+        seconds,
+    )
     return ExportedModel(info.model_id, run_id, seconds, logged=True)
 
 

@@ -21,8 +21,19 @@ GPU_TAG = "hardware.gpu"
 # Distributions whose versions change the numbers a run computes.
 VERSIONED = ("tensorflow", "tf-keras", "numpy")
 # The instruction sets TensorFlow's CPU kernels (oneDNN, Eigen) choose their code paths by.
-CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-             "amx_tile", "amx_bf16", "amx_int8")
+CPU_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def _package_dir() -> str:
@@ -44,8 +55,12 @@ def source_tags() -> dict[str, str]:
     commit = get_git_commit(package)
     if commit is None:  # installed from a wheel, or a checkout without git: no source commit to name
         return tags
-    git = {MLFLOW_GIT_COMMIT: commit, MLFLOW_GIT_BRANCH: get_git_branch(package),
-           MLFLOW_GIT_REPO_URL: get_git_repo_url(package), GIT_DIRTY_TAG: _dirty(package)}
+    git = {
+        MLFLOW_GIT_COMMIT: commit,
+        MLFLOW_GIT_BRANCH: get_git_branch(package),
+        MLFLOW_GIT_REPO_URL: get_git_repo_url(package),
+        GIT_DIRTY_TAG: _dirty(package),
+    }
     tags.update({key: value for key, value in git.items() if value is not None})
     return tags
 

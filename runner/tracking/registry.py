@@ -55,32 +55,48 @@ class Registration:
             champion = f"now @{CHAMPION}"
         else:
             tags = self.champion.tags
-            champion = (f"@{CHAMPION} stays on version {self.champion.version} "
-                        f"({tags.get(OBJECTIVE_TAG)} {tags.get(VALUE_TAG)})")
-        return (f"{'registered' if self.created else 'already registered:'} models:/{self.name}/{self.version}"
-                f", {champion}")
+            champion = (
+                f"@{CHAMPION} stays on version {self.champion.version} "
+                f"({tags.get(OBJECTIVE_TAG)} {tags.get(VALUE_TAG)})"
+            )
+        return (
+            f"{'registered' if self.created else 'already registered:'} models:/{self.name}/{self.version}, {champion}"
+        )
 
 
-def register_run_model(client: MlflowClient, name: str, run_id: str, objective: str, value: float,
-                       lower_is_better: bool, tags: dict[str, str] | None = None) -> Registration:
+def register_run_model(
+    client: MlflowClient,
+    name: str,
+    run_id: str,
+    objective: str,
+    value: float,
+    lower_is_better: bool,
+    tags: dict[str, str] | None = None,
+) -> Registration:
     """Register the run's model as a new version of `name` (once per run), then settle `champion`."""
     model = run_model(client, run_id)
     if model is None:
         raise RunnerError(
             f"MLflow run {run_id} has no model to register (no LoggedModel named {MODEL_NAME!r} from it): a run "
             "logs its model only when it finishes. Fix: re-run it to completion with the same hydra.run.dir, "
-            "then register again.")
+            "then register again."
+        )
     if not math.isfinite(value):
         raise RunnerError(
             f"MLflow run {run_id} has {objective}={value}, which cannot be compared with other versions. "
-            "Fix: register a run that finished with a finite objective, or pick another sweep.objective.")
+            "Fix: register a run that finished with a finite objective, or pick another sweep.objective."
+        )
     _create_registered_model(client, name)
     existing = [version for version in _versions(client, name) if version.run_id == run_id]
     if existing:
         version, created = existing[0], False
     else:
-        version_tags = {OBJECTIVE_TAG: objective, VALUE_TAG: repr(float(value)),
-                        DIRECTION_TAG: "minimize" if lower_is_better else "maximize", **(tags or {})}
+        version_tags = {
+            OBJECTIVE_TAG: objective,
+            VALUE_TAG: repr(float(value)),
+            DIRECTION_TAG: "minimize" if lower_is_better else "maximize",
+            **(tags or {}),
+        }
         version, created = _create_version(client, name, model, version_tags), True
     champion = settle_champion(client, name)
     registration = Registration(name, int(version.version), champion, created)
@@ -109,7 +125,8 @@ def settle_champion(client: MlflowClient, name: str) -> ModelVersion | None:
             continue
     raise RunnerError(
         f"the alias {CHAMPION!r} of registered model {name!r} kept moving while {_SETTLE_PASSES} reads settled it: "
-        "something else is rewriting it. Fix: stop the other writer, then run this registration again.")
+        "something else is rewriting it. Fix: stop the other writer, then run this registration again."
+    )
 
 
 def champion_version(client: MlflowClient, name: str) -> ModelVersion | None:
@@ -174,8 +191,9 @@ def _create_version(client: MlflowClient, name: str, model: LoggedModel, tags: d
     model up in MLflow's default store rather than this client's."""
     for attempt in range(_CREATE_ATTEMPTS):
         try:
-            return client.create_model_version(name, model.artifact_location, run_id=model.source_run_id,
-                                               tags=tags, model_id=model.model_id)
+            return client.create_model_version(
+                name, model.artifact_location, run_id=model.source_run_id, tags=tags, model_id=model.model_id
+            )
         except MlflowException as error:
             retriable = "Model Version creation error" in str(error) or "database is locked" in str(error)
             if not retriable or attempt == _CREATE_ATTEMPTS - 1:

@@ -22,8 +22,10 @@ from runner.tracking import journal
 def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     """Deliver run_dir's journal; the number of records delivered (0 without a journal)."""
     if not os.path.isdir(run_dir):
-        raise RunnerError(f"{run_dir!r} is not a directory. Fix: pass a run directory (the hydra.run.dir of the run, "
-                          "which holds mlflow_run_id.txt and mlflow_journal.jsonl).")
+        raise RunnerError(
+            f"{run_dir!r} is not a directory. Fix: pass a run directory (the hydra.run.dir of the run, "
+            "which holds mlflow_run_id.txt and mlflow_journal.jsonl)."
+        )
     header, records = journal.pending(run_dir)
     if header is None:
         print(f"{run_dir}: no {journal.JOURNAL_FILE}, nothing to deliver")
@@ -37,9 +39,17 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     from runner.tracking.mlflow_tracker import MlflowTracker
 
     # Only the store matters here: the journal holds the run's own records (no new run, model or registration).
-    settings = MlflowSettings(uri, "replay", None, registered_model_name="replay", register=False, log_model=False,
-                              system_metrics=SystemMetricsSettings(enabled=False, interval_seconds=10.0),
-                              checkpoints="all", outage_seconds=0.0)
+    settings = MlflowSettings(
+        uri,
+        "replay",
+        None,
+        registered_model_name="replay",
+        register=False,
+        log_model=False,
+        system_metrics=SystemMetricsSettings(enabled=False, interval_seconds=10.0),
+        checkpoints="all",
+        outage_seconds=0.0,
+    )
     tracker = MlflowTracker(settings)
     try:
         tracker.client.get_run(header.run_id)
@@ -47,7 +57,8 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
         raise RunnerError(
             f"{run_dir}'s journal belongs to MLflow run {header.run_id}, which the store {uri} does not have "
             f"({type(error).__name__}: {str(error)[:200]}). Fix: pass the store the run was tracked in, "
-            "--tracking-uri=<its mlflow.tracking_uri>.") from None
+            "--tracking-uri=<its mlflow.tracking_uri>."
+        ) from None
     tracker.attach(header.run_id)
     try:
         count = journal.replay(run_dir, tracker.apply)
@@ -56,10 +67,13 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
         raise RunnerError(
             f"delivering {run_dir}'s journal to MLflow run {header.run_id} at {uri} stopped with {len(left)} "
             f"record(s) left ({type(error).__name__}: {str(error)[:300]}). Fix: once the store answers, run this "
-            "command again: it goes on from there.") from None
+            "command again: it goes on from there."
+        ) from None
     status = tracker.client.get_run(header.run_id).info.status
-    print(f"{run_dir}: delivered {count} record(s) to MLflow run {header.run_id} at {uri}; the run is {status}"
-          + (" (resume it: re-run the same command with the same hydra.run.dir)" if status != "FINISHED" else ""))
+    print(
+        f"{run_dir}: delivered {count} record(s) to MLflow run {header.run_id} at {uri}; the run is {status}"
+        + (" (resume it: re-run the same command with the same hydra.run.dir)" if status != "FINISHED" else "")
+    )
     return count
 
 
@@ -74,16 +88,19 @@ def _check_answers(uri: str, run_dir: str) -> None:
         raise RunnerError(
             f"the tracking server {uri} that {run_dir}'s journal is for does not answer ({health}: "
             f"{getattr(error, 'reason', error)}). Fix: start it (README, Team setup) and run this command again, "
-            "or pass --tracking-uri=<where it runs now>; the journal stays as it is.") from None
+            "or pass --tracking-uri=<where it runs now>; the journal stays as it is."
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m runner.tracking.replay",
-        description="Deliver to MLflow what a run left undelivered in <run dir>/mlflow_journal.jsonl.")
+        description="Deliver to MLflow what a run left undelivered in <run dir>/mlflow_journal.jsonl.",
+    )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory (hydra.run.dir)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="the store to deliver to (default: the one the run was tracked in)")
+    parser.add_argument(
+        "--tracking-uri", default=None, help="the store to deliver to (default: the one the run was tracked in)"
+    )
     args = parser.parse_args(argv)
     from runner.verbosity import configure
 

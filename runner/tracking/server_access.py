@@ -62,7 +62,8 @@ def check_server(settings: MlflowSettings, timeout: float = 10.0, registers: boo
                 f"mlflow.tracking_uri={server!r} answered, but its TLS certificate was not accepted ({reason}). Fix: "
                 f"set {SERVER_CERT_VARIABLE} to the certificate (PEM) of the authority that signed it, as MLflow's "
                 f"client reads it (or {INSECURE_TLS_VARIABLE}=true to skip verification on a network you trust), "
-                "then re-run; nothing was tracked.") from None
+                "then re-run; nothing was tracked."
+            ) from None
         raise RunnerError(
             f"mlflow.tracking_uri={server!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
             "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
@@ -81,12 +82,13 @@ def check_server(settings: MlflowSettings, timeout: float = 10.0, registers: boo
         if permission is not None and permission not in _CAN_WRITE and not access.is_admin():
             raise access.forbidden(
                 f"it has {permission} permission on experiment {name!r} (id {experiment_id}), and creating a run "
-                f"there takes {' or '.join(_CAN_WRITE)}")
+                f"there takes {' or '.join(_CAN_WRITE)}"
+            )
     if registers and access.username is not None:
         _check_registration(access, settings.registered_model_name)
 
 
-def _check_registration(access: "_Access", model: str) -> None:
+def _check_registration(access: _Access, model: str) -> None:
     """The registered model's permissions stop at the model: its creator manages it, and another user who may edit
     the experiment still gets 403 when the run registers, after it trained. Refused here instead."""
     status, _ = access.get("/api/2.0/mlflow/registered-models/get", name=model)
@@ -102,7 +104,8 @@ def _check_registration(access: "_Access", model: str) -> None:
         f"created, and adding a version takes {' or '.join(_CAN_WRITE)}. Fix: ask an admin of the server (or the "
         f"model's creator) to grant {who} EDIT on the registered model {model!r} (README, Team setup), or pass "
         "mlflow.registered_model_name=<a model you may edit>, or mlflow.register=false for a single run; nothing "
-        "was tracked.")
+        "was tracked."
+    )
 
 
 def tls_context(server: str, environ=os.environ) -> ssl.SSLContext | None:
@@ -154,12 +157,17 @@ class _Access:
         except (OSError, urllib.error.URLError) as error:
             raise RunnerError(
                 f"mlflow.tracking_uri={self.server!r} stopped answering ({path}: {getattr(error, 'reason', error)})."
-                " Fix: check that the tracking server is up (README, Team setup), then re-run.") from None
+                " Fix: check that the tracking server is up (README, Team setup), then re-run."
+            ) from None
 
     def permission(self, resource_type: str, resource_id: str) -> str | None:
         """This user's permission on a resource, or None where the server cannot say (no basic-auth: 404)."""
-        status, body = self.get("/api/3.0/mlflow/users/permissions/get", username=self.username or "",
-                                resource_type=resource_type, resource_id=resource_id)
+        status, body = self.get(
+            "/api/3.0/mlflow/users/permissions/get",
+            username=self.username or "",
+            resource_type=resource_type,
+            resource_id=resource_id,
+        )
         return body.get("permission") if status == 200 else None
 
     def is_admin(self) -> bool:
@@ -167,25 +175,30 @@ class _Access:
         return status == 200 and bool(current.get("user", {}).get("is_admin"))
 
     def unauthenticated(self) -> RunnerError:
-        how = (f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE} to your account's name and password (the server's "
-               "admin creates one per person: README, Team setup)")
+        how = (
+            f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE} to your account's name and password (the server's "
+            "admin creates one per person: README, Team setup)"
+        )
         if self._authorization is None:
             missing = f"{self._missing} is not set" if self._missing else "no credentials are set"
             return RunnerError(
                 f"the tracking server {self.server} requires a login (401 Unauthorized) and {missing}. "
-                f"Fix: export {how}, then re-run; nothing was tracked.")
+                f"Fix: export {how}, then re-run; nothing was tracked."
+            )
         who = f"user {self.username!r}" if self.username else f"the token in {TOKEN_VARIABLE}"
         return RunnerError(
             f"the tracking server {self.server} rejected the credentials of {who} (401 Unauthorized): the password "
             f"is wrong or there is no such account. Fix: set {how}; an admin can reset a forgotten password. "
-            "Nothing was tracked.")
+            "Nothing was tracked."
+        )
 
     def forbidden(self, why: str) -> RunnerError:
         who = repr(self.username) if self.username else "this account"
         return RunnerError(
             f"the tracking server {self.server} would refuse to create the run for user {who} (403 Forbidden): "
             f"{why}. Fix: ask an admin of the server to grant {who} EDIT on the experiment (README, Team setup), "
-            "or pass mlflow.experiment_name=<an experiment you may edit>; nothing was tracked.")
+            "or pass mlflow.experiment_name=<an experiment you may edit>; nothing was tracked."
+        )
 
 
 def _json(raw: bytes) -> dict:

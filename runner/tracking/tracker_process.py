@@ -33,8 +33,9 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, Mapping
+from typing import Any
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
@@ -115,7 +116,8 @@ class TrackerProcess:
                 self._lost = RunnerError(
                     f"the MLflow tracker process (pid {self._process.pid}) ended unexpectedly (exit code "
                     f"{self._process.exitcode}). Fix: see its error above, then re-run the same command with the same "
-                    "hydra.run.dir to resume from the last checkpoint (what it had been handed is delivered then).")
+                    "hydra.run.dir to resume from the last checkpoint (what it had been handed is delivered then)."
+                )
             error = self._lost or RunnerError("the MLflow tracker process was closed")
             for future in self._waiting.values():
                 future.set_result((False, error))
@@ -158,8 +160,12 @@ class TrackerProcess:
         self._record("log_artifact", path=os.path.abspath(path), artifact_path=artifact_path)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self._record("log_metrics", metrics={key: float(value) for key, value in metrics.items()}, step=int(step),
-                     timestamp=int(time.time() * 1000))
+        self._record(
+            "log_metrics",
+            metrics={key: float(value) for key, value in metrics.items()},
+            step=int(step),
+            timestamp=int(time.time() * 1000),
+        )
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         return self._call("metric_histories")
@@ -221,14 +227,26 @@ def warn_if_undelivered(run_dir: str, run_id: str | None, tracking_uri: str | No
         "%d record(s) of MLflow run %s (%s) did not reach the tracking store %s, which was not answering: they are "
         "kept in %s. Nothing is lost: once the store answers, deliver them with `python -m runner.tracking.replay "
         "%s`, or re-run the same command with hydra.run.dir=%s, which delivers them before anything else%s.",
-        len(records), run_id, ", ".join(sorted({_kind(record.op) for record in records})), tracking_uri,
-        os.path.join(run_dir, journal.JOURNAL_FILE), run_dir, run_dir,
-        "" if ended else " (the run shows RUNNING until then)")
+        len(records),
+        run_id,
+        ", ".join(sorted({_kind(record.op) for record in records})),
+        tracking_uri,
+        os.path.join(run_dir, journal.JOURNAL_FILE),
+        run_dir,
+        run_dir,
+        "" if ended else " (the run shows RUNNING until then)",
+    )
 
 
 def _kind(op: str) -> str:
-    return {"log_metrics": "metrics", "system_metrics": "system metrics", "log_text": "artifacts",
-            "log_artifact": "artifacts", "log_inputs": "dataset inputs", "end": "its end status"}.get(op, op)
+    return {
+        "log_metrics": "metrics",
+        "system_metrics": "system metrics",
+        "log_text": "artifacts",
+        "log_artifact": "artifacts",
+        "log_inputs": "dataset inputs",
+        "end": "its end status",
+    }.get(op, op)
 
 
 def _serve(connection, settings: MlflowSettings) -> None:
@@ -320,12 +338,14 @@ class _Child:
                     raise RunnerError(
                         f"the MLflow tracking store {self.tracker.tracking_uri} did not answer while the run started "
                         f"({reason(error)}). Fix: check that the tracking server is up (README, Team setup), then "
-                        "re-run the same command; nothing was trained.") from None
+                        "re-run the same command; nothing was trained."
+                    ) from None
                 time.sleep(attempt)
         self.mirror = {key: dict(points) for key, points in self.tracker.history_at_start.items()}
         self.journal = journal.Journal(run_dir, run_id, _absolute(self.tracker.tracking_uri))
-        self.delivery = Delivery(self.journal, self.tracker.apply, self.tracker.tracking_uri,
-                                 self.settings.outage_seconds)
+        self.delivery = Delivery(
+            self.journal, self.tracker.apply, self.tracker.tracking_uri, self.settings.outage_seconds
+        )
         self.delivery.start()
         self.journal_ready.set()
         return run_id
@@ -350,8 +370,12 @@ class _Child:
         try:
             self.journal.append(op, args)
         except OSError as error:
-            log.warning("could not keep %s for MLflow run %s (%s); it is not logged. Fix: check the run "
-                        "directory's disk.", args.get("path", op), self.tracker.run_id, error)
+            log.warning(
+                "could not keep %s for MLflow run %s (%s); it is not logged. Fix: check the run directory's disk.",
+                args.get("path", op),
+                self.tracker.run_id,
+                error,
+            )
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         if self.journal is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -19,8 +19,9 @@ class RestoreAndEvaluate:
     """The tutorial's last step: the newest checkpoint restored into a fresh model without any strategy, and its
     accuracy on the test set logged as `eval_accuracy`."""
 
-    def __init__(self, checkpointer, build_model: Callable[[], tf.keras.Model], test_batches: tf.data.Dataset,
-                 tracker, step: int):
+    def __init__(
+        self, checkpointer, build_model: Callable[[], tf.keras.Model], test_batches: tf.data.Dataset, tracker, step: int
+    ):
         self.checkpointer = checkpointer
         self.build_model = build_model
         self.test_batches = test_batches
@@ -51,8 +52,15 @@ class PlotCurves:
 class LogModel:
     """The restored model behind the task's raw-input export, as the run's MLflow Model."""
 
-    def __init__(self, restored: RestoreAndEvaluate, export: Callable[[tf.keras.Model], tf.keras.Model],
-                 raw_examples, tracker, run_id: str, step: int):
+    def __init__(
+        self,
+        restored: RestoreAndEvaluate,
+        export: Callable[[tf.keras.Model], tf.keras.Model],
+        raw_examples,
+        tracker,
+        run_id: str,
+        step: int,
+    ):
         self.restored = restored
         self.export = export
         self.raw_examples = raw_examples
@@ -66,8 +74,9 @@ class LogModel:
         from runner.tracking.model_export import LOG_SECONDS, log_run_model
 
         network = self.restored.model
-        self.logged = log_run_model(network, self.export(network), self.tracker.tracking_uri, self.run_id,
-                                    self.step, self.raw_examples)
+        self.logged = log_run_model(
+            network, self.export(network), self.tracker.tracking_uri, self.run_id, self.step, self.raw_examples
+        )
         if self.logged.logged:
             self.tracker.log_metrics({LOG_SECONDS: self.logged.seconds}, step=self.step)
 
@@ -88,8 +97,9 @@ class RegisterModel:
         from runner.tracking.registry import register_run_model
 
         value = self.tracker.metric_histories()[self.objective][-1][1]
-        register_run_model(MlflowClient(self.tracker.tracking_uri), self.name, self.run_id, self.objective, value,
-                           self.lower_is_better)
+        register_run_model(
+            MlflowClient(self.tracker.tracking_uri), self.name, self.run_id, self.objective, value, self.lower_is_better
+        )
 
 
 def curves_path(run_dir: str) -> str:

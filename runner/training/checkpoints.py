@@ -52,8 +52,9 @@ class Checkpointer:
     Resuming never trusts a file it has not read: see restore().
     """
 
-    def __init__(self, directory: str, state: TrainingState, settings: CheckpointSettings, epochs: int,
-                 scratch: bool = False):
+    def __init__(
+        self, directory: str, state: TrainingState, settings: CheckpointSettings, epochs: int, scratch: bool = False
+    ):
         self.directory = directory
         # A MultiWorkerMirrored worker other than the chief must take part in every save, but only the
         # chief's checkpoint is kept: a scratch checkpointer writes into a temporary directory removed
@@ -63,13 +64,17 @@ class Checkpointer:
         self.every_epochs = settings.every_epochs
         self.epochs = epochs
         self.partial = PartialEpoch()
-        self.checkpoint = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch,
-                                              partial_epoch=self.partial)
+        self.checkpoint = tf.train.Checkpoint(
+            model=state.model, optimizer=state.optimizer, epoch=state.epoch, partial_epoch=self.partial
+        )
         # Checkpoints written before partial epochs were kept: restored without one (the epoch starts over).
         self._without_partial = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch)
         self.listed = listed_checkpoints(directory, repair=not scratch)
-        self.manager = None if scratch else tf.train.CheckpointManager(
-            self.checkpoint, directory, max_to_keep=settings.max_to_keep)
+        self.manager = (
+            None
+            if scratch
+            else tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=settings.max_to_keep)
+        )
         self._good: str | None = None  # the checkpoint this process restored or saved: known readable
 
     def due(self, epoch: int) -> bool:
@@ -113,12 +118,14 @@ class Checkpointer:
             if reason:
                 log.warning("checkpoint %s is unreadable (%s): skipped for the one before", path, reason)
                 continue
-            has_partial = any(name.startswith("partial_epoch/")
-                              for name in tf.train.load_checkpoint(path).get_variable_to_shape_map())
+            has_partial = any(
+                name.startswith("partial_epoch/") for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+            )
             self.partial.clear()
             try:
-                (self.checkpoint if has_partial else self._without_partial).restore(path) \
-                    .assert_existing_objects_matched()
+                (self.checkpoint if has_partial else self._without_partial).restore(
+                    path
+                ).assert_existing_objects_matched()
             except (ValueError, AssertionError) as error:
                 raise RunnerError(
                     f"the checkpoint {path} does not fit this model ({str(error).splitlines()[0][:300]}): it "
@@ -163,23 +170,27 @@ def listed_checkpoints(directory: str, repair: bool = False) -> list[str]:
     reads it on construction and fails on an empty one or forgets every checkpoint of a garbled one.
     """
     state_file = os.path.join(directory, "checkpoint")
-    on_disk = sorted((path[: -len(".index")] for path in glob.glob(os.path.join(directory, "ckpt-*.index"))),
-                     key=_step)
+    on_disk = sorted((path[: -len(".index")] for path in glob.glob(os.path.join(directory, "ckpt-*.index"))), key=_step)
     try:
         state = _read_state(state_file)
     except (OSError, ValueError, text_format.ParseError) as error:
         if not on_disk and not os.path.exists(state_file):
             return []
         problem = "is missing" if not os.path.exists(state_file) else f"is unreadable ({type(error).__name__})"
-        log.warning("checkpoint state file %s %s: using the %d ckpt-*.index file(s) found beside it instead",
-                    state_file, problem, len(on_disk))
+        log.warning(
+            "checkpoint state file %s %s: using the %d ckpt-*.index file(s) found beside it instead",
+            state_file,
+            problem,
+            len(on_disk),
+        )
         if repair and on_disk:
             _write_state(state_file, on_disk)
         elif repair and os.path.exists(state_file):
             os.remove(state_file)  # nothing to list: TensorFlow starts a fresh one with the first save
         return on_disk
-    paths = [path if os.path.isabs(path) else os.path.join(directory, path)
-             for path in state.all_model_checkpoint_paths]
+    paths = [
+        path if os.path.isabs(path) else os.path.join(directory, path) for path in state.all_model_checkpoint_paths
+    ]
     return paths or [os.path.join(directory, state.model_checkpoint_path)]
 
 

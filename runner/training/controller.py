@@ -7,14 +7,15 @@ and side effects (MLflow, progress) are listeners called with each epoch's resul
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import tensorflow as tf
 
+from runner.clusters.preemption import AgreedStop, Preempted, PreemptionGuard
 from runner.errors import RunnerError
 from runner.training.optimizer import current_learning_rate
-from runner.clusters.preemption import AgreedStop, Preempted, PreemptionGuard
 from runner.training.steps import NON_FINITE_LOSS, TrainingState
 
 
@@ -34,8 +35,17 @@ class EpochResult:
     def metrics(self) -> dict[str, float]:
         """The per-epoch metrics logged to MLflow."""
         values = asdict(self)
-        return {key: values[key] for key in (
-            "train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")}
+        return {
+            key: values[key]
+            for key in (
+                "train_loss",
+                "train_accuracy",
+                "test_loss",
+                "test_accuracy",
+                "examples_per_second",
+                "learning_rate",
+            )
+        }
 
 
 class Listener(Protocol):
@@ -66,8 +76,18 @@ class _StepBoundaries:
 
 
 class Controller:
-    def __init__(self, state: TrainingState, loop, evaluate, checkpointer, progress, listeners, epochs: int,
-                 guard: PreemptionGuard | None = None, end_actions: Sequence[Callable[[list[EpochResult]], None]] = ()):
+    def __init__(
+        self,
+        state: TrainingState,
+        loop,
+        evaluate,
+        checkpointer,
+        progress,
+        listeners,
+        epochs: int,
+        guard: PreemptionGuard | None = None,
+        end_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
+    ):
         """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
         a SIGTERM waits for them."""
         self.state = state
@@ -152,9 +172,12 @@ class Controller:
             return
         resumed = int(partial.steps.numpy())  # non-zero: this epoch continues a preempted one
         correct, examples = self._partial_accuracy(resumed)
-        partial.record(boundaries.steps, boundaries.total,
-                       tf.constant(correct, tf.float32) + self.state.train_accuracy.total.read_value(),
-                       tf.constant(examples, tf.float32) + self.state.train_accuracy.count.read_value())
+        partial.record(
+            boundaries.steps,
+            boundaries.total,
+            tf.constant(correct, tf.float32) + self.state.train_accuracy.total.read_value(),
+            tf.constant(examples, tf.float32) + self.state.train_accuracy.count.read_value(),
+        )
 
     def save_for_preemption(self) -> None:
         """The checkpoint a preemption stops with: the last epoch's counter and how far the next one got."""

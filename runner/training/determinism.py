@@ -26,7 +26,9 @@ def make_deterministic(settings: RuntimeSettings, seed: int) -> None:
     if tf.config.list_physical_devices("GPU") and (settings.jit_compile or settings.mixed_precision):
         # Measured bit-identical on CPU only; on a GPU an op without a deterministic kernel raises, but
         # XLA's fused kernels and float16 loss scaling were never compared run against run here.
-        log.warning("runtime.deterministic on a GPU with runtime.jit_compile or runtime.mixed_precision: "
-                    "TensorFlow raises for an op that has no deterministic GPU kernel, but bit-identical reruns "
-                    "of XLA-compiled or float16 training on GPUs have not been verified; compare two runs "
-                    "before relying on it")
+        log.warning(
+            "runtime.deterministic on a GPU with runtime.jit_compile or runtime.mixed_precision: "
+            "TensorFlow raises for an op that has no deterministic GPU kernel, but bit-identical reruns "
+            "of XLA-compiled or float16 training on GPUs have not been verified; compare two runs "
+            "before relying on it"
+        )

@@ -11,7 +11,8 @@ checkpoint keeps. `make_dataset(first_epoch, epochs, skip_batches)` gives a dist
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import tensorflow as tf
 
@@ -64,7 +65,8 @@ class InFunctionLoop:
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         started = tf.constant(total, tf.float32)
         total, count = self.train_whole_epoch(
-            self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps), started)
+            self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps), started
+        )
         count = int(count)
         progress.advance(count, (total - started) / max(count, 1), total)
         return total, done_steps + count
@@ -77,10 +79,15 @@ class IteratorLoop:
     consumed, so it continues exactly where an uninterrupted run would be.
     """
 
-    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int = 0,
-                 done_steps: int = 0):
-        self.dataset = make_dataset(first_epoch=1, epochs=None,
-                                    skip_batches=done_epochs * steps_per_epoch + done_steps)
+    def __init__(
+        self,
+        steps: ReplicaSteps,
+        make_dataset: MakeDataset,
+        steps_per_epoch: int,
+        done_epochs: int = 0,
+        done_steps: int = 0,
+    ):
+        self.dataset = make_dataset(first_epoch=1, epochs=None, skip_batches=done_epochs * steps_per_epoch + done_steps)
         self.steps_per_epoch = steps_per_epoch
         self.step = tf.function(steps.distributed_train_step)
         self._iterator = None
@@ -104,8 +111,15 @@ class MultiStepLoop(IteratorLoop):
     """`steps_per_call` steps per tf.function call, a tf.while_loop over the iterator (Model Garden's
     steps_per_loop): Python and dispatch overhead is paid once per call instead of once per step."""
 
-    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int, done_epochs: int,
-                 steps_per_call: int, done_steps: int = 0):
+    def __init__(
+        self,
+        steps: ReplicaSteps,
+        make_dataset: MakeDataset,
+        steps_per_epoch: int,
+        done_epochs: int,
+        steps_per_call: int,
+        done_steps: int = 0,
+    ):
         super().__init__(steps, make_dataset, steps_per_epoch, done_epochs, done_steps)
         self.steps_per_call = steps_per_call
         step = steps.distributed_train_step
@@ -146,7 +160,8 @@ class CoordinatorLoop:
         self.steps_per_epoch = steps_per_epoch
         strategy = steps.strategy
         per_worker = coordinator.create_per_worker_dataset(
-            lambda: strategy.distribute_datasets_from_function(dataset_fn))
+            lambda: strategy.distribute_datasets_from_function(dataset_fn)
+        )
         self.iterator = iter(per_worker)
         step = steps.distributed_train_step
 
@@ -157,8 +172,9 @@ class CoordinatorLoop:
         self.train_step = train_step
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
-        losses = [self.coordinator.schedule(self.train_step, args=(self.iterator,))
-                  for _ in range(self.steps_per_epoch)]
+        losses = [
+            self.coordinator.schedule(self.train_step, args=(self.iterator,)) for _ in range(self.steps_per_epoch)
+        ]
         total, read, value = 0.0, 0, 0.0
         for loss in losses:  # scheduling order, roughly the order the workers finish them in
             try:
@@ -174,14 +190,25 @@ class CoordinatorLoop:
             progress.advance(1, value, total)
         self.coordinator.join()
         if read < len(losses):
-            log.warning("epoch %d: the losses of %d steps were lost with a worker that died before they were read; "
-                        "train_loss is the mean of the other %d", epoch, len(losses) - read, read)
+            log.warning(
+                "epoch %d: the losses of %d steps were lost with a worker that died before they were read; "
+                "train_loss is the mean of the other %d",
+                epoch,
+                len(losses) - read,
+                read,
+            )
         return (total if read else float("nan")), max(read, 1)
 
 
-
-def make_loop(style: str, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int,
-              steps_per_call: int, done_epochs: int = 0, done_steps: int = 0):
+def make_loop(
+    style: str,
+    steps: ReplicaSteps,
+    make_dataset: MakeDataset,
+    steps_per_epoch: int,
+    steps_per_call: int,
+    done_epochs: int = 0,
+    done_steps: int = 0,
+):
     """The loop for `style`, ready to train epoch done_epochs + 1 onwards, whose first `done_steps` steps
     were trained before a preemption."""
     if style == "for_in":

@@ -5,8 +5,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 
-def prepare_optimizer(optimizer: tf.keras.optimizers.Optimizer, variables,
-                      loss_scaling: bool = False) -> tf.keras.optimizers.Optimizer:
+def prepare_optimizer(
+    optimizer: tf.keras.optimizers.Optimizer, variables, loss_scaling: bool = False
+) -> tf.keras.optimizers.Optimizer:
     """The task's optimizer, wrapped in a dynamic LossScaleOptimizer when float16 gradients need loss scaling,
     with its slot variables built before the first step (as the strategies need)."""
     if loss_scaling:

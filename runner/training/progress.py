@@ -10,7 +10,6 @@ import logging
 import os
 import sys
 import time
-
 from contextlib import nullcontext
 
 from tqdm import tqdm
@@ -58,8 +57,9 @@ class EpochProgress:
 
     def start_epoch(self, epoch: int, steps: int | None) -> None:
         if self.enabled:
-            self._bar = tqdm(total=steps, desc=f"epoch {epoch}/{self.epochs}", unit="step",
-                             leave=False, dynamic_ncols=True)
+            self._bar = tqdm(
+                total=steps, desc=f"epoch {epoch}/{self.epochs}", unit="step", leave=False, dynamic_ncols=True
+            )
 
     def advance(self, steps: int, loss) -> None:
         if not self._first_step_done:
@@ -79,8 +79,12 @@ class EpochProgress:
         since_start = seconds_since_process_start()
         # Written through tqdm while the bar is on screen, so that the line does not run on from the bar.
         with logging_redirect_tqdm() if self._bar is not None else nullcontext():
-            log.info("%s%s%s", FIRST_STEP_MESSAGE, f" ({steps} steps in the first call)" if steps > 1 else "",
-                     "" if since_start is None else f", {since_start:.1f} s after the process started")
+            log.info(
+                "%s%s%s",
+                FIRST_STEP_MESSAGE,
+                f" ({steps} steps in the first call)" if steps > 1 else "",
+                "" if since_start is None else f", {since_start:.1f} s after the process started",
+            )
 
     def end_epoch(self, result) -> None:
         if self._bar is not None:
@@ -89,6 +93,12 @@ class EpochProgress:
         log.info(
             "epoch %d/%d: train_loss %.4f, train_accuracy %.4f, test_loss %.4f, test_accuracy %.4f, "
             "%.0f examples/s, lr %.3g",
-            result.epoch, self.epochs, result.train_loss, result.train_accuracy, result.test_loss,
-            result.test_accuracy, result.examples_per_second, result.learning_rate,
+            result.epoch,
+            self.epochs,
+            result.train_loss,
+            result.train_accuracy,
+            result.test_loss,
+            result.test_accuracy,
+            result.examples_per_second,
+            result.learning_rate,
         )

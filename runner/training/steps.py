@@ -26,7 +26,7 @@ class TrainingState:
     epoch: tf.Variable
 
     @classmethod
-    def create(cls, build_model, build_optimizer) -> "TrainingState":
+    def create(cls, build_model, build_optimizer) -> TrainingState:
         """Call inside strategy.scope(): the model first, then its optimizer over its variables."""
         model = build_model()
         return cls(
@@ -46,8 +46,14 @@ class TrainingState:
 class ReplicaSteps:
     """The train and test step on one replica, and their distributed forms for a strategy."""
 
-    def __init__(self, strategy: tf.distribute.Strategy, state: TrainingState, global_batch: int,
-                 per_example_loss, jit_compile: bool = False):
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        state: TrainingState,
+        global_batch: int,
+        per_example_loss,
+        jit_compile: bool = False,
+    ):
         """`per_example_loss(labels, logits)`: one loss per example (the task's loss)."""
         self.strategy = strategy
         self.state = state
@@ -55,8 +61,9 @@ class ReplicaSteps:
         self.per_example_loss = per_example_loss
         # XLA compiles the per-replica maths only: apply_gradients all-reduces across replicas,
         # which must stay outside a jit-compiled function under every strategy.
-        self._forward_backward = tf.function(self.forward_backward, jit_compile=True) if jit_compile \
-            else self.forward_backward
+        self._forward_backward = (
+            tf.function(self.forward_backward, jit_compile=True) if jit_compile else self.forward_backward
+        )
         self._predict = tf.function(self.predict, jit_compile=True) if jit_compile else self.predict
 
     def compute_loss(self, labels, logits, model_losses):
@@ -87,7 +94,7 @@ class ReplicaSteps:
         loss, gradients, logits = self._forward_backward(images, labels)
         # A diverged step fails here, before its gradients can reach the weights.
         with tf.control_dependencies([tf.debugging.assert_all_finite(loss, NON_FINITE_LOSS)]):
-            self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables))
+            self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables, strict=True))
         self.state.train_accuracy.update_state(labels, logits)
         return loss
 

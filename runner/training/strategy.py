@@ -42,16 +42,19 @@ def split_cpu(replicas: int) -> list[str]:
 
 def gpu_models() -> list[str]:
     """The model name of each GPU TensorFlow sees (empty on a machine without one)."""
-    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
-            for gpu in tf.config.list_physical_devices("GPU")]
+    return [
+        tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
+        for gpu in tf.config.list_physical_devices("GPU")
+    ]
 
 
 def check_devices(devices: tuple[str, ...]) -> None:
     """Every device strategy.devices names is one this machine has: TensorFlow would otherwise place a replica
     named /gpu:1 on the CPU without a word (soft placement), training replicas that share one device."""
     present = tf.config.list_logical_devices()
-    have = {(device.device_type.upper(), tf.DeviceSpec.from_string(device.name).device_index or 0)
-            for device in present}
+    have = {
+        (device.device_type.upper(), tf.DeviceSpec.from_string(device.name).device_index or 0) for device in present
+    }
     missing = []
     for name in devices:
         try:
@@ -60,7 +63,8 @@ def check_devices(devices: tuple[str, ...]) -> None:
             raise RunnerError(
                 f"strategy.devices={list(devices)!r} is not valid: {name!r} is not a device name ({error}). "
                 "Fix: name devices as TensorFlow does, e.g. 'strategy.devices=[/gpu:0,/gpu:1]', or pass "
-                "strategy.devices=null to use every GPU (or the CPU).") from None
+                "strategy.devices=null to use every GPU (or the CPU)."
+            ) from None
         if spec.job not in (None, "localhost"):  # another task's device: its own machine knows
             continue
         if ((spec.device_type or "").upper(), spec.device_index or 0) not in have:
@@ -71,7 +75,8 @@ def check_devices(devices: tuple[str, ...]) -> None:
             f"strategy.devices={list(devices)!r} is not valid: this machine has no {', '.join(missing)}; "
             f"TensorFlow sees {seen}. Fix: name devices it has (e.g. 'strategy.devices=[/cpu:0]'), pass "
             "strategy.devices=null to use every GPU (or the CPU), or strategy.cpu_replicas=N to split the CPU "
-            "into N replicas.")
+            "into N replicas."
+        )
 
 
 def _local_devices(settings: StrategySettings) -> list[str] | None:
@@ -106,8 +111,9 @@ def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _multi_worker_mirrored(settings: StrategySettings, resolver, timeout_seconds: float | None
-                           ) -> tf.distribute.Strategy:
+def _multi_worker_mirrored(
+    settings: StrategySettings, resolver, timeout_seconds: float | None
+) -> tf.distribute.Strategy:
     if settings.communication == "nccl" and not tf.config.list_physical_devices("GPU"):
         raise RunnerError(
             "strategy.communication='nccl' is not valid on this machine: NCCL all-reduces between GPUs, and "
@@ -118,8 +124,9 @@ def _multi_worker_mirrored(settings: StrategySettings, resolver, timeout_seconds
     # heartbeats find it within seconds and abort every pending collective. A timeout costs a thread per
     # all-reduce for that long (TensorFlow schedules the abort on a thread of its own that sleeps until
     # then), thousands at a few steps per second: only when the user asks for it.
-    options = tf.distribute.experimental.CommunicationOptions(implementation=implementation,
-                                                              timeout_seconds=timeout_seconds)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation, timeout_seconds=timeout_seconds
+    )
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 
@@ -128,12 +135,14 @@ def _parameter_server(settings: StrategySettings, resolver) -> tf.distribute.Str
     if settings.variable_partitioner is not None:
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=settings.variable_partitioner.min_shard_bytes,
-            max_shards=settings.variable_partitioner.max_shards)
+            max_shards=settings.variable_partitioner.max_shards,
+        )
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
-def build_strategy(settings: StrategySettings, resolver=None, timeout_seconds: float | None = None
-                   ) -> tf.distribute.Strategy:
+def build_strategy(
+    settings: StrategySettings, resolver=None, timeout_seconds: float | None = None
+) -> tf.distribute.Strategy:
     """Create the strategy named by settings.name; the multi-process strategies need this task's
     cluster resolver, and MultiWorkerMirrored's all-reduces give up after timeout_seconds (None: never,
     a dead peer is found by TensorFlow's heartbeats)."""

@@ -13,11 +13,13 @@ from runner.errors import RunnerError
 from runner.settings import OptimizerSettings, Settings
 from runner.training.lr_scaling import LinearWarmup
 
+
 class ClassificationTask:
     """A classifier of `spec.num_classes` classes trained on per-example losses of its logits."""
 
-    def __init__(self, model: Component, optimizer: OptimizerSettings, schedule: Component, loss: Component,
-                 spec: DataSpec):
+    def __init__(
+        self, model: Component, optimizer: OptimizerSettings, schedule: Component, loss: Component, spec: DataSpec
+    ):
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule
@@ -26,14 +28,17 @@ class ClassificationTask:
         self._loss_function = loss.resolve()
 
     @classmethod
-    def from_settings(cls, settings: Settings, spec: DataSpec) -> "ClassificationTask":
+    def from_settings(cls, settings: Settings, spec: DataSpec) -> ClassificationTask:
         return cls(settings.model, settings.optimizer, settings.schedule, settings.loss, spec)
 
     def build_model(self) -> tf.keras.Model:
         """The model callable's tf_keras model (call inside strategy.scope()), its variables created."""
         key, target = "model._target_", self.model.target
-        model = call(key, target, lambda: self.model.instantiate(input_shape=tuple(self.spec.input_shape),
-                                                                 num_classes=self.spec.num_classes))
+        model = call(
+            key,
+            target,
+            lambda: self.model.instantiate(input_shape=tuple(self.spec.input_shape), num_classes=self.spec.num_classes),
+        )
         if not isinstance(model, tf.keras.Model):
             kind = f"{type(model).__module__}.{type(model).__qualname__}"
             if kind.startswith("keras.") or kind.startswith("keras_"):
@@ -41,9 +46,12 @@ class ClassificationTask:
                     f"{key}={target!r} built a Keras 3 model ({kind}). The runner trains tf_keras (Keras 2) models: "
                     "Keras 3 loses updates under ParameterServerStrategy and does not support MultiWorkerMirrored "
                     "custom loops. Fix: build the model with `from tensorflow import keras` (which the runner makes "
-                    "tf_keras) or `import tf_keras as keras`, not `import keras`.")
-            raise RunnerError(f"{key}={target!r} returned {kind}, not a tf_keras model. Fix: return a "
-                              "tf.keras.Model (Sequential, functional or subclassed) that outputs logits.")
+                    "tf_keras) or `import tf_keras as keras`, not `import keras`."
+                )
+            raise RunnerError(
+                f"{key}={target!r} returned {kind}, not a tf_keras model. Fix: return a "
+                "tf.keras.Model (Sequential, functional or subclassed) that outputs logits."
+            )
         if not model.built:  # a subclassed model makes its variables when first called
             call(key, target, lambda: model(tf.zeros((1, *self.spec.input_shape)), training=False))
         outputs = call(key, target, lambda: model.compute_output_shape((None, *self.spec.input_shape)))
@@ -51,7 +59,8 @@ class ClassificationTask:
             raise RunnerError(
                 f"{key}={target!r} outputs shape {tuple(outputs)} for inputs {tuple(self.spec.input_shape)}, but the "
                 f"data has {self.spec.num_classes} classes. Fix: end the model with a layer of num_classes units "
-                "(the callable receives num_classes), giving logits.")
+                "(the callable receives num_classes), giving logits."
+            )
         return model
 
     def learning_rate(self, effective: float, total_steps: int, warmup_steps: int):
@@ -64,9 +73,11 @@ class ClassificationTask:
         key, target = "optimizer._target_", self.optimizer.component.target
         optimizer = call(key, target, lambda: self.optimizer.component.instantiate(learning_rate=learning_rate))
         if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
-            raise RunnerError(f"{key}={target!r} returned {type(optimizer).__module__}.{type(optimizer).__qualname__}, "
-                              "not a tf_keras optimizer. Fix: return a tf.keras.optimizers.Optimizer built with "
-                              "`from tensorflow import keras` or `import tf_keras as keras`.")
+            raise RunnerError(
+                f"{key}={target!r} returned {type(optimizer).__module__}.{type(optimizer).__qualname__}, "
+                "not a tf_keras optimizer. Fix: return a tf.keras.optimizers.Optimizer built with "
+                "`from tensorflow import keras` or `import tf_keras as keras`."
+            )
         return optimizer
 
     def per_example_loss(self, labels, logits):
@@ -83,7 +94,7 @@ class ClassificationTask:
         as the input pipeline does."""
         spec = self.spec
         raw = tf.keras.Input(shape=spec.raw_shape, dtype=spec.raw_dtype, name="images")
-        scaled = tf.keras.layers.Normalization(mean=0.0, variance=spec.scale ** 2, dtype="float32", name="scale")(raw)
+        scaled = tf.keras.layers.Normalization(mean=0.0, variance=spec.scale**2, dtype="float32", name="scale")(raw)
         if tuple(spec.raw_shape) != tuple(spec.input_shape):
             scaled = tf.keras.layers.Reshape(spec.input_shape, dtype="float32", name="channel")(scaled)
         probabilities = tf.keras.layers.Softmax(dtype="float32", name="probabilities")(model(scaled))

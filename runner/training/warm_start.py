@@ -25,9 +25,11 @@ FROM_TAG = "init.from"
 SOURCE_RUN_TAG = "init.source_run_id"
 MODEL_VERSION_TAG = "init.model_version"
 
-_FIX_SHAPES = ("Fix: start from a model trained with the same model options and the same data shape and number "
-               "of classes (the model callable receives input_shape and num_classes from the data), or drop "
-               "init.from to train this model from its own initialisation.")
+_FIX_SHAPES = (
+    "Fix: start from a model trained with the same model options and the same data shape and number "
+    "of classes (the model callable receives input_shape and num_classes from the data), or drop "
+    "init.from to train this model from its own initialisation."
+)
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,9 @@ class Origin:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def warm_start(init: InitSettings, model: tf.keras.Model, tracking_uri: str | None,
-               resumed_from: str | None) -> Origin | None:
+def warm_start(
+    init: InitSettings, model: tf.keras.Model, tracking_uri: str | None, resumed_from: str | None
+) -> Origin | None:
     """Copy init.from's weights into `model` (built in strategy.scope(); call outside it, before step 1).
 
     `resumed_from`: the run directory's own checkpoint that was restored, if any; a resumed run keeps it and
@@ -49,8 +52,11 @@ def warm_start(init: InitSettings, model: tf.keras.Model, tracking_uri: str | No
     if init.source is None:
         return None
     if resumed_from is not None:
-        log.info("init.from=%s is ignored: the run directory holds checkpoints, and the run resumes from its own "
-                 "(%s)", init.source, resumed_from)
+        log.info(
+            "init.from=%s is ignored: the run directory holds checkpoints, and the run resumes from its own (%s)",
+            init.source,
+            resumed_from,
+        )
         return None
     if init.kind == "checkpoint":
         origin = _from_checkpoint(init.source, model)
@@ -76,8 +82,8 @@ def _from_checkpoint(source: str, model: tf.keras.Model) -> Origin:
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:
         raise RunnerError(
-            f"{where}: the checkpoint does not fit this model ({str(error).splitlines()[0][:300]}). "
-            + _FIX_SHAPES) from None
+            f"{where}: the checkpoint does not fit this model ({str(error).splitlines()[0][:300]}). " + _FIX_SHAPES
+        ) from None
     status.expect_partial()  # the optimizer and epoch counter in it are left unused on purpose
     tags = {FROM_TAG: path}
     run_id_file = os.path.join(os.path.dirname(os.path.dirname(path)), RUN_ID_FILE)
@@ -92,8 +98,10 @@ def _readable_checkpoint(source: str) -> str:
     if not os.path.isdir(source):
         reason = unreadable(source)
         if reason:
-            raise RunnerError(f"init.from={source!r} cannot be read ({reason}). Fix: point init.from at another "
-                              "checkpoint, or at its directory to take the newest readable one.")
+            raise RunnerError(
+                f"init.from={source!r} cannot be read ({reason}). Fix: point init.from at another "
+                "checkpoint, or at its directory to take the newest readable one."
+            )
         return source
     listed = listed_checkpoints(source)  # never repaired here: the directory belongs to another run
     for path in reversed(listed):
@@ -101,8 +109,10 @@ def _readable_checkpoint(source: str) -> str:
         if not reason:
             return path
         log.warning("checkpoint %s is unreadable (%s): trying the one before", path, reason)
-    raise RunnerError(f"init.from={source!r} holds no readable checkpoint ({len(listed)} listed, none reads in full). "
-                      "Fix: point init.from at another run directory, or at runs:/<run id>/model of that run.")
+    raise RunnerError(
+        f"init.from={source!r} holds no readable checkpoint ({len(listed)} listed, none reads in full). "
+        "Fix: point init.from at another run directory, or at runs:/<run id>/model of that run."
+    )
 
 
 def _checkpoint_keys(path: str, model: tf.keras.Model, root: str = "model") -> dict[int, str]:
@@ -150,8 +160,9 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     try:
         with tempfile.TemporaryDirectory(prefix="runner-init-") as scratch:
             try:
-                local = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=scratch,
-                                                            tracking_uri=client.tracking_uri)
+                local = mlflow.artifacts.download_artifacts(
+                    artifact_uri=location, dst_path=scratch, tracking_uri=client.tracking_uri
+                )
                 saved_model = _saved_model_dir(local)
                 # A model logged before the runner logged SavedModels: a tf_keras model, loaded (outside the run's
                 # strategy: a plain copy to read) and copied from in order.
@@ -163,7 +174,8 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
                     f"init.from={source!r} resolved to {location}, but its model could not be loaded "
                     f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). Fix: check that it is a "
                     "model logged by the runner (MLflow's TensorFlow flavor) and that its artifacts are reachable "
-                    "from here.") from None
+                    "from here."
+                ) from None
             where = f"init.from={source!r}"
             if saved_model:
                 _restore_network(where, os.path.join(saved_model, "variables", "variables"), model)
@@ -177,16 +189,19 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     sources, targets = trained.weights, model.weights
     for index, variable in enumerate(targets):
         if index >= len(sources):
-            raise RunnerError(f"{where}: the source model has {len(sources)} variables, and this model's variable "
-                              f"{variable.name} (number {index + 1} of {len(targets)}) has none to come from. "
-                              + _FIX_SHAPES)
+            raise RunnerError(
+                f"{where}: the source model has {len(sources)} variables, and this model's variable "
+                f"{variable.name} (number {index + 1} of {len(targets)}) has none to come from. " + _FIX_SHAPES
+            )
         if tuple(sources[index].shape) != tuple(variable.shape):
             raise _mismatch(where, variable, tuple(sources[index].shape))
     if len(sources) > len(targets):
-        raise RunnerError(f"{where}: the source model has {len(sources)} variables and this model only "
-                          f"{len(targets)}, so it is another architecture. " + _FIX_SHAPES)
+        raise RunnerError(
+            f"{where}: the source model has {len(sources)} variables and this model only "
+            f"{len(targets)}, so it is another architecture. " + _FIX_SHAPES
+        )
     # Assigned from the cross-replica context: a distributed variable updates every replica's copy.
-    for variable, value in zip(targets, [weight.numpy() for weight in sources]):
+    for variable, value in zip(targets, [weight.numpy() for weight in sources], strict=True):
         variable.assign(tf.cast(value, variable.dtype))
     return Origin(description, len(targets), {FROM_TAG: source, **tags})
 
@@ -233,18 +248,24 @@ def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
     for index, variable in enumerate(model.weights):
         key = keys.get(id(variable))
         if key is None:
-            raise RunnerError(f"{where}: the logged model has no value for this model's variable {variable.name} "
-                              f"(number {index + 1} of {len(model.weights)}). " + _FIX_SHAPES)
+            raise RunnerError(
+                f"{where}: the logged model has no value for this model's variable {variable.name} "
+                f"(number {index + 1} of {len(model.weights)}). " + _FIX_SHAPES
+            )
         if tuple(shapes[key]) != tuple(variable.shape):
             raise _mismatch(where, variable, tuple(shapes[key]))
     network = _variables_under(path, NETWORK)
     if network == 0:
-        raise RunnerError(f"{where}: the logged model holds no trained network under `{NETWORK}`, so it was not "
-                          "logged by the runner. Fix: start from a model logged by the runner, or from a run "
-                          "directory's checkpoint.")
+        raise RunnerError(
+            f"{where}: the logged model holds no trained network under `{NETWORK}`, so it was not "
+            "logged by the runner. Fix: start from a model logged by the runner, or from a run "
+            "directory's checkpoint."
+        )
     if network > len(model.weights):
-        raise RunnerError(f"{where}: the source model has {network} variables and this model only "
-                          f"{len(model.weights)}, so it is another architecture. " + _FIX_SHAPES)
+        raise RunnerError(
+            f"{where}: the source model has {network} variables and this model only "
+            f"{len(model.weights)}, so it is another architecture. " + _FIX_SHAPES
+        )
     # Assigned from the cross-replica context: a distributed variable updates every replica's copy.
     tf.train.Checkpoint(**{NETWORK: model}).restore(path).expect_partial()
 
@@ -259,17 +280,21 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
             run_id, name = re.fullmatch(r"runs:/([^/]+)/(.+)", source).groups()
             run = client.get_run(run_id)
             found = client.search_logged_models(
-                [run.info.experiment_id], filter_string=f"name = '{name}' AND source_run_id = '{run_id}'",
-                max_results=1)
+                [run.info.experiment_id], filter_string=f"name = '{name}' AND source_run_id = '{run_id}'", max_results=1
+            )
             if not found:
                 raise RunnerError(
                     f"init.from={source!r}: MLflow run {run_id} in {store} has no model named {name!r} (a run logs "
                     "its model when it finishes, unless mlflow.log_model=false). Fix: use a run that finished "
-                    "with its model, or its run directory (init.from=<run dir>) to start from its checkpoint.")
+                    "with its model, or its run directory (init.from=<run dir>) to start from its checkpoint."
+                )
             return found[0].artifact_location, source, {SOURCE_RUN_TAG: run_id}
         name, alias, number = re.fullmatch(r"models:/([^/@]+)(?:@(.+)|/(\d+))", source).groups()
-        version = (client.get_model_version_by_alias(name, alias) if alias is not None
-                   else client.get_model_version(name, number))
+        version = (
+            client.get_model_version_by_alias(name, alias)
+            if alias is not None
+            else client.get_model_version(name, number)
+        )
         location = version.source
         if location.startswith("models:/"):
             # Registered from models:/<model id> (mlflow.register_model does): download_artifacts would look that
@@ -283,12 +308,14 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
             f"init.from={source!r} names a {looked_up} that the MLflow store {store} does not have ({message}). "
             "Fix: check the name, alias, version or run id in `mlflow ui` (the Models page lists registered "
             "models with their versions and aliases), and that mlflow.tracking_uri (or MLFLOW_TRACKING_URI) "
-            "points at the store that holds it.") from None
+            "points at the store that holds it."
+        ) from None
     tags = {MODEL_VERSION_TAG: f"{name}/{version.version}"}
     if version.run_id:
         tags[SOURCE_RUN_TAG] = version.run_id
-    description = f"{source} (version {version.version}" + (f", MLflow run {version.run_id})" if version.run_id
-                                                             else ")")
+    description = f"{source} (version {version.version}" + (
+        f", MLflow run {version.run_id})" if version.run_id else ")"
+    )
     return location, description, tags
 
 
@@ -297,11 +324,14 @@ def _trained_network(source: str, loaded) -> tf.keras.Model:
     if not isinstance(loaded, tf.keras.Model):
         raise RunnerError(
             f"init.from={source!r} loads as {type(loaded).__module__}.{type(loaded).__qualname__}, not a tf_keras "
-            "model. Fix: start from a model logged by the runner, or from its run directory's checkpoint.")
+            "model. Fix: start from a model logged by the runner, or from its run directory's checkpoint."
+        )
     inner = [layer for layer in loaded.layers if isinstance(layer, tf.keras.Model)]
     return inner[0] if len(inner) == 1 else loaded
 
 
 def _mismatch(where: str, variable: tf.Variable, source_shape: tuple) -> RunnerError:
-    return RunnerError(f"{where}: variable {variable.name} has shape {source_shape} in the source and "
-                       f"{tuple(variable.shape)} here. " + _FIX_SHAPES)
+    return RunnerError(
+        f"{where}: variable {variable.name} has shape {source_shape} in the source and "
+        f"{tuple(variable.shape)} here. " + _FIX_SHAPES
+    )

@@ -21,8 +21,16 @@ from pathlib import Path
 from helpers.processes import stop_group, wait_group
 
 # The machine has no outside network: without these, Chromium keeps trying to reach Google's services.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 
 class Chromium:
@@ -42,10 +50,21 @@ class Chromium:
 
         with open(log, "wb") as stderr:
             self.process = subprocess.Popen(
-                [executable, *FLAGS, f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}",
-                 "--remote-debugging-pipe", "about:blank"],
-                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, preexec_fn=on_fds_3_and_4,
-                pass_fds=(3, 4), start_new_session=True)
+                [
+                    executable,
+                    *FLAGS,
+                    f"--user-data-dir={user_data_dir}",
+                    f"--window-size={width},{height}",
+                    "--remote-debugging-pipe",
+                    "about:blank",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                preexec_fn=on_fds_3_and_4,
+                pass_fds=(3, 4),
+                start_new_session=True,
+            )
         os.close(commands_read)
         os.close(replies_write)
         self._buffer = b""
@@ -60,7 +79,7 @@ class Chromium:
             message["sessionId"] = self._session
         data = json.dumps(message).encode() + b"\0"
         while data:
-            data = data[os.write(self._commands, data):]
+            data = data[os.write(self._commands, data) :]
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read(deadline, method)
@@ -87,8 +106,7 @@ class Chromium:
         """Navigate the tab Chromium started with (it has the window's size) to url."""
         self._session = None
         page = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
-        self._session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})[
-            "sessionId"]
+        self._session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
         self.send("Page.navigate", {"url": url})
 
     def evaluate(self, expression: str):
@@ -113,7 +131,8 @@ class Chromium:
         centre = self.wait_for(
             f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
             " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-            " return r.width > 0 ? [r.x + r.width / 2, r.y + r.height / 2] : null; })()")
+            " return r.width > 0 ? [r.x + r.width / 2, r.y + r.height / 2] : null; })()"
+        )
         x, y = centre
         self.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
         for kind in ("mousePressed", "mouseReleased"):

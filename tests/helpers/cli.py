@@ -11,22 +11,38 @@ from pathlib import Path
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment without the MLflow variables a developer may have set, unbuffered."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+    }
     return {**env, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`python -m runner <args>` in a fresh process, as a user runs it (`env`: variables to add)."""
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=cli_env(env), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
     """`python -m runner <args>` started in the background (for tests that signal or kill it)."""
-    return subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=cwd, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(condition, timeout: float = 120.0, what: str = "") -> None:

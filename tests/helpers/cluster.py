@@ -16,13 +16,19 @@ def train_losses(client, run_id: str) -> list[float]:
 def assert_losses_match_two_mirrored_replicas(client, run_id: str, tmp_path: Path, label: str) -> None:
     """The run's per-epoch train_loss equals that of `strategy=mirrored strategy.cpu_replicas=2` with the same
     seed and global batch (TWO_EPOCHS, batch 32 per replica), trained here as the reference."""
-    reference = run_cli(*TWO_EPOCHS, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
-                        f"hydra.run.dir={tmp_path / 'mirrored'}", "strategy=mirrored", "strategy.cpu_replicas=2",
-                        "batch=32", cwd=tmp_path)
+    reference = run_cli(
+        *TWO_EPOCHS,
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mirrored.db'}",
+        f"hydra.run.dir={tmp_path / 'mirrored'}",
+        "strategy=mirrored",
+        "strategy.cpu_replicas=2",
+        "batch=32",
+        cwd=tmp_path,
+    )
     assert reference.returncode == 0, reference.stderr[-3000:]
     mirrored = mlflow_client(f"sqlite:///{tmp_path / 'mirrored.db'}")
     expected = train_losses(mirrored, (tmp_path / "mirrored" / "mlflow_run_id.txt").read_text().strip())
     losses = train_losses(client, run_id)
-    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected)]
+    differences = [abs(ours - theirs) / theirs for ours, theirs in zip(losses, expected, strict=False)]
     print(f"{label} vs mirrored train_loss: {losses} vs {expected}, relative differences {differences}")
     assert len(losses) == 2 and max(differences) < 1e-3, (losses, expected)

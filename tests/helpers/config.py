@@ -12,7 +12,6 @@ CONF = REPO / "conf"
 def compose(overrides: list[str]):
     """The composed config exactly as `python -m runner <overrides>` would see it."""
     from runner.config.check import compose_config
-
     from runner.sweeps.launchers import rename_launcher_schemas
 
     rename_launcher_schemas()  # as runner/__main__.py does before composing
@@ -36,8 +35,10 @@ def dataset_settings(kind: str = "synthetic", **keys):
 
     from runner.settings import from_config
 
-    overrides = [f"dataset={kind}", *(f"dataset.{key}={'null' if value is None else value}"
-                                      for key, value in keys.items())]
+    overrides = [
+        f"dataset={kind}",
+        *(f"dataset.{key}={'null' if value is None else value}" for key, value in keys.items()),
+    ]
     return from_config(OmegaConf.to_container(compose(overrides), resolve=True)).dataset
 
 

@@ -41,9 +41,15 @@ def register_in_parallel(tracking_uri: str, name: str, values: list[float]) -> l
     """Register one run per value from as many processes, all starting at once; return the run ids."""
     run_ids = make_runs_with_models(mlflow_client(tracking_uri), len(values))
     start = time.time() + 10  # after every process has imported MLflow
-    processes = [subprocess.Popen([sys.executable, "-c", _REGISTER, tracking_uri, name, run_id, str(value),
-                                   str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for run_id, value in zip(run_ids, values)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _REGISTER, tracking_uri, name, run_id, str(value), str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for run_id, value in zip(run_ids, values, strict=True)
+    ]
     try:
         for process in processes:
             _, stderr = process.communicate(timeout=180)
@@ -56,8 +62,9 @@ def register_in_parallel(tracking_uri: str, name: str, values: list[float]) -> l
     return run_ids
 
 
-def assert_parallel_registrations_settled(tracking_uri: str, name: str, values: list[float],
-                                          run_ids: list[str]) -> None:
+def assert_parallel_registrations_settled(
+    tracking_uri: str, name: str, values: list[float], run_ids: list[str]
+) -> None:
     client = mlflow_client(tracking_uri)
     versions = client.search_model_versions(f"name = '{name}'")
     assert sorted(int(version.version) for version in versions) == list(range(1, len(values) + 1))

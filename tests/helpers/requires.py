@@ -25,17 +25,24 @@ def _postgresql() -> bool:  # Debian keeps the server binaries off PATH (helpers
 
 # tool -> (is it here?, what to install when it is not)
 TOOLS = {
-    "postgresql": (_postgresql,
-                   "Debian's postgresql package (apt-get install -y --no-install-recommends postgresql)"),
-    "chromium": (lambda: _program("chromium"),
-                 "Debian's chromium package (apt-get install -y --no-install-recommends chromium)"),
-    "slurm": (lambda: all(_program(name) for name in ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "sinfo")),
-              "Debian's slurmctld, slurmd and slurm-client packages "
-              "(apt-get install -y --no-install-recommends slurmctld slurmd slurm-client)"),
-    "iproute2": (lambda: _program("ip"),
-                 "Debian's iproute2 package (apt-get install -y --no-install-recommends iproute2)"),
-    "ray": (lambda: importlib.util.find_spec("ray") is not None,
-            "the optional extra 'ray' (pip install -e '.[ray]', or '.[test]' as the README's set-up does)"),
+    "postgresql": (_postgresql, "Debian's postgresql package (apt-get install -y --no-install-recommends postgresql)"),
+    "chromium": (
+        lambda: _program("chromium"),
+        "Debian's chromium package (apt-get install -y --no-install-recommends chromium)",
+    ),
+    "slurm": (
+        lambda: all(_program(name) for name in ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "sinfo")),
+        "Debian's slurmctld, slurmd and slurm-client packages "
+        "(apt-get install -y --no-install-recommends slurmctld slurmd slurm-client)",
+    ),
+    "iproute2": (
+        lambda: _program("ip"),
+        "Debian's iproute2 package (apt-get install -y --no-install-recommends iproute2)",
+    ),
+    "ray": (
+        lambda: importlib.util.find_spec("ray") is not None,
+        "the optional extra 'ray' (pip install -e '.[ray]', or '.[test]' as the README's set-up does)",
+    ),
 }
 
 

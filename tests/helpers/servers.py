@@ -21,8 +21,9 @@ from pathlib import Path
 
 from helpers.processes import is_running, stop_group
 
-INSTALL_HINT = ("install Debian's packages as .ci/run does: "
-                "apt-get install -y --no-install-recommends postgresql chromium")
+INSTALL_HINT = (
+    "install Debian's packages as .ci/run does: apt-get install -y --no-install-recommends postgresql chromium"
+)
 
 
 def free_port() -> int:
@@ -54,8 +55,9 @@ class Postgres:
     """A PostgreSQL cluster of its own (initdb into a temp directory, pg_ctl on a free loopback port)
     holding one role and one database for MLflow, reached by password over TCP as a team's would be."""
 
-    def __init__(self, log_copy: Path, role: str = "mlflow", password: str = "mlflow-test-password",
-                 database: str = "mlflow"):
+    def __init__(
+        self, log_copy: Path, role: str = "mlflow", password: str = "mlflow-test-password", database: str = "mlflow"
+    ):
         self.log_copy = log_copy  # where the server log is kept once the cluster is removed
         self.bin = postgres_bin()
         self.role, self.password, self.database = role, password, database
@@ -85,33 +87,75 @@ class Postgres:
         return self.uri_of(database)
 
     def _run(self, *command: str, env: dict | None = None, timeout: float = 60) -> None:
-        done = subprocess.run([*self.as_user, *command], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
+        done = subprocess.run(
+            [*self.as_user, *command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
-                               f"\nserver log:\n{_tail(self.log)}")
+            raise RuntimeError(
+                f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                f"\nserver log:\n{_tail(self.log)}"
+            )
 
-    def start(self) -> "Postgres":
+    def start(self) -> Postgres:
         superuser_password = self.root / "superuser-password"
         superuser_password.write_text(self.password + "\n")
         if self.as_user:
             shutil.chown(superuser_password, "postgres")
         # Password (scram) auth over TCP, as the mlflow server will use; --no-sync: a throwaway cluster.
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-E", "UTF8",
-                  f"--pwfile={superuser_password}", "--auth-local=trust", "--auth-host=scram-sha-256",
-                  "--no-sync")
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            f"--pwfile={superuser_password}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--no-sync",
+        )
         # Loopback TCP only and no Unix socket: nothing clashes with a system cluster or another test.
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories=''"
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options,
-                  "-w", "-t", "60", "start")
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         self.postmaster_pid = int((self.data / "postmaster.pid").read_text().split()[0])
-        self.psql(f"CREATE ROLE {self.role} LOGIN PASSWORD '{self.password}'",
-                  f"CREATE DATABASE {self.database} OWNER {self.role}")
+        self.psql(
+            f"CREATE ROLE {self.role} LOGIN PASSWORD '{self.password}'",
+            f"CREATE DATABASE {self.database} OWNER {self.role}",
+        )
         return self
 
     def psql(self, *statements: str) -> None:
-        args = [str(self.bin / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
-                "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
+        args = [
+            str(self.bin / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+        ]
         for statement in statements:
             args += ["-c", statement]
         self._run(*args, env={"PGPASSWORD": self.password})
@@ -143,16 +187,24 @@ class BasicAuth:
     default_permission: str = "READ"
 
     def ini(self) -> str:
-        return (f"[mlflow]\ndefault_permission = {self.default_permission}\ndatabase_uri = {self.database_uri}\n"
-                f"admin_username = {self.admin_username}\nadmin_password = {self.admin_password}\n")
+        return (
+            f"[mlflow]\ndefault_permission = {self.default_permission}\ndatabase_uri = {self.database_uri}\n"
+            f"admin_username = {self.admin_username}\nadmin_password = {self.admin_password}\n"
+        )
 
 
 class MlflowServer:
     """`mlflow server` (the one installed beside this Python) with a SQL backend store and artifacts
     proxied to a local directory, on a free loopback port; with `auth`, behind the basic-auth app."""
 
-    def __init__(self, backend_store_uri: str, artifacts: Path, log: Path, auth: BasicAuth | None = None,
-                 tls: tuple[Path, Path, Path] | None = None):
+    def __init__(
+        self,
+        backend_store_uri: str,
+        artifacts: Path,
+        log: Path,
+        auth: BasicAuth | None = None,
+        tls: tuple[Path, Path, Path] | None = None,
+    ):
         """`tls`: (certificate, key, CA certificate): serve HTTPS with that certificate, signed by that CA."""
         self.backend_store_uri = backend_store_uri
         self.artifacts = artifacts
@@ -166,12 +218,24 @@ class MlflowServer:
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 180) -> "MlflowServer":
+    def start(self, timeout: float = 180) -> MlflowServer:
         mlflow = Path(sys.executable).parent / "mlflow"
         self.artifacts.mkdir(parents=True, exist_ok=True)
-        command = [str(mlflow), "server", "--backend-store-uri", self.backend_store_uri,
-                   "--serve-artifacts", "--artifacts-destination", str(self.artifacts),
-                   "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+        command = [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            self.backend_store_uri,
+            "--serve-artifacts",
+            "--artifacts-destination",
+            str(self.artifacts),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
         env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
         if self.auth is not None:
             ini = self.log.parent / "basic_auth.ini"
@@ -189,8 +253,14 @@ class MlflowServer:
             # A session (and so a process group) of its own: the server forks uvicorn and job-runner
             # workers, and stopping it must reach all of them.
             self.process = subprocess.Popen(
-                command, cwd=self.log.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                command,
+                cwd=self.log.parent,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout  # the first start creates MLflow's schema in PostgreSQL
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

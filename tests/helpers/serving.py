@@ -9,9 +9,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from helpers.config import REPO
 from helpers.processes import stop_group
@@ -28,8 +28,9 @@ def readme_serve_command(model_uri: str, port: int) -> str:
 
 def post_invocations(url: str, body: dict) -> tuple[int, dict]:
     """POST `body` as JSON to a served model's /invocations: the status and the JSON reply (errors too)."""
-    request = urllib.request.Request(f"{url}/invocations", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/invocations", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.load(response)
@@ -45,13 +46,23 @@ def serving(model_uri: str, cwd: Path) -> Iterator[str]:
     port = free_port()
     command = readme_serve_command(model_uri, port)
     assert "TF_USE_LEGACY_KERAS" not in command
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("TF_USE_LEGACY_KERAS", "MLFLOW_TRACKING_URI", "PYTHONPATH")
+    }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's mlflow
     log = cwd / "serve.log"
     with open(log, "wb") as output:
-        process = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 240

@@ -17,15 +17,16 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from helpers.processes import is_running
 from runner.clusters.local import free_ports
 
-INSTALL_HINT = ("install Debian's SLURM as .ci/run does: "
-                "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client")
+INSTALL_HINT = (
+    "install Debian's SLURM as .ci/run does: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client"
+)
 # A job that ended stays visible to `scontrol show job` this long: there is no accounting to ask.
 MIN_JOB_AGE_SECONDS = 3600
 
@@ -116,22 +117,28 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge={MIN_JOB_AGE_SECONDS}
 KillWait=10
-StateSaveLocation={self.root / 'state'}
-SlurmdSpoolDir={self.root / 'spool'}
-SlurmctldPidFile={self.root / 'slurmctld.pid'}
-SlurmdPidFile={self.root / 'slurmd.pid'}
-SlurmctldLogFile={self.root / 'slurmctld.log'}
-SlurmdLogFile={self.root / 'slurmd.log'}
+StateSaveLocation={self.root / "state"}
+SlurmdSpoolDir={self.root / "spool"}
+SlurmctldPidFile={self.root / "slurmctld.pid"}
+SlurmdPidFile={self.root / "slurmd.pid"}
+SlurmctldLogFile={self.root / "slurmctld.log"}
+SlurmdLogFile={self.root / "slurmd.log"}
 NodeName=localhost CPUs={self.cpus} RealMemory=16000 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 MaxTime=INFINITE
 """)
 
     def _daemon(self, *command: str, log: str) -> subprocess.Popen:
         with open(self.root / log, "wb") as output:
-            return subprocess.Popen(list(command), env=self.env, stdout=output, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            return subprocess.Popen(
+                list(command),
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
-    def start(self, timeout: float = 60) -> "Slurm":
+    def start(self, timeout: float = 60) -> Slurm:
         self._write_conf()
         self.controller = self._daemon("slurmctld", "-D", "-i", "-f", str(self.conf), log="slurmctld.out")
         self.node = self._daemon("slurmd", "-D", "-N", "localhost", "-f", str(self.conf), log="slurmd.out")
@@ -149,18 +156,22 @@ PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 M
         raise RuntimeError(f"the SLURM node is {state!r}, not idle, after {timeout:.0f} s:\n{self.logs()}")
 
     def logs(self) -> str:
-        return "\n".join(f"--- {name}\n{_tail(self.root / name)}"
-                         for name in ("slurmctld.log", "slurmctld.out", "slurmd.log", "slurmd.out"))
+        return "\n".join(
+            f"--- {name}\n{_tail(self.root / name)}"
+            for name in ("slurmctld.log", "slurmctld.out", "slurmd.log", "slurmd.out")
+        )
 
     def run(self, *command: str, check: bool = True, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
-        done = subprocess.run(list(command), env=kwargs.pop("env", self.env), capture_output=True, text=True,
-                              timeout=timeout, **kwargs)
+        done = subprocess.run(
+            list(command), env=kwargs.pop("env", self.env), capture_output=True, text=True, timeout=timeout, **kwargs
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stdout}{done.stderr}")
         return done
 
-    def sbatch(self, script: Path, *args: str, options: tuple[str, ...] = (), cwd: Path, env: dict | None = None
-               ) -> str:
+    def sbatch(
+        self, script: Path, *args: str, options: tuple[str, ...] = (), cwd: Path, env: dict | None = None
+    ) -> str:
         """Submit `script` (with sbatch options before it, arguments after it); return the job id."""
         done = self.run("sbatch", "--parsable", *options, str(script), *args, cwd=cwd, env={**self.env, **(env or {})})
         return done.stdout.strip().split(";")[0]
@@ -180,8 +191,16 @@ PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 M
         deadline = time.monotonic() + timeout
         while True:
             fields = self.job(job_id)
-            if fields.get("JobState") not in (None, "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
-                                              "REQUEUED", "RESIZING"):
+            if fields.get("JobState") not in (
+                None,
+                "PENDING",
+                "RUNNING",
+                "CONFIGURING",
+                "COMPLETING",
+                "SUSPENDED",
+                "REQUEUED",
+                "RESIZING",
+            ):
                 return fields
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} still {fields.get('JobState')} after {timeout:.0f} s")

@@ -13,19 +13,28 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from helpers.presets import SWEEP_JOB
 from runner.job_result import RESULT_KEYS, read_result
-from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
+from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.common import RUN_ID_FILE
 
 
 def sweep_command(tmp_path, sweep_dir, overrides):
-    return [sys.executable, "-m", "runner", "-m", *SWEEP_JOB, f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-            f"hydra.sweep.dir={sweep_dir}", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "runner",
+        "-m",
+        *SWEEP_JOB,
+        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.sweep.dir={sweep_dir}",
+        *overrides,
+    ]
 
 
 def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
 
 
 def client_for(tmp_path) -> MlflowClient:
@@ -71,7 +80,7 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic")
     jobs = children(client, parent_id)
     assert [run.data.tags["job_number"] for run in jobs] == [str(n) for n in range(len(points))]
     db = f"{tmp_path}/mlflow.db"
-    for number, (run, point) in enumerate(zip(jobs, points)):
+    for number, (run, point) in enumerate(zip(jobs, points, strict=True)):
         assert run.info.status == "FINISHED"
         assert run.data.tags["overrides"] == job_overrides(*point).format(db=db)
         assert run.info.run_name == ",".join(point)
@@ -89,7 +98,7 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic")
 
     rows = summary_rows(sweep_dir)
     assert [row["job"] for row in rows] == [str(n) for n in range(len(points))]
-    for row, run, point in zip(rows, jobs, points):
+    for row, run, point in zip(rows, jobs, points, strict=True):
         assert row["overrides"] == ",".join(point)
         assert row["status"] == "FINISHED"
         assert row["run_id"] == run.info.run_id

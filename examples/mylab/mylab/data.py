@@ -20,15 +20,21 @@ def digits(path: str = "data/digits.npz") -> DataSplits:
     """The digits from make_data.py's .npz, held in memory: uint8 images (n, 8, 8) and their labels."""
     path = os.path.abspath(path)  # relative to the directory the command runs in
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} does not exist: run `python make_data.py` in the example's directory "
-                                "first, or set dataset.path")
+        raise FileNotFoundError(
+            f"{path} does not exist: run `python make_data.py` in the example's directory first, or set dataset.path"
+        )
     with np.load(path) as files:
-        return DataSplits(train=(files["x_train"], files["y_train"]), test=(files["x_test"], files["y_test"]),
-                          num_classes=NUM_CLASSES, source={"uri": path})
+        return DataSplits(
+            train=(files["x_train"], files["y_train"]),
+            test=(files["x_test"], files["y_test"]),
+            num_classes=NUM_CLASSES,
+            source={"uri": path},
+        )
 
 
-def digits_tfrecord(train_files: str = "data/tfrecord/train-*.tfrecord",
-                    test_files: str = "data/tfrecord/test-*.tfrecord") -> DataSplits:
+def digits_tfrecord(
+    train_files: str = "data/tfrecord/train-*.tfrecord", test_files: str = "data/tfrecord/test-*.tfrecord"
+) -> DataSplits:
     """The digits from make_data.py's TFRecord shards, streamed: tf.data datasets of (image, label) pairs.
 
     Naming the training files (`train_files`) lets MultiWorkerMirrored workers each read their own shards
@@ -50,6 +56,12 @@ def digits_tfrecord(train_files: str = "data/tfrecord/train-*.tfrecord",
 
     train, test = files(train_files), files(test_files)
     count = lambda paths: sum(1 for _ in tf.data.TFRecordDataset(paths))  # noqa: E731  (1,797 small records)
-    return DataSplits(train=tf.data.TFRecordDataset(train).map(parse), test=tf.data.TFRecordDataset(test).map(parse),
-                      num_classes=NUM_CLASSES, source={"uri": os.path.dirname(train[0])}, train_files=train,
-                      train_examples=count(train), test_examples=count(test))
+    return DataSplits(
+        train=tf.data.TFRecordDataset(train).map(parse),
+        test=tf.data.TFRecordDataset(test).map(parse),
+        num_classes=NUM_CLASSES,
+        source={"uri": os.path.dirname(train[0])},
+        train_files=train,
+        train_examples=count(train),
+        test_examples=count(test),
+    )

@@ -6,7 +6,7 @@ the logged model adds the softmax itself).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # Keras 2 (tf_keras), never `import keras`: that is Keras 3, which loses updates under
 # ParameterServerStrategy and does not support MultiWorkerMirrored custom loops, so the runner refuses its
