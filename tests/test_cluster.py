@@ -373,6 +373,7 @@ def test_a_lost_peer_paragraph_keeps_tensorflows_cause_not_the_stack_of_the_grap
 # -- real clusters ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_path):
     malformed = _cli(
         tmp_path,

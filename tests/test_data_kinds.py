@@ -271,6 +271,7 @@ def test_a_bad_file_is_one_paragraph_naming_the_key(tmp_path, case):
     assert message.startswith(key) and "Fix:" in message and "\n" not in message, message
 
 
+@pytest.mark.slow
 def test_a_bad_file_exits_2_through_the_command(tmp_path):
     write_tfrecords(tmp_path, "train", 1, 4)
     write_tfrecords(tmp_path, "test", 1, 4)

@@ -89,6 +89,7 @@ def test_a_run_records_its_data_once_even_when_resumed(train, tmp_path, tracking
 PROCESSES, ROUNDS = 6, 8
 
 
+@pytest.mark.slow
 def test_runs_logging_the_same_data_at_once_all_record_it(tmp_path):
     """Six processes log the same two datasets at the same moment into one store: MLflow's store would let only
     one insert each dataset and fail the others (UNIQUE constraint failed, a sweep job FAILED for it)."""

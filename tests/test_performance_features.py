@@ -185,6 +185,7 @@ def test_the_reference_script_trains_and_reports(tmp_path):
     assert "import runner" not in source and "hydra" not in source and "mlflow" not in source
 
 
+@pytest.mark.slow
 def test_startup_breakdown_times_what_each_library_adds_in_fresh_interpreters():
     from bench.startup import PHASES, markdown_table, measure
 

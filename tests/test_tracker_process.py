@@ -145,6 +145,7 @@ client.set_terminated(client.create_run(experiment.experiment_id).info.run_id)
 """
 
 
+@pytest.mark.slow
 def test_processes_opening_a_fresh_sqlite_store_together_all_succeed(tmp_path):
     """MLflow migrates a new sqlite file in the first process that opens it; open_client makes the others wait."""
     uri, go = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}", tmp_path / "go"
