@@ -195,7 +195,7 @@ def test_a_keras_3_model_is_refused_with_one_paragraph_before_any_run(tmp_path):
 
 @pytest.fixture
 def served(project, one_device_run):
-    """README's `mlflow models serve` command for the run's model, from the example's directory, with neither
+    """The documented `mlflow models serve` command for the run's model, from the example's directory, with neither
     the example nor the runner on PYTHONPATH (the model needs neither); its base URL."""
     with serving(f"runs:/{one_device_run}/model", project) as url:
         yield url

@@ -1,7 +1,7 @@
 """Every finished run logs its model: one real `python -m runner` run on small IDX files (raw 0-255 pixels),
 its model loaded in fresh processes without TF_USE_LEGACY_KERAS (one of them imports Keras 3 first) and served
-by README's own `mlflow models serve` command over HTTP without it, and the runs that must keep exactly one
-model (re-run) or none (stopped while logging it)."""
+by the documented `mlflow models serve` command (docs/tracking-and-models.md) over HTTP without it, and the runs
+that must keep exactly one model (re-run) or none (stopped while logging it)."""
 
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ def finished_run(workdir, idx) -> str:
 
 @pytest.fixture(scope="module")
 def served(workdir, finished_run):
-    """The run's model served by README's command in a shell whose environment lacks TF_USE_LEGACY_KERAS (and
-    the command does not set it), from the directory holding mlflow.db as README says; its base URL."""
+    """The run's model served by the documented command in a shell whose environment lacks TF_USE_LEGACY_KERAS
+    (and the command does not set it), from the directory holding mlflow.db as the page says; its base URL."""
     with serving(f"runs:/{finished_run}/model", workdir) as url:
         yield url
 
@@ -112,7 +112,8 @@ def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metr
     assert example.shape[1:] == (28, 28) and example.max() > 1  # raw pixels, not scaled ones
 
 
-# README's Python, as a new user runs it: no TF_USE_LEGACY_KERAS anywhere (the test's environment drops it).
+# The documented Python (docs/tracking-and-models.md), as a new user runs it: no TF_USE_LEGACY_KERAS anywhere (the
+# test's environment drops it).
 _PREDICT = """
 import json, os, sys
 import numpy as np

@@ -1,4 +1,5 @@
-"""A logged model served by README's `mlflow models serve` command, and asked for predictions over HTTP."""
+"""A logged model served by the documented `mlflow models serve` command (docs/tracking-and-models.md, "The logged
+model"), and asked for predictions over HTTP."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from helpers.config import REPO
 from helpers.processes import stop_group
 from helpers.servers import free_port
 
+# The page that documents serving a run's logged model.
+SERVING_PAGE = REPO / "docs" / "tracking-and-models.md"
 
-def readme_serve_command(model_uri: str, port: int) -> str:
-    """README's serve command for runs:/..., exactly as written there, with the run id and port filled in."""
-    readme = (REPO / "README.md").read_text()
-    [line] = [line for line in readme.splitlines() if "mlflow models serve -m runs:/<run id>/model" in line]
+
+def documented_serve_command(model_uri: str, port: int) -> str:
+    """The documented serve command for runs:/..., exactly as written there, with the run id and port filled in."""
+    page = SERVING_PAGE.read_text()
+    [line] = [line for line in page.splitlines() if "mlflow models serve -m runs:/<run id>/model" in line]
     assert "--port 5001" in line
     return line.replace("runs:/<run id>/model", model_uri).replace("--port 5001", f"--port {port}")
 
@@ -40,11 +44,11 @@ def post_invocations(url: str, body: dict) -> tuple[int, dict]:
 
 @contextmanager
 def serving(model_uri: str, cwd: Path) -> Iterator[str]:
-    """README's serve command for `model_uri`, run from `cwd` in a shell whose environment lacks TF_USE_LEGACY_KERAS,
-    MLFLOW_TRACKING_URI and PYTHONPATH (the logged model needs none of them, and the command sets none); the
-    served model's base URL once it answers /ping."""
+    """The documented serve command for `model_uri`, run from `cwd` in a shell whose environment lacks
+    TF_USE_LEGACY_KERAS, MLFLOW_TRACKING_URI and PYTHONPATH (the logged model needs none of them, and the command
+    sets none); the served model's base URL once it answers /ping."""
     port = free_port()
-    command = readme_serve_command(model_uri, port)
+    command = documented_serve_command(model_uri, port)
     assert "TF_USE_LEGACY_KERAS" not in command
     env = {
         key: value
