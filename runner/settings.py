@@ -639,7 +639,7 @@ def refuse_credentials_in_uri(key: str, uri: str) -> None:
         return
     redacted = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
     where = (
-        "the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (README, Team setup)"
+        "the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (docs/team-server.md)"
         if parts.scheme in ("http", "https")
         else "the database client's own password file or variable (PostgreSQL: ~/.pgpass or PGPASSWORD)"
     )

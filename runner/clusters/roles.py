@@ -230,7 +230,7 @@ def _slurm_resolver(settings: Settings):
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RunnerError(
             f"cluster=slurm could not read the SLURM job step ({reason}). Fix: start every task with srun inside "
-            "an sbatch or salloc allocation (see the README's SLURM section), or use cluster=local on one "
+            "an sbatch or salloc allocation (see docs/clusters.md, SLURM: training), or use cluster=local on one "
             "machine or cluster=tf_config with TF_CONFIG."
         ) from None
 

@@ -87,7 +87,7 @@ def _check_answers(uri: str, run_dir: str) -> None:
     except OSError as error:
         raise RunnerError(
             f"the tracking server {uri} that {run_dir}'s journal is for does not answer ({health}: "
-            f"{getattr(error, 'reason', error)}). Fix: start it (README, Team setup) and run this command again, "
+            f"{getattr(error, 'reason', error)}). Fix: start it (docs/team-server.md) and run this command again, "
             "or pass --tracking-uri=<where it runs now>; the journal stays as it is."
         ) from None
 

@@ -66,7 +66,7 @@ def check_server(settings: MlflowSettings, timeout: float = 10.0, registers: boo
             ) from None
         raise RunnerError(
             f"mlflow.tracking_uri={server!r} does not answer ({health}: {getattr(error, 'reason', error)}). "
-            "Fix: start the tracking server (see README, Team setup) or point mlflow.tracking_uri at a running "
+            "Fix: start the tracking server (see docs/team-server.md) or point mlflow.tracking_uri at a running "
             "one; leave it unset to track into sqlite:///mlflow.db in the working directory."
         ) from None
     access = _Access(server, timeout, context)
@@ -102,7 +102,7 @@ def _check_registration(access: _Access, model: str) -> None:
         f"the tracking server {access.server} would refuse to register this run's model for user {who} (403 "
         f"Forbidden): it has {permission} permission on the registered model {model!r}, which another user "
         f"created, and adding a version takes {' or '.join(_CAN_WRITE)}. Fix: ask an admin of the server (or the "
-        f"model's creator) to grant {who} EDIT on the registered model {model!r} (README, Team setup), or pass "
+        f"model's creator) to grant {who} EDIT on the registered model {model!r} (docs/team-server.md), or pass "
         "mlflow.registered_model_name=<a model you may edit>, or mlflow.register=false for a single run; nothing "
         "was tracked."
     )
@@ -157,7 +157,7 @@ class _Access:
         except (OSError, urllib.error.URLError) as error:
             raise RunnerError(
                 f"mlflow.tracking_uri={self.server!r} stopped answering ({path}: {getattr(error, 'reason', error)})."
-                " Fix: check that the tracking server is up (README, Team setup), then re-run."
+                " Fix: check that the tracking server is up (docs/team-server.md), then re-run."
             ) from None
 
     def permission(self, resource_type: str, resource_id: str) -> str | None:
@@ -177,7 +177,7 @@ class _Access:
     def unauthenticated(self) -> RunnerError:
         how = (
             f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE} to your account's name and password (the server's "
-            "admin creates one per person: README, Team setup)"
+            "admin creates one per person: docs/team-server.md)"
         )
         if self._authorization is None:
             missing = f"{self._missing} is not set" if self._missing else "no credentials are set"
@@ -196,7 +196,7 @@ class _Access:
         who = repr(self.username) if self.username else "this account"
         return RunnerError(
             f"the tracking server {self.server} would refuse to create the run for user {who} (403 Forbidden): "
-            f"{why}. Fix: ask an admin of the server to grant {who} EDIT on the experiment (README, Team setup), "
+            f"{why}. Fix: ask an admin of the server to grant {who} EDIT on the experiment (docs/team-server.md), "
             "or pass mlflow.experiment_name=<an experiment you may edit>; nothing was tracked."
         )
 

@@ -337,7 +337,7 @@ class _Child:
                 if attempt == START_TRIES:
                     raise RunnerError(
                         f"the MLflow tracking store {self.tracker.tracking_uri} did not answer while the run started "
-                        f"({reason(error)}). Fix: check that the tracking server is up (README, Team setup), then "
+                        f"({reason(error)}). Fix: check that the tracking server is up (docs/team-server.md), then "
                         "re-run the same command; nothing was trained."
                     ) from None
                 time.sleep(attempt)

@@ -41,7 +41,7 @@ TOOLS = {
     ),
     "ray": (
         lambda: importlib.util.find_spec("ray") is not None,
-        "the optional extra 'ray' (pip install -e '.[ray]', or '.[test]' as the README's set-up does)",
+        "the optional extra 'ray' (pip install -e '.[ray]', or '.[test]' as README's Set up does)",
     ),
 }
 
