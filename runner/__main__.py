@@ -5,17 +5,19 @@ With `-m` (a sweep), each job trains in its own process instead: see runner.swee
 
 import logging
 import sys
+from typing import cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.config.check import CONF_DIR, check_command_line, refuse_unknown_keys
+from runner.config.plain import as_dict
 from runner.entry import prepare_for_tensorflow
 from runner.errors import RunnerError, report
 from runner.job_result import write_result
@@ -30,7 +32,8 @@ log = logging.getLogger("runner")
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
     prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
-    hydra_config = HydraConfig.get()
+    # HydraConfig.get() is typed as the HydraConf dataclass, but what it returns is the DictConfig made from it.
+    hydra_config = cast(DictConfig, HydraConfig.get())
     try:
         if hydra_config.mode == RunMode.MULTIRUN:
             configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
@@ -40,7 +43,7 @@ def main(cfg: DictConfig) -> float:
             return run_sweep_job(cfg, hydra_config)
         # check_command_line found them already, unless Hydra read another config directory.
         refuse_unknown_keys(cfg, OverridesParser.create().parse_overrides(list(hydra_config.overrides.task)))
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = as_dict(cfg)
         settings = from_config(config)
         objective = objective_name(config)
         verbose = is_verbose(settings.verbose, hydra_config.verbose)

@@ -20,7 +20,7 @@ def report(kind: str, message: object) -> None:
         bar.close()
     print(text, file=sys.stderr, flush=True)
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
+        if isinstance(handler, logging.FileHandler) and handler.stream is not None:
             handler.acquire()
             try:
                 handler.stream.write(text + "\n")

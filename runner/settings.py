@@ -13,7 +13,7 @@ import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from runner.components import Component
 from runner.errors import RunnerError
@@ -176,6 +176,12 @@ def _fail(key: str, value: Any, why: str, fix: str) -> RunnerError:
     return RunnerError(f"{key}={value!r} is not valid: {why}. Fix: {fix}")
 
 
+@overload
+def _int(
+    key: str, value: Any, *, minimum: int, fix: str, nullable: Literal[False] = False, maximum: int | None = None
+) -> int: ...
+@overload
+def _int(key: str, value: Any, *, minimum: int, fix: str, nullable: bool, maximum: int | None = None) -> int | None: ...
 def _int(
     key: str, value: Any, *, minimum: int, fix: str, nullable: bool = False, maximum: int | None = None
 ) -> int | None:
@@ -207,6 +213,10 @@ def _number(key: str, value: Any, *, minimum: float, fix: str, positive: bool = 
     return float(value)
 
 
+@overload
+def _bool(key: str, value: Any, fix: str, nullable: Literal[False] = False) -> bool: ...
+@overload
+def _bool(key: str, value: Any, fix: str, nullable: bool) -> bool | None: ...
 def _bool(key: str, value: Any, fix: str, nullable: bool = False) -> bool | None:
     if nullable and value is None:
         return None
@@ -215,6 +225,10 @@ def _bool(key: str, value: Any, fix: str, nullable: bool = False) -> bool | None
     return value
 
 
+@overload
+def _text(key: str, value: Any, fix: str, nullable: Literal[False] = False) -> str: ...
+@overload
+def _text(key: str, value: Any, fix: str, nullable: bool) -> str | None: ...
 def _text(key: str, value: Any, fix: str, nullable: bool = False) -> str | None:
     """A non-empty string (a number is taken as its digits); '' or null is None where `nullable`."""
     if nullable and (value is None or value == ""):
@@ -850,7 +864,7 @@ def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLaunc
     if address in (None, "auto") and environ.get("RAY_ADDRESS"):
         # ray.init reads it when the config names no cluster.
         key, address = "RAY_ADDRESS", environ["RAY_ADDRESS"]
-    head = None if address in (None, *RAY_ADDRESS_WORDS) else _ray_head(key, address)
+    head = None if address is None or address in RAY_ADDRESS_WORDS else _ray_head(key, address)
     if address not in (None, "local"):
         for name in RAY_SIZES_OF_A_NEW_CLUSTER:
             if init.get(name) is not None:

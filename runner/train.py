@@ -25,8 +25,9 @@ from runner.errors import RunnerError
 from runner.settings import Settings
 from runner.tracking.common import NullTracker, flatten
 from runner.tracking.lifecycle import RunLifecycle
+from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG
-from runner.training.actions import LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
+from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
 from runner.training.controller import Controller, EpochResult, make_evaluate
 from runner.training.determinism import make_deterministic
@@ -44,7 +45,7 @@ log = logging.getLogger("runner")
 
 @dataclass(frozen=True)
 class RunResult:
-    run_id: str
+    run_id: str | None  # None: a worker that is not the chief (it does not track)
     history: list[EpochResult]  # the epochs trained by this invocation (a resumed run skips earlier ones)
     final_metrics: dict[str, float]  # the run's last value of each metric, whichever invocation logged it
     eval_accuracy: float
@@ -63,7 +64,7 @@ def run(
     run_dir: str,
     overrides: Sequence[str] = (),
     task: Task = SINGLE_PROCESS,
-    tracker=None,
+    tracker: Tracker | None = None,
 ) -> RunResult:
     """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs.
 
@@ -184,14 +185,18 @@ class Trainer:
             workers,
         )
 
-    def end_actions(self, settings: Settings, config: Mapping[str, Any], tracker, run_id: str) -> list:
+    def end_actions(
+        self, settings: Settings, config: Mapping[str, Any], tracker: Tracker, run_id: str | None
+    ) -> list[EndAction]:
         """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration."""
         if not self.task.chief:  # the kept checkpoint is the chief's
             return []
+        tracking_uri = tracker.tracking_uri
+        assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
         restored = RestoreAndEvaluate(
             self.checkpointer, self.experiment.build_model, self.test_batches, tracker, settings.epochs
         )
-        actions: list = [
+        actions: list[EndAction] = [
             restored,
             PlotCurves(
                 tracker, curves_path(self.run_dir), f"{settings.strategy.name}, global batch {self.global_batch}"
@@ -200,7 +205,13 @@ class Trainer:
         if settings.mlflow.log_model:
             actions.append(
                 LogModel(
-                    restored, self.experiment.export_model, self.data.raw_examples(5), tracker, run_id, settings.epochs
+                    restored,
+                    self.experiment.export_model,
+                    self.data.raw_examples(5),
+                    tracker,
+                    tracking_uri,
+                    run_id,
+                    settings.epochs,
                 )
             )
         if settings.mlflow.register:
@@ -209,17 +220,28 @@ class Trainer:
             objective = objective_name(config)
             actions.append(
                 RegisterModel(
-                    settings.mlflow.registered_model_name, objective, lower_is_better(objective), tracker, run_id
+                    settings.mlflow.registered_model_name,
+                    objective,
+                    lower_is_better(objective),
+                    tracker,
+                    tracking_uri,
+                    run_id,
                 )
             )
         return actions
 
-    def train(self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker) -> RunResult:
+    def train(
+        self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker: Tracker
+    ) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
         task, checkpointer, replicas = self.task, self.checkpointer, self.strategy.num_replicas_in_sync
         # MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM.
-        coordinated = settings.strategy.name == "multi_worker_mirrored" and task.type is not None
-        guard = CoordinatedPreemption(self.strategy.cluster_resolver) if coordinated else PreemptionGuard()
+        coordinated = (
+            CoordinatedPreemption(self.strategy.cluster_resolver)
+            if settings.strategy.name == "multi_worker_mirrored" and task.type is not None
+            else None
+        )
+        guard = coordinated or PreemptionGuard()
         with guard.installed():
             with guard.deferred():
                 run_id = tracker.start(
@@ -268,9 +290,9 @@ class Trainer:
                 guard,
                 end_actions=actions,
             )
-            if coordinated:
-                guard.save = controller.save_for_preemption
-                guard.step = lambda: int(self.state.optimizer.iterations.numpy())
+            if coordinated is not None:
+                coordinated.save = controller.save_for_preemption
+                coordinated.step = lambda: int(self.state.optimizer.iterations.numpy())
 
             def discard_model() -> None:
                 """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
@@ -279,7 +301,9 @@ class Trainer:
                 if task.chief and (logged or self.done_epochs >= settings.epochs):
                     from runner.tracking.model_export import discard_run_model
 
-                    discard_run_model(tracker.tracking_uri, run_id)
+                    tracking_uri = tracker.tracking_uri
+                    assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
+                    discard_run_model(tracking_uri, run_id)
 
             def explain(error: BaseException) -> BaseException:
                 if isinstance(error, AgreedStop) and not task.chief:
@@ -318,7 +342,8 @@ class Trainer:
                 history = controller.run()
                 histories = tracker.metric_histories() if task.chief else {}
         final_metrics = {key: points[-1][1] for key, points in histories.items()}
-        eval_accuracy = actions[0].accuracy if actions else float("nan")
+        restored = next((action for action in actions if isinstance(action, RestoreAndEvaluate)), None)
+        eval_accuracy = restored.accuracy if restored else float("nan")
         return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, self.global_batch, self.learning_rate)
 
 

@@ -64,6 +64,12 @@ class _Task:
     def name(self) -> str:
         return f"{self.type} {self.index}"
 
+    @property
+    def popen(self) -> subprocess.Popen:
+        """The task's process, once started."""
+        assert self.process is not None, f"{self.name} is not started"
+        return self.process
+
 
 class _Stopped(Exception):
     """SIGINT or SIGTERM reached the launcher."""
@@ -166,7 +172,7 @@ def _plan(strategy: str, cluster: ClusterSettings, log_dir: str) -> list[_Task]:
         jobs = [("chief", 1), ("worker", cluster.workers), ("ps", cluster.ps)]
     ports = iter(free_ports(sum(count for _, count in jobs)))
     spec = {job: [f"localhost:{next(ports)}" for _ in range(count)] for job, count in jobs}
-    tasks = []
+    tasks: list[_Task] = []
     for job, count in jobs:
         for index in range(count):
             chief = not tasks
@@ -217,18 +223,18 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
     the chief cannot say it itself (another task died, or the chief was killed)."""
     chief, others = tasks[0], list(tasks[1:])
     while True:
-        code = chief.process.poll()
+        code = chief.popen.poll()
         if code is not None:
             if code == 0:
                 return 0, None
             if code < 0:  # killed: it could not say why
                 return code, _died(chief, run_dir)
-            dead = next((t for t in others if t.process.poll() not in (None, 0)), None)
-            if dead is not None and not _same_mistake(code, dead.process.returncode):
+            dead = next((t for t in others if t.popen.poll() not in (None, 0)), None)
+            if dead is not None and not _same_mistake(code, dead.popen.returncode):
                 return code, _died(dead, run_dir)
             return code, None  # the chief printed its own error
         for task in list(others):
-            status = task.process.poll()
+            status = task.popen.poll()
             if status is None:
                 continue
             if status == 0:
@@ -247,12 +253,12 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 restart(task)
             else:
                 deadline = time.monotonic() + FAILURE_GRACE_SECONDS
-                while chief.process.poll() is None and time.monotonic() < deadline:
+                while chief.popen.poll() is None and time.monotonic() < deadline:
                     time.sleep(POLL_SECONDS)
-                if _same_mistake(chief.process.returncode, status):
+                if _same_mistake(chief.popen.returncode, status):
                     # A mistake every task made, or a preemption every worker stopped for: the chief said it.
-                    return chief.process.returncode, None
-                return chief.process.returncode or 1, _died(task, run_dir)
+                    return chief.popen.returncode, None
+                return chief.popen.returncode or 1, _died(task, run_dir)
         time.sleep(POLL_SECONDS)
 
 
@@ -284,9 +290,9 @@ def _died(task: _Task, run_dir: str) -> str:
     role = {"ps": " (a parameter server: the variables it held are gone)", "chief": " (the chief)"}.get(task.type, "")
     where = f"Its log: {task.log_path}. " if task.log_path else ""
     # A task killed by a signal had no last words; one that exited may have said why.
-    said = _last_words(task.log_path) if task.process.returncode > 0 else ""
+    said = _last_words(task.log_path) if task.popen.returncode > 0 else ""
     return (
-        f"{task.name}{role} of the local cluster (pid {task.process.pid}) {_how(task.process.returncode)} "
+        f"{task.name}{role} of the local cluster (pid {task.popen.pid}) {_how(task.popen.returncode)} "
         f"{seconds:.0f} s after it started{said}, so every other task was stopped. "
         f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then re-run the "
         f"same command with hydra.run.dir={run_dir} to resume from the last checkpoint."

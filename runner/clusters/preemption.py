@@ -129,6 +129,7 @@ class CoordinatedPreemption(PreemptionGuard):
         """The handler's exit_fn, called by every worker right after the agreed step's save."""
         from tensorflow.python.eager import context
 
+        assert self.handler is not None  # it calls this
         own = self.handler._received_own_sigterm.is_set()  # noqa: SLF001
         try:
             signalled = _task_name(self.resolver, context.context().get_config_key_value("TERMINATED_WORKER"))

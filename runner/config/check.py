@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config.plain import as_dict
 from runner.config.schema import TARGET_GROUPS, RunnerConfig
 from runner.errors import RunnerError
 
@@ -227,7 +228,7 @@ class _Composer:
         """The paragraph runner.settings gives for the value, else OmegaConf's reason."""
         for overrides in (before, ()):
             try:
-                config = OmegaConf.to_container(self._compose(overrides), resolve=True)
+                config = as_dict(self._compose(overrides))
             except Exception:  # noqa: BLE001
                 continue
             refused = settings_refusal(config, override)
@@ -292,15 +293,16 @@ def schema_keys(config: DictConfig | None = None, hydra: bool = False) -> list[s
         for group in TARGET_GROUPS:
             node = config._get_node(group) if group in config else None
             if isinstance(node, DictConfig):
-                keys.extend(f"{group}.{key}" for key in node.keys() if f"{group}.{key}" not in keys)
-        if hydra and "hydra" in config:
-            keys.extend(_paths(config._get_node("hydra"), "hydra."))
+                keys.extend(f"{group}.{key!s}" for key in node.keys() if f"{group}.{key!s}" not in keys)
+        hydra_node = config._get_node("hydra") if hydra and "hydra" in config else None
+        if isinstance(hydra_node, DictConfig):
+            keys.extend(_paths(hydra_node, "hydra."))
     return keys
 
 
 def _paths(node: DictConfig, prefix: str) -> Iterator[str]:
     for key in node.keys():
-        path = f"{prefix}{key}"
+        path = f"{prefix}{key!s}"
         yield path
         child = node._get_node(key)
         if (
@@ -319,7 +321,7 @@ def unknown_keys(config: DictConfig) -> list[str]:
 
     def walk(node: DictConfig, reference: DictConfig, prefix: str) -> None:
         for key in node.keys():
-            path = f"{prefix}{key}"
+            path = f"{prefix}{key!s}"
             if path == "hydra" or path in TARGET_GROUPS:
                 continue
             if key not in reference.keys():  # (`in` is False for a key whose value is ??? in the schema)

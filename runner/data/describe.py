@@ -15,7 +15,7 @@ def digest(*arrays: np.ndarray) -> str:
     hashed = hashlib.sha256()
     for array in arrays:
         hashed.update(f"{array.dtype.str}{array.shape}".encode())
-        hashed.update(memoryview(np.ascontiguousarray(array)).cast("B"))
+        hashed.update(np.ascontiguousarray(array).data.cast("B"))
     return hashed.hexdigest()[:16]
 
 

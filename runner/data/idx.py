@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +20,9 @@ IDX_FILES = {
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
-_IDX_DTYPES = {
-    0x08: np.uint8,
-    0x09: np.int8,
+_IDX_DTYPES: dict[int, np.dtype[Any]] = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
     0x0B: np.dtype(">i2"),
     0x0C: np.dtype(">i4"),
     0x0D: np.dtype(">f4"),

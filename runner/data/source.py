@@ -74,9 +74,18 @@ class DataSpec:
 class TrainingData(Protocol):
     """What the training loop needs of a dataset, wherever its examples live."""
 
-    spec: DataSpec
-    train_examples: int | None  # None: unknown (a stream): give loop.steps_per_epoch
-    shard_policy: str  # how MultiWorkerMirrored workers split the training set: "FILE" or "DATA"
+    @property
+    def spec(self) -> DataSpec: ...
+
+    @property
+    def train_examples(self) -> int | None:
+        """None: unknown (a stream): give loop.steps_per_epoch."""
+        ...
+
+    @property
+    def shard_policy(self) -> str:
+        """How MultiWorkerMirrored workers split the training set: "FILE" or "DATA"."""
+        ...
 
     def train_dataset(
         self,

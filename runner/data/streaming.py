@@ -64,9 +64,9 @@ class Split:
 
     def read(self, source: tf.data.Dataset) -> tf.data.Dataset:
         """Records from the files, `CYCLE_LENGTH` files at a time, in a fixed order."""
-        if not self.by_file:
+        read = self.records.read if self.records is not None else None
+        if read is None:  # not by_file
             return source  # (path, label) pairs, or the dataset's examples
-        read = self.records.read
         return source.interleave(
             lambda file, limit: read(file).take(limit),
             cycle_length=min(CYCLE_LENGTH, len(self.files)),
@@ -114,12 +114,13 @@ class StreamingData:
         last = first_epoch + epochs if epochs is not None else 2**62
         source = tf.data.Dataset.range(first_epoch, last).flat_map(lambda epoch: split.source(seed, epoch))
         pipelines = input_context.num_input_pipelines if input_context is not None else 1
+        pipeline = input_context.input_pipeline_id if input_context is not None else 0
         by_file = split.by_file and len(split.files) >= pipelines
         if pipelines > 1 and by_file:
-            source = source.shard(pipelines, input_context.input_pipeline_id)
+            source = source.shard(pipelines, pipeline)
         records = split.read(source)
         if pipelines > 1 and not by_file:
-            records = records.shard(pipelines, input_context.input_pipeline_id)
+            records = records.shard(pipelines, pipeline)
         # The same order every time this dataset is iterated (each worker iterates its own copy).
         records = records.shuffle(split.shuffle_buffer, seed=_mix(seed, first_epoch), reshuffle_each_iteration=False)
         if skip_batches:

@@ -74,7 +74,7 @@ def tfrecord(
             images = tf.reshape(tf.io.decode_raw(parsed[image_key], tf.uint8), (-1, *shape))
             return images, parsed[label_key]
 
-        decoding = {"decode_batch": decode_batch}
+        record_decoder, batch_decoder = None, decode_batch
     else:
         channels = shape[2] if len(shape) == 3 else 1
         decode = tf.io.decode_png if image_encoding == "png" else tf.io.decode_jpeg
@@ -84,9 +84,18 @@ def tfrecord(
             image = decode(parsed[image_key], channels=channels)
             return tf.ensure_shape(tf.reshape(image, shape), shape), parsed[label_key]
 
-        decoding = {"decode_record": decode_record}
+        record_decoder, batch_decoder = decode_record, None
     splits = [
-        FileRecords(files, shape, "uint8", read=read, counts=counts, shuffle_buffer=shuffle_buffer, **decoding)
+        FileRecords(
+            files,
+            shape,
+            "uint8",
+            read=read,
+            counts=counts,
+            shuffle_buffer=shuffle_buffer,
+            decode_record=record_decoder,
+            decode_batch=batch_decoder,
+        )
         for files, counts in ((train, train_counts), (test, test_counts))
     ]
     where = os.path.commonpath([os.path.dirname(file) for file in (*train, *test)])

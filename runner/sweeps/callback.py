@@ -197,6 +197,7 @@ def finish_parent_run(config: DictConfig) -> None:
         best = summary.best_configuration
         if best is not None:
             mean, std = best.mean(objective), best.std(objective)
+            assert mean is not None  # the best configuration is the one with the best mean
             client.log_metric(parent_id, f"best_{objective}_mean", mean)
             if std is not None:  # a standard deviation needs two seeds
                 client.log_metric(parent_id, f"best_{objective}_std", std)

@@ -18,6 +18,7 @@ records the job, the others only train beside it.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import signal
@@ -402,8 +403,10 @@ def _submitit_signal() -> signal.Signals:
 
 def _pass_on_stderr(process: subprocess.Popen) -> str:
     out = getattr(sys.stderr, "buffer", None)
+    stderr = process.stderr
+    assert isinstance(stderr, io.BufferedReader)  # started with stderr=PIPE, buffered
     tail = bytearray()
-    for chunk in iter(lambda: process.stderr.read1(65536), b""):
+    for chunk in iter(lambda: stderr.read1(65536), b""):
         if out is not None:
             out.write(chunk)
             out.flush()

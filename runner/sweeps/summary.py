@@ -10,7 +10,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
-from mlflow.entities import RunStatus
+from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
@@ -149,8 +149,8 @@ class Summary:
                     f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
                     f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
                 )
-        for row in self.failed:
-            lines += ["", f"job {row.job} ({row.overrides}) {row.status}: {row.error or 'no error recorded'}"]
+        for job in self.failed:
+            lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
         return "\n".join(lines) + "\n"
 
     def jobs_markdown(self) -> str:
@@ -222,7 +222,7 @@ def _configuration_of(run) -> str:
 def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_better: bool) -> Summary:
     """One row per (job number, seed); if one has several children (its overrides changed between re-runs
     of the sweep directory), the most recently started one is the job. Configurations group the rows."""
-    latest = {}
+    latest: dict[tuple[int, str], Run] = {}
     for run in _children(client, parent_id):
         key = (
             int(run.data.tags.get(JOB_NUMBER_TAG, -1)),
@@ -258,12 +258,13 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
 
     pick = min if lower_is_better else max
     # A configuration with a failed seed is never the best, as its job's objective is then the worst value.
-    scored = [
-        row
-        for row in configurations
-        if row.complete and math.isfinite(row.mean(objective) if row.mean(objective) is not None else math.nan)
-    ]
-    best_configuration = pick(scored, key=lambda row: row.mean(objective)) if scored else None
+
+    def score(row: ConfigurationRow) -> float:
+        mean = row.mean(objective)
+        return math.nan if mean is None else mean
+
+    scored = [row for row in configurations if row.complete and math.isfinite(score(row))]
+    best_configuration = pick(scored, key=score) if scored else None
     best = None
     if best_configuration is not None:
         best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
@@ -311,19 +312,19 @@ def write(summary: Summary, directory: str) -> list[str]:
     with open(jobs_csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
-        for row in summary.rows:
+        for job in summary.rows:
             writer.writerow(
                 {
-                    "job": row.job,
-                    "seed": row.seed,
-                    "configuration": row.configuration,
-                    "overrides": row.overrides,
-                    "status": row.status,
-                    **row.metrics,
-                    WALL_SECONDS: row.wall_seconds,
-                    "run_id": row.run_id,
-                    "all_overrides": row.all_overrides,
-                    "error": row.error,
+                    "job": job.job,
+                    "seed": job.seed,
+                    "configuration": job.configuration,
+                    "overrides": job.overrides,
+                    "status": job.status,
+                    **job.metrics,
+                    WALL_SECONDS: job.wall_seconds,
+                    "run_id": job.run_id,
+                    "all_overrides": job.all_overrides,
+                    "error": job.error,
                 }
             )
     paths = [csv_path, jobs_csv_path]

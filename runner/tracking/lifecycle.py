@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from runner.clusters.preemption import Preempted
+from runner.tracking.protocol import Tracker
 
 log = logging.getLogger("runner")
 
@@ -19,7 +20,7 @@ log = logging.getLogger("runner")
 class RunLifecycle:
     def __init__(
         self,
-        tracker,
+        tracker: Tracker,
         discard_model: Callable[[], None] = lambda: None,
         explain: Callable[[BaseException], BaseException] = lambda error: error,
     ):

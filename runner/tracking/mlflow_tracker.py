@@ -29,7 +29,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
-from runner.tracking import journal
+from runner.tracking import journal, operations
 from runner.tracking.common import (
     CHECKPOINTS_ARTIFACT_PATH,
     ERROR_TAG,
@@ -43,6 +43,8 @@ from runner.tracking.common import (
     ui_link,
     write_run_id,
 )
+from runner.tracking.operations import End, LogArtifact, LogInputs, LogMetrics, LogText, Operation, SystemMetrics
+from runner.tracking.protocol import EpochMetrics
 from runner.tracking.provenance import run_tags as provenance_tags
 from runner.tracking.store import open_client, sqlite_file
 
@@ -92,7 +94,10 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
     try:
         return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException:  # another process created it between our two calls
-        return client.get_experiment_by_name(name).experiment_id
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
 
 
 def run_model(client: MlflowClient, run_id: str) -> LoggedModel | None:
@@ -122,6 +127,13 @@ class MlflowTracker:
     @property
     def tracking_uri(self) -> str:
         return self.client.tracking_uri
+
+    @property
+    def _run_id(self) -> str:
+        """The run that is logged to: start() or attach() gave it."""
+        if self.run_id is None:
+            raise RuntimeError("the MLflow tracker has no run yet: start() or attach() one first")
+        return self.run_id
 
     def start(self, run_dir: str, params: Mapping[str, Any], tags: Mapping[str, str] | None = None) -> str:
         """Create a run for run_dir and log its params, or continue the run whose id run_dir/RUN_ID_FILE
@@ -167,21 +179,22 @@ class MlflowTracker:
             experiment_id = get_or_create_experiment(self.client, self.settings.experiment_name)
             run_tags = {MLFLOW_RUN_NAME: self.settings.run_name} if self.settings.run_name else {}
             with _names_apart_from_the_seed():
-                self.run_id = self.client.create_run(
+                run_id = self.client.create_run(
                     experiment_id, tags=run_tags, run_name=self.settings.run_name
                 ).info.run_id
-            write_run_id(run_dir, self.run_id)
+            self.run_id = run_id
+            write_run_id(run_dir, run_id)
         # Where the code came from and what it ran on, set again on every resume: a run resumed with other
         # versions or on another machine shows the ones its last epochs were trained with.
         all_tags = {**provenance_tags(), **(tags or {})}
-        self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)) for key, value in all_tags.items()])
+        self.client.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in all_tags.items()])
         self._log_params(values)
         self._start_system_metrics()
-        experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        experiment_id = self.client.get_run(run_id).info.experiment_id
         database = sqlite_file(self.tracking_uri)
         store = f"sqlite:///{database}" if database else self.tracking_uri
-        log.info("MLflow UI: %s", ui_link(store, experiment_id, self.run_id))
-        return self.run_id
+        log.info("MLflow UI: %s", ui_link(store, experiment_id, run_id))
+        return run_id
 
     def attach(self, run_id: str) -> None:
         """Track into the existing run `run_id`, knowing which (metric, step) it holds already."""
@@ -199,7 +212,7 @@ class MlflowTracker:
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         monitor = _system_metrics_monitor(
             self._publish_system_metrics,
-            self.run_id,
+            self._run_id,
             sampling_interval=settings.interval_seconds,
             samples_before_logging=1,
             resume_logging=True,
@@ -221,7 +234,7 @@ class MlflowTracker:
 
     def _log_system_metrics(self, metrics: Mapping[str, float], step: int, timestamp: int) -> None:
         self.client.log_batch(
-            self.run_id, metrics=[Metric(key, float(value), timestamp, step) for key, value in metrics.items()]
+            self._run_id, metrics=[Metric(key, float(value), timestamp, step) for key, value in metrics.items()]
         )
 
     def stop_system_metrics(self) -> None:
@@ -246,14 +259,14 @@ class MlflowTracker:
                 time.sleep(0.1 * attempt)
 
     def _log_fresh_inputs(self, descriptions: Sequence[Mapping[str, Any]]) -> None:
-        run = self.client.get_run(self.run_id)
+        run = self.client.get_run(self._run_id)
         logged = {
             (
                 item.dataset.name,
                 item.dataset.digest,
                 next((tag.value for tag in item.tags if tag.key == DATASET_CONTEXT_TAG), None),
             )
-            for item in run.inputs.dataset_inputs
+            for item in (run.inputs.dataset_inputs if run.inputs else [])
         }
         fresh = [
             DatasetInput(_dataset_entity(description), tags=[InputTag(DATASET_CONTEXT_TAG, description["context"])])
@@ -261,18 +274,18 @@ class MlflowTracker:
             if (description["name"], description["digest"], description["context"]) not in logged
         ]
         if fresh:
-            self.client.log_inputs(self.run_id, datasets=fresh)
+            self.client.log_inputs(self._run_id, datasets=fresh)
 
     def _log_params(self, values: Mapping[str, str]) -> None:
         items = [Param(key, value) for key, value in values.items()]
         for start in range(0, len(items), _MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[start : start + _MAX_PARAMS_PER_BATCH])
+            self.client.log_batch(self._run_id, params=items[start : start + _MAX_PARAMS_PER_BATCH])
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        self.client.log_text(self._run_id, text, artifact_file)
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, path, artifact_path)
+        self.client.log_artifact(self._run_id, path, artifact_path)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp: int | None = None) -> None:
         """Log each (metric, step) once: a resumed run re-trains an epoch it may have logged already.
@@ -280,36 +293,42 @@ class MlflowTracker:
         now = _millis() if timestamp is None else timestamp
         fresh = [Metric(k, float(v), now, step) for k, v in metrics.items() if (k, step) not in self._logged]
         if fresh:
-            self.client.log_batch(self.run_id, metrics=fresh)
+            self.client.log_batch(self._run_id, metrics=fresh)
             self._logged.update((metric.key, step) for metric in fresh)
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
         """Every metric of the run as (step, value) pairs in step order, across resumed invocations."""
-        run = self.client.get_run(self.run_id)
+        run_id = self._run_id
+        run = self.client.get_run(run_id)
         return {
-            key: sorted((m.step, m.value) for m in self.client.get_metric_history(self.run_id, key))
+            key: sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, key))
             for key in run.data.metrics
         }
 
     def apply(self, op: str, args: Mapping[str, Any]) -> None:
         """Deliver one record of the run's journal (runner.tracking.journal)."""
-        if op == "log_metrics":
-            self.log_metrics(args["metrics"], args["step"], args.get("timestamp"))
-        elif op == "system_metrics":
-            self._log_system_metrics(args["metrics"], args["step"], args["timestamp"])
-        elif op == "log_text":
-            self.log_text(args["text"], args["artifact_file"])
-        elif op == "log_artifact":
-            self.log_artifact(args["path"], args.get("artifact_path"))
-        elif op == "log_inputs":
-            self.log_inputs(args["descriptions"])
-        elif op == "end":
-            self.end(args["message"], args["resumable"])
-        else:
-            raise ValueError(f"unknown journal record {op!r}")
+        self.deliver(operations.from_journal(op, args))
+
+    def deliver(self, operation: Operation) -> None:
+        """Log one operation of the run (the tracker process hands them over, runner.tracking.operations)."""
+        match operation:
+            case LogMetrics():
+                self.log_metrics(operation.metrics, operation.step, operation.timestamp)
+            case SystemMetrics():
+                self._log_system_metrics(operation.metrics, operation.step, operation.timestamp)
+            case LogText():
+                self.log_text(operation.text, operation.artifact_file)
+            case LogArtifact():
+                self.log_artifact(operation.path, operation.artifact_path)
+            case LogInputs():
+                self.log_inputs(operation.descriptions)
+            case End():
+                self.end(operation.message, operation.resumable)
+            case _:
+                operations.unhandled(operation)
 
     # Controller listener interface
-    def on_epoch_end(self, result) -> None:
+    def on_epoch_end(self, result: EpochMetrics) -> None:
         self.log_metrics(result.metrics(), step=result.epoch)
 
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:

@@ -50,7 +50,8 @@ def source_tags() -> dict[str, str]:
     from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_REPO_URL
 
-    tags = resolve_tags(ignore=[GitRunContext])  # GitRunContext would look at sys.argv[0]'s directory
+    # GitRunContext would look at sys.argv[0]'s directory.
+    tags = resolve_tags(ignore=[GitRunContext])  # type: ignore[list-item]  # MLflow types instances; it takes classes
     package = _package_dir()
     commit = get_git_commit(package)
     if commit is None:  # installed from a wheel, or a checkout without git: no source commit to name
@@ -78,7 +79,8 @@ def _dirty(path: str) -> str | None:
 
 def _cpu() -> tuple[str, list[str]]:
     """The CPU's model name and which of CPU_FLAGS it has (from /proc/cpuinfo; elsewhere what platform says)."""
-    model, flags = None, []
+    model: str | None = None
+    flags: list[str] = []
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:

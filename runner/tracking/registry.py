@@ -166,7 +166,8 @@ def _best(versions: list[ModelVersion], champion: ModelVersion | None) -> ModelV
 
 
 def _versions(client: MlflowClient, name: str) -> list[ModelVersion]:
-    versions, token = [], None
+    versions: list[ModelVersion] = []
+    token = None
     while True:
         page = client.search_model_versions(f"name = '{name}'", max_results=1000, page_token=token)
         versions.extend(page)

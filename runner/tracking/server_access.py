@@ -136,7 +136,9 @@ class _Access:
         token = os.environ.get(TOKEN_VARIABLE) or None
         self._missing = None
         if self.username and password:
-            self._authorization = "Basic " + base64.b64encode(f"{self.username}:{password}".encode()).decode()
+            self._authorization: str | None = (
+                "Basic " + base64.b64encode(f"{self.username}:{password}".encode()).decode()
+            )
         elif token:
             self._authorization = f"Bearer {token}"
         else:

@@ -33,14 +33,31 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal
 from runner.tracking.common import CHECKPOINTS_ARTIFACT_PATH, existing_files, failure_message
+from runner.tracking.operations import (
+    End,
+    LogArtifact,
+    LogInputs,
+    LogMetrics,
+    LogText,
+    Operation,
+    SystemMetrics,
+    journal_args,
+)
+from runner.tracking.protocol import EpochMetrics
+
+if TYPE_CHECKING:
+    from runner.tracking.delivery import Delivery
+    from runner.tracking.mlflow_tracker import MlflowTracker
 
 log = logging.getLogger("runner")
 
@@ -55,6 +72,67 @@ REQUEST_TIMEOUT_SECONDS = "30"
 # start() tries this often, pausing a second more each time, when the store does not answer.
 START_TRIES = 4
 
+Answer = TypeVar("Answer")
+
+
+# What crosses the pipe. The training process sends the child a call it waits for (_Call, answered by a _Reply
+# with the same number), an Operation it does not wait for, or _Close; the child sends replies and its log lines.
+class _Request(Generic[Answer]):
+    """A call whose answer the training process waits for: the child answers it with answer(child)."""
+
+    def answer(self, child: _Child) -> Answer:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _Start(_Request[str]):
+    run_dir: str
+    params: dict[str, Any]
+    tags: dict[str, str] | None
+
+    def answer(self, child: _Child) -> str:
+        return child.start(self.run_dir, self.params, self.tags)
+
+
+@dataclass(frozen=True)
+class _MetricHistories(_Request[dict[str, list[tuple[int, float]]]]):
+    def answer(self, child: _Child) -> dict[str, list[tuple[int, float]]]:
+        return child.metric_histories()
+
+
+@dataclass(frozen=True)
+class _TrackingUri(_Request[str]):
+    def answer(self, child: _Child) -> str:
+        return child.opened().tracking_uri
+
+
+@dataclass(frozen=True)
+class _Call:
+    number: int
+    request: _Request[Any]
+
+
+@dataclass(frozen=True)
+class _Close:
+    pass
+
+
+@dataclass(frozen=True)
+class _Reply:
+    number: int
+    ok: bool
+    value: Any  # the answer, or (not ok) the exception to raise
+
+
+@dataclass(frozen=True)
+class _LogLine:
+    level: int
+    message: str
+
+
+_ToChild = _Call | Operation | _Close
+_ToParent = _Reply | _LogLine
+
 
 class TrackerProcess:
     def __init__(self, settings: MlflowSettings):
@@ -67,9 +145,9 @@ class TrackerProcess:
         self._settings = settings
         # Only these two threads touch the pipe: a signal handler that raises in the main thread (SIGTERM's
         # Preempted, Ctrl-C) never leaves a message half-sent or a reply half-read.
-        self._outbox: queue.Queue = queue.Queue(maxsize=QUEUE_SIZE)
+        self._outbox: queue.Queue[_ToChild | None] = queue.Queue(maxsize=QUEUE_SIZE)
         self._lock = threading.Lock()
-        self._waiting: dict[int, Future] = {}
+        self._waiting: dict[int, Future[tuple[bool, Any]]] = {}
         self._ids = itertools.count(1)
         self._lost: RunnerError | None = None
         self._closing = False
@@ -83,7 +161,7 @@ class TrackerProcess:
         self._last_checkpoint: list[str] = []  # mlflow.checkpoints=last: the newest checkpoint's files
 
     @property
-    def pid(self) -> int:
+    def pid(self) -> int | None:
         return self._process.pid
 
     def _send_all(self) -> None:
@@ -99,17 +177,16 @@ class TrackerProcess:
     def _receive_all(self) -> None:
         while True:
             try:
-                message = self._connection.recv()
+                message: _ToParent = self._connection.recv()
             except (EOFError, OSError):
                 break
-            if message[0] == "reply":
-                _, call, ok, value = message
+            if isinstance(message, _Reply):
                 with self._lock:
-                    future = self._waiting.pop(call, None)
+                    future = self._waiting.pop(message.number, None)
                 if future is not None:
-                    future.set_result((ok, value))
-            elif message[0] == "log":
-                log.log(message[1], message[2])
+                    future.set_result((message.ok, message.value))
+            else:
+                log.log(message.level, message.message)
         with self._lock:
             if not self._closing:
                 self._process.join(timeout=1)
@@ -123,54 +200,56 @@ class TrackerProcess:
                 future.set_result((False, error))
             self._waiting.clear()
 
-    def _call(self, method: str, *args) -> Any:
-        """Run `method` in the child and wait for its result (or its error, raised here)."""
-        future: Future = Future()
+    def _call(self, request: _Request[Answer]) -> Answer:
+        """Have the child answer `request` and wait for the answer (or its error, raised here)."""
+        future: Future[tuple[bool, Any]] = Future()
         with self._lock:
             if self._lost is not None:
                 raise self._lost
-            call = next(self._ids)
-            self._waiting[call] = future
-        self._outbox.put(("call", call, method, args))
+            number = next(self._ids)
+            self._waiting[number] = future
+        self._outbox.put(_Call(number, request))
         ok, value = future.result()
         if not ok:
             raise value
         return value
 
-    def _record(self, op: str, **args) -> None:
-        """Hand a record to the child without waiting for anything."""
+    def _record(self, operation: Operation) -> None:
+        """Hand an operation to the child without waiting for anything."""
         if self._lost is not None:
             raise self._lost
-        self._outbox.put(("record", op, args))
+        self._outbox.put(operation)
 
-    # MlflowTracker's interface
+    # The tracker's interface (runner.tracking.protocol.Tracker), as MlflowTracker has it
     def start(self, run_dir: str, params: Mapping[str, Any], tags: Mapping[str, str] | None = None) -> str:
-        self.run_id = self._call("start", run_dir, dict(params), dict(tags) if tags else None)
+        run_id = self._call(_Start(run_dir, dict(params), dict(tags) if tags else None))
+        self.run_id = run_id
         self._run_dir = run_dir
-        self.tracking_uri = self._call("tracking_uri")
-        return self.run_id
+        self.tracking_uri = self._call(_TrackingUri())
+        return run_id
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._record("log_text", text=text, artifact_file=artifact_file)
+        self._record(LogText(text=text, artifact_file=artifact_file))
 
-    def log_inputs(self, descriptions: list[dict[str, Any]]) -> None:
-        self._record("log_inputs", descriptions=list(descriptions))
+    def log_inputs(self, descriptions: Sequence[Mapping[str, Any]]) -> None:
+        self._record(LogInputs(descriptions=[dict(description) for description in descriptions]))
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
-        self._record("log_artifact", path=os.path.abspath(path), artifact_path=artifact_path)
+        self._record(LogArtifact(path=os.path.abspath(path), artifact_path=artifact_path))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._record(
-            "log_metrics",
-            metrics={key: float(value) for key, value in metrics.items()},
-            step=int(step),
-            timestamp=int(time.time() * 1000),
+            LogMetrics(
+                metrics={key: float(value) for key, value in metrics.items()},
+                step=int(step),
+                timestamp=int(time.time() * 1000),
+            )
         )
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
-        return self._call("metric_histories")
+        return self._call(_MetricHistories())
 
-    def on_epoch_end(self, result) -> None:
+    def on_epoch_end(self, result: EpochMetrics) -> None:
         self.log_metrics(result.metrics(), step=result.epoch)
 
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
@@ -188,7 +267,7 @@ class TrackerProcess:
         for path in existing_files(files):
             self.log_artifact(path, CHECKPOINTS_ARTIFACT_PATH)
         # The error is put in words here: its object (a TensorFlow error) may not cross the pipe.
-        self._record("end", message=None if error is None else failure_message(error, resumable), resumable=resumable)
+        self._record(End(message=None if error is None else failure_message(error, resumable), resumable=resumable))
 
     def close(self) -> None:
         """Let the child deliver what it holds (within mlflow.outage_seconds of an outage) and end; kill it if it
@@ -198,7 +277,7 @@ class TrackerProcess:
             if self._closing:
                 return
             self._closing = True
-        self._outbox.put(("close",))
+        self._outbox.put(_Close())
         self._outbox.put(None)
         deadline = time.monotonic() + self._settings.outage_seconds + CLOSE_SECONDS
         try:
@@ -249,7 +328,7 @@ def _kind(op: str) -> str:
     }.get(op, op)
 
 
-def _serve(connection, settings: MlflowSettings) -> None:
+def _serve(connection: Connection, settings: MlflowSettings) -> None:
     """The child: answers calls one at a time, journals records as they come, delivers them on a thread."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
@@ -259,7 +338,7 @@ def _serve(connection, settings: MlflowSettings) -> None:
 
 
 class _Child:
-    def __init__(self, connection, settings: MlflowSettings):
+    def __init__(self, connection: Connection, settings: MlflowSettings):
         self.connection, self.settings = connection, settings
         self._send_lock = threading.Lock()
         handler = _ToTrainingProcess(self.send)
@@ -271,16 +350,16 @@ class _Child:
         from runner.tracking.mlflow_tracker import MlflowTracker
 
         self.tracker_class = MlflowTracker
-        self.tracker = MlflowTracker(settings) if _store_exists(settings) else None
+        self.tracker: MlflowTracker | None = MlflowTracker(settings) if _store_exists(settings) else None
         if self.tracker is not None:
             self.tracker.client.get_experiment_by_name(settings.experiment_name)  # open the store now
         self.journal: journal.Journal | None = None
-        self.delivery = None
+        self.delivery: Delivery | None = None
         self.journal_ready = threading.Event()
         # What the run's metrics will be once delivered: {key: {step: value}}, for metric_histories in an outage.
         self.mirror: dict[str, dict[int, float]] = {}
 
-    def send(self, message) -> None:
+    def send(self, message: _ToParent) -> None:
         with self._send_lock:
             try:
                 self.connection.send(message)
@@ -290,102 +369,103 @@ class _Child:
     def serve(self) -> None:
         while True:
             try:
-                message = self.connection.recv()
+                message: _ToChild = self.connection.recv()
             except (EOFError, OSError):  # the training process died: stop; the journal keeps the rest
                 return
-            if message[0] == "call":
-                self.call(*message[1:])
-            elif message[0] == "record":
-                self.record(*message[1:])
-            elif message[0] == "close":
+            if isinstance(message, _Call):
+                self.call(message)
+            elif isinstance(message, _Close):
                 return self.close()
-
-    def call(self, call: int, method: str, args: tuple) -> None:
-        try:
-            if self.tracker is None:
-                self.tracker = self.tracker_class(self.settings)
-            if method == "start":
-                value = self.start(*args)
-            elif method == "metric_histories":
-                value = self.metric_histories()
-            elif method == "tracking_uri":
-                value = self.tracker.tracking_uri
             else:
-                raise ValueError(f"unknown call {method!r}")
-            reply = (True, value)
+                self.record(message)
+
+    def call(self, call: _Call) -> None:
+        try:
+            reply = _Reply(call.number, True, call.request.answer(self))
         except Exception as error:  # it is the caller's error: raised there
-            reply = (False, _picklable(error))
-        self.send(("reply", call, *reply))
+            reply = _Reply(call.number, False, _picklable(error))
+        self.send(reply)
+
+    def opened(self) -> MlflowTracker:
+        """The MLflow tracker, created (with its store) by the first call that needs it."""
+        if self.tracker is None:
+            self.tracker = self.tracker_class(self.settings)
+        return self.tracker
 
     def start(self, run_dir: str, params: dict[str, Any], tags: dict[str, str] | None) -> str:
         from runner.tracking.delivery import Delivery, reason, unanswered
 
-        if self.delivery is not None:  # started again (tests do): what the first start logged goes first
+        tracker = self.opened()
+        if self.delivery is not None and self.journal is not None:
+            # Started again (tests do): what the first start logged goes first.
             self.delivery.wait(self.journal.last_seq, self.connection.poll)
             self.delivery.stop()
             self.journal.close()
             self.journal = self.delivery = None
             self.journal_ready.clear()
-        self.tracker.system_metrics_sink = self.journal_system_metrics
+        tracker.system_metrics_sink = self.journal_system_metrics
         for attempt in range(1, START_TRIES + 1):
             try:
-                run_id = self.tracker.start(run_dir, params, tags)
+                run_id = tracker.start(run_dir, params, tags)
                 break
             except Exception as error:
                 if not unanswered(error):
                     raise
                 if attempt == START_TRIES:
                     raise RunnerError(
-                        f"the MLflow tracking store {self.tracker.tracking_uri} did not answer while the run started "
+                        f"the MLflow tracking store {tracker.tracking_uri} did not answer while the run started "
                         f"({reason(error)}). Fix: check that the tracking server is up (docs/team-server.md), then "
                         "re-run the same command; nothing was trained."
                     ) from None
                 time.sleep(attempt)
-        self.mirror = {key: dict(points) for key, points in self.tracker.history_at_start.items()}
-        self.journal = journal.Journal(run_dir, run_id, _absolute(self.tracker.tracking_uri))
-        self.delivery = Delivery(
-            self.journal, self.tracker.apply, self.tracker.tracking_uri, self.settings.outage_seconds
-        )
+        self.mirror = {key: dict(points) for key, points in tracker.history_at_start.items()}
+        self.journal = journal.Journal(run_dir, run_id, _absolute(tracker.tracking_uri))
+        self.delivery = Delivery(self.journal, tracker.apply, tracker.tracking_uri, self.settings.outage_seconds)
         self.delivery.start()
         self.journal_ready.set()
         return run_id
 
     def journal_system_metrics(self, metrics: dict[str, float], step: int, timestamp: int) -> None:
         """The system-metrics monitor's samples (on its thread), journaled like every other record."""
-        if self.journal_ready.wait(timeout=60):
-            self.journal.append("system_metrics", {"metrics": metrics, "step": step, "timestamp": timestamp})
+        if self.journal_ready.wait(timeout=60) and self.journal is not None:
+            operation = SystemMetrics(metrics=metrics, step=step, timestamp=timestamp)
+            self.journal.append(operation.op, journal_args(operation))
 
-    def record(self, op: str, args: dict[str, Any]) -> None:
-        if self.journal is None:  # nothing is logged before start; should it be, it is delivered at once
-            try:
-                self.tracker.apply(op, args)
+    def record(self, operation: Operation) -> None:
+        tracker = self.tracker
+        if self.journal is None or tracker is None:  # nothing is logged before start; should it be, it is delivered
+            try:  # at once (a record opens no store: only a call does)
+                if tracker is None:
+                    raise RunnerError("no call has opened the tracking store yet")
+                tracker.deliver(operation)
             except Exception as error:
-                log.warning("could not log %s to MLflow before the run started: %s", op, error)
+                log.warning("could not log %s to MLflow before the run started: %s", operation.op, error)
             return
-        if op == "log_metrics":
-            for key, value in args["metrics"].items():
-                self.mirror.setdefault(key, {}).setdefault(args["step"], value)
-        if op == "end":  # the monitor's last sample goes in before the run ends
-            self.tracker.stop_system_metrics()
+        if isinstance(operation, LogMetrics):
+            for key, value in operation.metrics.items():
+                self.mirror.setdefault(key, {}).setdefault(operation.step, value)
+        if isinstance(operation, End):  # the monitor's last sample goes in before the run ends
+            tracker.stop_system_metrics()
         try:
-            self.journal.append(op, args)
+            self.journal.append(operation.op, journal_args(operation))
         except OSError as error:
             log.warning(
                 "could not keep %s for MLflow run %s (%s); it is not logged. Fix: check the run directory's disk.",
-                args.get("path", op),
-                self.tracker.run_id,
+                operation.path if isinstance(operation, LogArtifact) else operation.op,
+                tracker.run_id,
                 error,
             )
 
     def metric_histories(self) -> dict[str, list[tuple[int, float]]]:
-        if self.journal is None:
-            return self.tracker.metric_histories()
+        tracker = self.opened()
+        if self.journal is None or self.delivery is None:
+            return tracker.metric_histories()
         from runner.tracking.delivery import unanswered
 
         # The training process waits for this answer: anything to read meanwhile means it is gone.
         if self.delivery.wait(self.journal.last_seq, self.connection.poll):
             try:
-                return self.tracker.metric_histories()
+                return tracker.metric_histories()
             except Exception as error:
                 if not unanswered(error):
                     raise
@@ -394,7 +474,7 @@ class _Child:
 
     def close(self) -> None:
         """Deliver what is left (waiting out an outage up to mlflow.outage_seconds), then end."""
-        if self.journal is None:
+        if self.journal is None or self.delivery is None:
             return
         # After "close" the training process sends nothing more: anything to read means it is gone.
         delivered = self.delivery.wait(self.journal.last_seq, self.connection.poll)
@@ -407,13 +487,13 @@ class _Child:
 class _ToTrainingProcess(logging.Handler):
     """The child's `runner` log lines, passed to the training process's log (its terminal and runner.log)."""
 
-    def __init__(self, send):
+    def __init__(self, send: Callable[[_ToParent], None]):
         super().__init__(logging.INFO)
         self._send = send
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._send(("log", record.levelno, record.getMessage()))
+            self._send(_LogLine(record.levelno, record.getMessage()))
         except Exception:
             self.handleError(record)
 

@@ -6,13 +6,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from runner.plots import plot_curves
-from runner.training.checkpoints import evaluate_accuracy, restore_without_strategy
+from runner.tracking.protocol import Tracker
+from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
+
+if TYPE_CHECKING:
+    from runner.tracking.model_export import ExportedModel
+    from runner.training.controller import EpochResult
 
 log = logging.getLogger("runner")
+
+# What the controller calls with the run's history once the last epoch is trained.
+EndAction = Callable[[list["EpochResult"]], None]
 
 
 class RestoreAndEvaluate:
@@ -20,7 +29,12 @@ class RestoreAndEvaluate:
     accuracy on the test set logged as `eval_accuracy`."""
 
     def __init__(
-        self, checkpointer, build_model: Callable[[], tf.keras.Model], test_batches: tf.data.Dataset, tracker, step: int
+        self,
+        checkpointer: Checkpointer,
+        build_model: Callable[[], tf.keras.Model],
+        test_batches: tf.data.Dataset,
+        tracker: Tracker,
+        step: int,
     ):
         self.checkpointer = checkpointer
         self.build_model = build_model
@@ -30,22 +44,24 @@ class RestoreAndEvaluate:
         self.model: tf.keras.Model | None = None
         self.accuracy = float("nan")
 
-    def __call__(self, history) -> None:
-        self.model = restore_without_strategy(self.checkpointer.latest, self.build_model)
+    def __call__(self, history: list[EpochResult]) -> None:
+        latest = self.checkpointer.latest
+        assert latest is not None, "the last epoch's checkpoint is saved (or restored) before the end actions run"
+        self.model = restore_without_strategy(latest, self.build_model)
         self.accuracy = evaluate_accuracy(self.model, self.test_batches)
         self.tracker.log_metrics({"eval_accuracy": self.accuracy}, step=self.step)
-        log.info("restored %s without a strategy: eval_accuracy %.4f", self.checkpointer.latest, self.accuracy)
+        log.info("restored %s without a strategy: eval_accuracy %.4f", latest, self.accuracy)
 
 
 class PlotCurves:
     """curves.png: the run's per-epoch metrics, whichever invocation logged them, in the run directory and MLflow."""
 
-    def __init__(self, tracker, path: str, title: str):
+    def __init__(self, tracker: Tracker, path: str, title: str):
         self.tracker = tracker
         self.path = path
         self.title = title
 
-    def __call__(self, history) -> None:
+    def __call__(self, history: list[EpochResult]) -> None:
         self.tracker.log_artifact(plot_curves(self.tracker.metric_histories(), self.path, title=self.title))
 
 
@@ -57,7 +73,8 @@ class LogModel:
         restored: RestoreAndEvaluate,
         export: Callable[[tf.keras.Model], tf.keras.Model],
         raw_examples,
-        tracker,
+        tracker: Tracker,
+        tracking_uri: str,
         run_id: str,
         step: int,
     ):
@@ -65,40 +82,44 @@ class LogModel:
         self.export = export
         self.raw_examples = raw_examples
         self.tracker = tracker
+        self.tracking_uri = tracking_uri
         self.run_id = run_id
         self.step = step
-        self.logged = None  # the ExportedModel, once logged
+        self.logged: ExportedModel | None = None  # once logged
 
-    def __call__(self, history) -> None:
+    def __call__(self, history: list[EpochResult]) -> None:
         # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
         from runner.tracking.model_export import LOG_SECONDS, log_run_model
 
         network = self.restored.model
-        self.logged = log_run_model(
-            network, self.export(network), self.tracker.tracking_uri, self.run_id, self.step, self.raw_examples
+        self.logged = logged = log_run_model(
+            network, self.export(network), self.tracking_uri, self.run_id, self.step, self.raw_examples
         )
-        if self.logged.logged:
-            self.tracker.log_metrics({LOG_SECONDS: self.logged.seconds}, step=self.step)
+        if logged.logged:
+            self.tracker.log_metrics({LOG_SECONDS: logged.seconds}, step=self.step)
 
 
 class RegisterModel:
     """mlflow.register=true: the run's model as a new version of the registered model, compared on the objective."""
 
-    def __init__(self, name: str, objective: str, lower_is_better: bool, tracker, run_id: str):
+    def __init__(
+        self, name: str, objective: str, lower_is_better: bool, tracker: Tracker, tracking_uri: str, run_id: str
+    ):
         self.name = name
         self.objective = objective
         self.lower_is_better = lower_is_better
         self.tracker = tracker
+        self.tracking_uri = tracking_uri
         self.run_id = run_id
 
-    def __call__(self, history) -> None:
+    def __call__(self, history: list[EpochResult]) -> None:
         from mlflow.tracking import MlflowClient
 
         from runner.tracking.registry import register_run_model
 
         value = self.tracker.metric_histories()[self.objective][-1][1]
         register_run_model(
-            MlflowClient(self.tracker.tracking_uri), self.name, self.run_id, self.objective, value, self.lower_is_better
+            MlflowClient(self.tracking_uri), self.name, self.run_id, self.objective, value, self.lower_is_better
         )
 
 

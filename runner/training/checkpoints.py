@@ -89,6 +89,7 @@ class Checkpointer:
             with tempfile.TemporaryDirectory(prefix="runner-ckpt-") as scratch:
                 tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save(checkpoint_number=step)
             return []
+        assert self.manager is not None  # every checkpointer but a scratch one has a manager
         if self._good is None or _step(self._good) != step:
             self._good = self.manager.save(checkpoint_number=step)
         return sorted(glob.glob(self._good + ".*")) + [os.path.join(self.directory, "checkpoint")]

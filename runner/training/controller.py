@@ -83,7 +83,7 @@ class Controller:
         evaluate,
         checkpointer,
         progress,
-        listeners,
+        listeners: Sequence[Listener],
         epochs: int,
         guard: PreemptionGuard | None = None,
         end_actions: Sequence[Callable[[list[EpochResult]], None]] = (),

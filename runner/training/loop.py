@@ -11,14 +11,14 @@ checkpoint keeps. `make_dataset(first_epoch, epochs, skip_batches)` gives a dist
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 import tensorflow as tf
 
 from runner.training.steps import ReplicaSteps
 
-MakeDataset = Callable[..., object]
+MakeDataset = Callable[..., Iterable[Any]]
 log = logging.getLogger("runner")
 
 
@@ -90,7 +90,7 @@ class IteratorLoop:
         self.dataset = make_dataset(first_epoch=1, epochs=None, skip_batches=done_epochs * steps_per_epoch + done_steps)
         self.steps_per_epoch = steps_per_epoch
         self.step = tf.function(steps.distributed_train_step)
-        self._iterator = None
+        self._iterator: Iterator[Any] | None = None
 
     @property
     def iterator(self):

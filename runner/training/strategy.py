@@ -100,8 +100,9 @@ def _tpu_strategy(settings: StrategySettings) -> tf.distribute.Strategy:
         tf.tpu.experimental.initialize_tpu_system(resolver)
     # OSError: urllib's URLError when a TPU name cannot be looked up (outside Google Cloud, or a mistyped name).
     except (ValueError, RuntimeError, OSError, tf.errors.OpError) as error:
-        if isinstance(error, OSError) and getattr(error, "reason", None) is not None:
-            error = f"looking the name up failed ({error.reason})"
+        looked_up = getattr(error, "reason", None) if isinstance(error, OSError) else None
+        if looked_up is not None:
+            error = f"looking the name up failed ({looked_up})"
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
         raise RunnerError(
             f"strategy=tpu found no TPU at {where}: {reason}. This machine has no TPU that TensorFlow "

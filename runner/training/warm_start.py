@@ -213,7 +213,8 @@ def _variables_under(path: str, child: str) -> int:
     graph = TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     start = [node.node_id for node in graph.nodes[0].children if node.local_name == child]
-    keys, queue, visited = set(), deque(start), set()
+    keys: set[str] = set()
+    queue, visited = deque(start), set()
     while queue:
         node_id = queue.popleft()
         if node_id in visited:
@@ -277,7 +278,9 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
     store = client.tracking_uri
     try:
         if source.startswith("runs:"):
-            run_id, name = re.fullmatch(r"runs:/([^/]+)/(.+)", source).groups()
+            parts = re.fullmatch(r"runs:/([^/]+)/(.+)", source)
+            assert parts is not None  # runner.settings.init_settings checked its shape
+            run_id, name = parts.groups()
             run = client.get_run(run_id)
             found = client.search_logged_models(
                 [run.info.experiment_id], filter_string=f"name = '{name}' AND source_run_id = '{run_id}'", max_results=1
@@ -289,7 +292,9 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
                     "with its model, or its run directory (init.from=<run dir>) to start from its checkpoint."
                 )
             return found[0].artifact_location, source, {SOURCE_RUN_TAG: run_id}
-        name, alias, number = re.fullmatch(r"models:/([^/@]+)(?:@(.+)|/(\d+))", source).groups()
+        parts = re.fullmatch(r"models:/([^/@]+)(?:@(.+)|/(\d+))", source)
+        assert parts is not None  # runner.settings.init_settings checked its shape
+        name, alias, number = parts.groups()
         version = (
             client.get_model_version_by_alias(name, alias)
             if alias is not None
