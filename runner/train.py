@@ -278,6 +278,10 @@ class Trainer:
             )
             if self.input_workers > 1:
                 log.info("%s", sharding_line(settings.dataset.name, self.data, self.input_workers))
+            if checkpointer.latest:
+                # The checkpoint resumed from may have been saved after its invocation last handed anything to the
+                # tracker (killed between the two): handed over again, it reaches the run as mlflow.checkpoints says.
+                tracker.on_checkpoint_saved(self.done_epochs, checkpointer.files(checkpointer.latest))
             actions = self.end_actions(settings, config, tracker, run_id)
             controller = Controller(
                 self.state,

@@ -92,7 +92,11 @@ class Checkpointer:
         assert self.manager is not None  # every checkpointer but a scratch one has a manager
         if self._good is None or _step(self._good) != step:
             self._good = self.manager.save(checkpoint_number=step)
-        return sorted(glob.glob(self._good + ".*")) + [os.path.join(self.directory, "checkpoint")]
+        return self.files(self._good)
+
+    def files(self, prefix: str) -> list[str]:
+        """A checkpoint's files (its data and index, and the directory's `checkpoint` list), as save() returns them."""
+        return sorted(glob.glob(prefix + ".*")) + [os.path.join(self.directory, "checkpoint")]
 
     @property
     def latest(self) -> str | None:
