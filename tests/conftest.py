@@ -45,3 +45,19 @@ def pytest_runtest_setup(item):
             if on_ci():
                 pytest.fail("CI=true, and " + "; ".join(reasons), pytrace=False)
             pytest.skip("; ".join(reasons))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--soak", action="store_true", default=False, help="also collect the soak tests (@pytest.mark.soak)"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Soak tests run for many minutes: without --soak they are deselected, not skipped (a skipped test fails CI)."""
+    if config.getoption("--soak"):
+        return
+    soak = [item for item in items if item.get_closest_marker("soak") is not None]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]

@@ -54,6 +54,19 @@ def test_a_worse_sweep_registers_a_version_and_leaves_the_champion(two_sweeps):
 
 
 @pytest.mark.slow
+def test_a_sweep_with_a_failed_job_registers_no_model(tmp_path):
+    """Its best so far may not be the sweep's best once the rest finish, and @champion, once there, would stay."""
+    done = sweep(tmp_path, tmp_path / "sweep", "resume=never", "batch=32,0", WITH_MODEL)
+    assert done.returncode != 0 and "1 of 2 sweep jobs failed: job 1 (batch=0)" in done.stderr
+    assert "best job of that configuration: job 0" in done.stdout  # there is a best, and it is not registered
+    assert "1 of 2 jobs did not finish, so no model is registered yet" in done.stdout
+    client = mlflow_client(f"sqlite:///{tmp_path}/mlflow.db")
+    assert client.search_registered_models() == []
+    parent = client.get_run((tmp_path / "sweep" / PARENT_RUN_ID_FILE).read_text().strip())
+    assert "registered_model_version" not in parent.data.tags
+
+
+@pytest.mark.slow
 def test_the_champion_loads_from_the_registry(two_sweeps):
     workdir, _, _ = two_sweeps
     previous = mlflow.get_tracking_uri()

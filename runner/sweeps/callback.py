@@ -203,12 +203,20 @@ def finish_parent_run(config: DictConfig) -> None:
                 client.log_metric(parent_id, f"best_{objective}_std", std)
             client.set_tag(parent_id, BEST_CONFIGURATION_TAG, best.configuration)
         print(summary.markdown() + "\n" + summary.jobs_markdown(), flush=True)
-        if summary.best is not None:
-            if mlflow_settings(config).log_model:
-                _register_best(client, config, parent_id, summary.best, objective)
-            else:
-                print("mlflow.log_model=false: the jobs logged no model, so none is registered", flush=True)
         failed = summary.failed
+        if summary.best is not None:
+            if not mlflow_settings(config).log_model:
+                print("mlflow.log_model=false: the jobs logged no model, so none is registered", flush=True)
+            elif failed:
+                # The best of an unfinished sweep may not be its best: registered now, it could hold @champion
+                # (which moves only to a strictly better version) against the job that is best once all finish.
+                print(
+                    f"{len(failed)} of {len(summary.rows)} jobs did not finish, so no model is registered yet: "
+                    "the re-run that finishes them registers the sweep's best job",
+                    flush=True,
+                )
+            else:
+                _register_best(client, config, parent_id, summary.best, objective)
         if not failed:
             status = RunStatus.FINISHED
     finally:
