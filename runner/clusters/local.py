@@ -34,6 +34,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
 from runner.errors import RunnerError, report
 from runner.job_result import RESULT_FILE, read_result
+from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.settings import ClusterSettings, Settings
 from runner.tracking.common import RUN_ID_FILE
@@ -138,10 +139,8 @@ def _task_overrides(overrides: list[str], run_dir: str) -> list[str]:
     """The user's overrides, with the cluster and the run directory set for a task of this job."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     kept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group not in _OWN_KEYS]
-    # Hydra's override grammar would read a comma in a path as a sweep and stop at a space: quote it.
-    quoted = "'" + run_dir.replace("\\", "\\\\").replace("'", "\\'") + "'"
     # hydra.output_subdir=null: the run directory's .hydra/ stays the launcher's (cluster=local).
-    return [*kept, "cluster=tf_config", f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
+    return [*kept, "cluster=tf_config", f"hydra.run.dir={quoted(run_dir)}", "hydra.output_subdir=null"]
 
 
 def free_ports(count: int) -> list[int]:

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.job_result import RESULT_FILE, read_result
+from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.settings import sweep_seeds
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
@@ -177,7 +178,7 @@ class _Job:
             "runner",
             *searchpath_overrides(self.hydra_config),
             *overrides,
-            f"hydra.run.dir={_quoted(run_dir)}",
+            f"hydra.run.dir={quoted(run_dir)}",
             # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
             # directory's .hydra/ stays the one the sweep wrote.
             "hydra.mode=RUN",
@@ -362,11 +363,6 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     parsed = OverridesParser.create().parse_overrides(overrides)
     swept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group in keys]
     return ",".join(swept or overrides) or f"job {number}"
-
-
-def _quoted(path: str) -> str:
-    # Hydra's override grammar would read a comma in a path as a sweep and stop at a space.
-    return "'" + path.replace("'", "\\'") + "'"
 
 
 def _train(command: list[str], cwd: str) -> tuple[int, str]:
