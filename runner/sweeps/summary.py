@@ -14,7 +14,7 @@ from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.job_result import RESULT_KEYS
+from runner.outcome import RESULT_KEYS
 from runner.plots import plot_sweep_curves
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
