@@ -38,7 +38,7 @@ from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.settings import ClusterSettings, Settings
-from runner.tracking.common import RUN_ID_FILE
+from runner.tracking.run_id_file import RUN_ID_FILE
 
 log = logging.getLogger("runner")
 

@@ -56,7 +56,8 @@ from runner.sweeps.terms import (
     read_parent_run_id,
     worst_value,
 )
-from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
+from runner.tracking.lifecycle import ERROR_TAG
+from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
 from runner.training.progress import bar_enabled
 
 log = logging.getLogger("runner")

@@ -26,7 +26,7 @@ from runner.sweeps.terms import (
     WALL_SECONDS,
     run_name_for,
 )
-from runner.tracking.common import ERROR_TAG
+from runner.tracking.lifecycle import ERROR_TAG
 
 CSV_FILE = "sweep_summary.csv"  # one row per configuration
 MARKDOWN_FILE = "sweep_summary.md"

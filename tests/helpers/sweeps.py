@@ -16,7 +16,7 @@ from runner import outcome
 from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
-from runner.tracking.common import RUN_ID_FILE
+from runner.tracking.run_id_file import RUN_ID_FILE
 
 
 def sweep_command(tmp_path, sweep_dir, overrides):
