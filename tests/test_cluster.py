@@ -23,6 +23,7 @@ from helpers.config import compose
 from helpers.presets import TWO_EPOCHS, WITH_MODEL
 from helpers.processes import children
 from helpers.tracking import metric_history, only_run
+from runner import outcome
 from runner.errors import RunnerError
 from runner.settings import from_config
 
@@ -519,6 +520,11 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     assert all(line.startswith("error: another task of the cluster failed") for line in chief_errors), chief_errors
     assert error.startswith("error: worker 1 of the local cluster") and "killed by SIGKILL" in error, error
     assert "Fix:" in error and str(launcher.run_dir / "tasks" / "worker-1.log") in error
+    # Killed outright, the worker said nothing: the launcher knows it from the outcome file it did not write.
+    assert f"wrote no outcome ({launcher.run_dir / 'outcome-worker-1.json'})" in error, error
+    # The launcher's own outcome, for whoever started it, is that paragraph.
+    ended = outcome.read(str(launcher.run_dir / "outcome.json"), None)
+    assert (ended.status, ended.exit_code, ended.paragraph) == ("FAILED", 2, error)
     # No task outlives the job: not the killed one, not the chief the launcher stopped.
     assert not [pid for pid in tasks.values() if _alive(pid)]
     assert _processes_mentioning(str(launcher.run_dir)) == []
@@ -599,6 +605,9 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     assert error.startswith("error: another task of the cluster failed or stopped answering during epoch "), error
     assert "/job:worker/replica:0/task:1" in error and "the checkpoints up to " in error
     assert f"hydra.run.dir={run_dir}" in error and "Traceback" not in stderr
+    # Tasks of a cluster sharing the run directory: each says how it ended in a file of its own.
+    ended = outcome.read(str(run_dir / "outcome-worker-0.json"), None)
+    assert (ended.status, ended.exit_code, ended.paragraph, ended.task) == ("FAILED", 2, error, "worker 0")
     client, run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
 
@@ -634,6 +643,8 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_the_rerun_fini
     [chief_words] = [line for line in output.splitlines() if line.startswith("preempted: stopped at global step")]
     step = int(re.search(r"global step (\d+)", chief_words).group(1))
     assert "for the preemption of worker 1" in chief_words and f"ckpt-{step}" in chief_words, chief_words
+    ended = outcome.read(str(launcher.run_dir / "outcome.json"), None)
+    assert (ended.status, ended.resumable, ended.paragraph) == ("KILLED", True, chief_words)
     worker_log = (launcher.run_dir / "tasks" / "worker-1.log").read_text()
     assert f"worker 1 stopped at global step {step} for the preemption of worker 1" in worker_log, worker_log[-2000:]
     assert (launcher.run_dir / "checkpoints" / f"ckpt-{step}.index").exists()
