@@ -4,6 +4,7 @@ With `-m` (a sweep), each job trains in its own process instead: see runner.swee
 """
 
 import logging
+import os
 import signal
 import sys
 
@@ -160,7 +161,9 @@ def cli() -> None:
         # only after the sweep's MLflow parent run exists).
         check_command_line(sys.argv[1:])
     except RunnerError as error:
-        report("error", error)
+        paragraph = report("error", error)
+        if os.environ.get(outcome.OUTCOME_VARIABLE):  # a supervisor started this process and reads how it ended
+            outcome.write(outcome.path("", environ=os.environ), Outcome(FAILED, 2, paragraph))
         sys.exit(2)
     main()
 

@@ -236,12 +236,14 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 others.remove(task)
             elif restart is not None and task.type == "worker" and task.restarts < MAX_WORKER_RESTARTS:
                 task.restarts += 1
+                # What it said of its end, if it could say anything (a worker killed outright wrote nothing).
+                said = f": {_outcome(task).message}" if os.path.exists(task.outcome_file) else ""
                 log.warning(
-                    "%s died (%s: %s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
+                    "%s died (%s%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
                     "the other workers",
                     task.name,
                     _how(status),
-                    _outcome(task).message,
+                    said,
                     task.restarts,
                     MAX_WORKER_RESTARTS,
                 )
