@@ -57,19 +57,14 @@ def main(cfg: DictConfig) -> float:
         ending.write(Outcome(FINISHED if code == 0 else FAILED, code, said, task=ending.task))
         raise
     except BaseException as error:  # a crash: Hydra prints its traceback, whose last line is this paragraph
-        ending.write(Outcome(FAILED, 1, f"error: {type(error).__name__}: {error}", task=ending.task))
+        said = " ".join(f"{type(error).__name__}: {error}".split())
+        ending.write(Outcome(FAILED, 1, f"error: {said}", task=ending.task))
         raise
     ending.write(ended)
     if ended.status != FINISHED:
         sys.exit(ended.exit_code)
     if not ended.metrics:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
-    log.info(
-        "done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
-        ended.metrics["test_accuracy"],
-        ended.metrics["eval_accuracy"],
-        ended.run_id,
-    )
     return ended.metrics[objective_name(cfg)]
 
 
@@ -135,7 +130,14 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
             tracker.close()
     if not task.chief:
         return Outcome(FINISHED, task=ending.task)
-    return outcome.finished(result, task=ending.task)
+    ended = outcome.finished(result, task=ending.task)
+    log.info(
+        "done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
+        ended.metrics["test_accuracy"],
+        ended.metrics["eval_accuracy"],
+        ended.run_id,
+    )
+    return ended
 
 
 def refuse_credentials_in_arguments(arguments: list[str]) -> None:
