@@ -3,10 +3,10 @@
 TensorFlow's logical-device split and distribution strategies are process-wide, so a sweep job never
 trains in the sweep's process: it runs `python -m runner <its overrides>` with the job directory as run
 directory and reads how it ended, the objective included, from the outcome.json that process writes
-(runner.outcome). With `sweep.seeds=N` a job
-trains N seeds, one child run, process and sub-directory (`seed-<seed>/`) each, and returns the mean of
-their objectives. The child run is created here, before that process starts, so a job that fails before
-reaching MLflow (a config error) is still recorded as FAILED under the sweep's parent run.
+(runner.outcome). With `sweep.seeds=N` a job trains N seeds, one child run, process and sub-directory
+(`seed-<seed>/`) each, and returns the mean of their objectives. The child run is created here, before that
+process starts, so a job that fails before reaching MLflow (a config error) is still recorded as FAILED under
+the sweep's parent run.
 
 A job never raises for a failed training: Hydra's sweepers abort the whole sweep at the first job that
 raises (hydra issues #1407, #2824). It returns the worst possible objective instead; a job whose
