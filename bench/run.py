@@ -110,7 +110,7 @@ def tracker_section(tracking_uri: str, workdir: str, runner_run_dir: str, rows, 
     """The tracker's cost per epoch, against the training time of an epoch of the first runner variant."""
     from omegaconf import OmegaConf
 
-    from runner.tracking.common import flatten
+    from runner.tracking.params import flatten
 
     params = flatten(OmegaConf.to_container(OmegaConf.load(os.path.join(runner_run_dir, ".hydra", "config.yaml"))))
     cost = measure_tracker(

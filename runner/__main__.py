@@ -4,6 +4,8 @@ With `-m` (a sweep), each job trains in its own process instead: see runner.swee
 """
 
 import logging
+import os
+import signal
 import sys
 from typing import cast
 
@@ -14,13 +16,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
+from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.preemption import Preempted
 from runner.config.check import CONF_DIR, check_command_line, refuse_unknown_keys
 from runner.config.plain import as_dict
 from runner.entry import prepare_for_tensorflow
 from runner.errors import RunnerError, report
-from runner.job_result import write_result
+from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.settings import from_config, refuse_credentials_in_uri
 from runner.sweeps.terms import objective_name
 from runner.tracking.server_access import check_server
@@ -34,70 +37,111 @@ def main(cfg: DictConfig) -> float:
     prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
     # HydraConfig.get() is typed as the HydraConf dataclass, but what it returns is the DictConfig made from it.
     hydra_config = cast(DictConfig, HydraConfig.get())
+    if hydra_config.mode == RunMode.MULTIRUN:
+        configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
+        # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
+        from runner.sweeps.job import run_sweep_job
+
+        return run_sweep_job(cfg, hydra_config)
+    run_dir = str(hydra_config.runtime.output_dir)
+    ending = _Ending(outcome.path(run_dir))
     try:
-        if hydra_config.mode == RunMode.MULTIRUN:
-            configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
-            # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
-            from runner.sweeps.job import run_sweep_job
-
-            return run_sweep_job(cfg, hydra_config)
-        # check_command_line found them already, unless Hydra read another config directory.
-        refuse_unknown_keys(cfg, OverridesParser.create().parse_overrides(list(hydra_config.overrides.task)))
-        config = as_dict(cfg)
-        settings = from_config(config)
-        objective = objective_name(config)
-        verbose = is_verbose(settings.verbose, hydra_config.verbose)
-        configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
-        # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow; a
-        # user's module may import it at its top, so its loading lines are filtered here too).
-        from runner.components import check_components
-
-        with loading_tensorflow(verbose):
-            check_components(settings)
-        # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
-        # user's credentials (401) or run (403), stops the job in a fraction of a second.
-        check_server(settings.mlflow, registers=settings.mlflow.register)
-        if settings.cluster.kind == "local":
-            # This process starts and watches the cluster's tasks; its chief trains and writes the result.
-            from runner.clusters.local import launch
-
-            return launch(settings, hydra_config)[objective]
-        tracker = None
-        if settings.cluster.kind == "none":
-            # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile.
-            from runner.tracking.tracker_process import TrackerProcess
-
-            tracker = TrackerProcess(settings.mlflow)
-        try:
-            # Imported after validation: a mistyped override fails before TensorFlow loads.
-            load_tensorflow(verbose)
-            from runner.clusters.roles import join, telling_servers_the_end
-
-            run_dir = hydra_config.runtime.output_dir
-            task = join(settings, run_dir)  # a parameter server (or parameter_server worker) serves here, then ends
-            from runner.train import run
-
-            with telling_servers_the_end(task, settings, run_dir):
-                result = run(settings, config, run_dir, list(hydra_config.overrides.task), task, tracker)
-        finally:
-            if tracker is not None:
-                tracker.close()
+        ended = _train(cfg, hydra_config, ending)
     except RunnerError as error:
-        report("error", error)
-        sys.exit(2)
+        ended = Outcome(FAILED, 2, report("error", error), task=ending.task)
     except Preempted as stop:
-        report("preempted", stop)
-        sys.exit(PREEMPTED_EXIT_CODE)
-    if not task.chief:  # a MultiWorkerMirrored worker: the chief reports for the job
+        ended = Outcome(KILLED, PREEMPTED_EXIT_CODE, report("preempted", stop), resumable=True, task=ending.task)
+    except KeyboardInterrupt:
+        ending.write(Outcome(KILLED, 128 + signal.SIGINT, "error: interrupted (Ctrl-C)", task=ending.task))
+        raise
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+        said = "" if code == 0 else f"error: the process exited with status {code}"
+        ending.write(Outcome(FINISHED if code == 0 else FAILED, code, said, task=ending.task))
+        raise
+    except BaseException as error:  # a crash: Hydra prints its traceback, whose last line is this paragraph
+        said = " ".join(f"{type(error).__name__}: {error}".split())
+        ending.write(Outcome(FAILED, 1, f"error: {said}", task=ending.task))
+        raise
+    ending.write(ended)
+    if ended.status != FINISHED:
+        sys.exit(ended.exit_code)
+    if not ended.metrics:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
-    values = write_result(hydra_config.runtime.output_dir, result)
+    return ended.metrics[objective_name(cfg)]
+
+
+class _Ending:
+    """Where this process's outcome goes: its run directory's file until it knows its task in a cluster."""
+
+    def __init__(self, file: str):
+        self.file: str = file
+        self.task: str | None = None
+
+    def joined(self, task_type: str | None, index: int, run_dir: str) -> None:
+        if task_type is not None:
+            self.file, self.task = outcome.path(run_dir, task_type, index), f"{task_type} {index}"
+
+    def write(self, ended: Outcome) -> None:
+        outcome.write(self.file, ended)
+
+
+def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcome:
+    """Check the config, train (or launch the local cluster that trains), and say how it ended."""
+    # check_command_line found them already, unless Hydra read another config directory.
+    refuse_unknown_keys(cfg, OverridesParser.create().parse_overrides(list(hydra_config.overrides.task)))
+    config = as_dict(cfg)
+    settings = from_config(config)
+    verbose = is_verbose(settings.verbose, hydra_config.verbose)
+    configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
+    # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow; a
+    # user's module may import it at its top, so its loading lines are filtered here too).
+    from runner.components import check_components
+
+    with loading_tensorflow(verbose):
+        check_components(settings)
+    # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
+    # user's credentials (401) or run (403), stops the job in a fraction of a second.
+    check_server(settings.mlflow, registers=settings.mlflow.register)
+    if settings.cluster.kind == "local":
+        # This process starts and watches the cluster's tasks; its chief trains and says how the job ended.
+        from runner.clusters.local import launch
+
+        return launch(settings, hydra_config)
+    tracker = None
+    if settings.cluster.kind == "none":
+        # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile.
+        from runner.tracking.tracker_process import TrackerProcess
+
+        tracker = TrackerProcess(settings.mlflow)
+    try:
+        # Imported after validation: a mistyped override fails before TensorFlow loads.
+        load_tensorflow(verbose)
+        from runner.clusters.end_of_job import telling_servers_the_end
+        from runner.clusters.roles import resolve
+        from runner.clusters.serving import serve_if_a_server
+
+        run_dir = hydra_config.runtime.output_dir
+        task = resolve(settings)
+        ending.joined(task.type, task.index, run_dir)
+        serve_if_a_server(task, settings, run_dir, ending.write)  # a server serves here, then ends the process
+        from runner.train import run
+
+        with telling_servers_the_end(task, settings, run_dir):
+            result = run(settings, config, run_dir, list(hydra_config.overrides.task), task, tracker)
+    finally:
+        if tracker is not None:
+            tracker.close()
+    if not task.chief:
+        return Outcome(FINISHED, task=ending.task)
+    ended = outcome.finished(result, task=ending.task)
     log.info(
         "done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
-        values["test_accuracy"],
-        values["eval_accuracy"],
-        result.run_id,
+        ended.metrics["test_accuracy"],
+        ended.metrics["eval_accuracy"],
+        ended.run_id,
     )
-    return values[objective]
+    return ended
 
 
 def refuse_credentials_in_arguments(arguments: list[str]) -> None:
@@ -123,7 +167,9 @@ def cli() -> None:
         # only after the sweep's MLflow parent run exists).
         check_command_line(sys.argv[1:])
     except RunnerError as error:
-        report("error", error)
+        paragraph = report("error", error)
+        if os.environ.get(outcome.OUTCOME_VARIABLE):  # a supervisor started this process and reads how it ended
+            outcome.write(outcome.path("", environ=os.environ), Outcome(FAILED, 2, paragraph))
         sys.exit(2)
     main()
 

@@ -5,9 +5,10 @@ class RunnerError(Exception):
     """A user-facing error: its message is one paragraph naming the bad value and the fix."""
 
 
-def report(kind: str, message: object) -> None:
+def report(kind: str, message: object) -> str:
     """The paragraph a job ends with ("error: ...", "preempted: ..."): on the terminal on a line of its own, even
-    while a progress bar is drawn there, and as the last line of the run's log file (Hydra's runner.log)."""
+    while a progress bar is drawn there, and as the last line of the run's log file (Hydra's runner.log). Returns
+    it, for the process's outcome (runner.outcome), which is where a supervisor reads it."""
     import logging
     import sys
 
@@ -15,7 +16,7 @@ def report(kind: str, message: object) -> None:
 
     text = f"{kind}: {message}"
     # A progress bar still drawn ends its line first, so the paragraph starts a line of its own (which is where
-    # whoever reads the terminal, or a supervisor reading stderr, looks for it).
+    # whoever reads the terminal looks for it).
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
     print(text, file=sys.stderr, flush=True)
@@ -27,3 +28,4 @@ def report(kind: str, message: object) -> None:
                 handler.flush()
             finally:
                 handler.release()
+    return text

@@ -23,8 +23,9 @@ from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.errors import RunnerError
 from runner.settings import Settings
-from runner.tracking.common import NullTracker, flatten
 from runner.tracking.lifecycle import RunLifecycle
+from runner.tracking.null_tracker import NullTracker
+from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path

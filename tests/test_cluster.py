@@ -23,6 +23,7 @@ from helpers.config import compose
 from helpers.presets import TWO_EPOCHS, WITH_MODEL
 from helpers.processes import children
 from helpers.tracking import metric_history, only_run
+from runner import outcome
 from runner.errors import RunnerError
 from runner.settings import from_config
 
@@ -238,7 +239,8 @@ def test_bad_tf_config_is_named_with_the_fix(tf_config, strategy, problem):
 
 
 def test_tf_config_roles():
-    from runner.clusters.roles import _serves, is_chief, read_tf_config
+    from runner.clusters.roles import is_chief, read_tf_config
+    from runner.clusters.serving import serves as _serves
 
     spec = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
     config = read_tf_config(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}}), "parameter_server")
@@ -282,13 +284,15 @@ def test_slurm_step_resolves_roles_on_cpu_nodes(monkeypatch):
 
 
 def _exiting_task(tmp_path: Path, type_: str, index: int, code: str):
-    """A real process standing in for a cluster task: it runs `code` and ends as that code says."""
+    """A real process standing in for a cluster task: it runs `code` and ends as that code says. Its output
+    goes nowhere a launcher reads: what it says of its end is in its outcome file."""
     from runner.clusters.local import _Task
 
     log_path = None if type_ == "chief" else str(tmp_path / f"{type_}-{index}.log")
-    task = _Task(type_, index, "{}", log_path)
+    task = _Task(type_, index, "{}", log_path, str(tmp_path / f"outcome-{type_}-{index}.json"))
     output = open(log_path, "w") if log_path else subprocess.DEVNULL
-    task.process = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=subprocess.STDOUT)
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "RUNNER_OUTCOME_FILE": task.outcome_file}
+    task.process = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=subprocess.STDOUT, env=env)
     task.started = time.monotonic()
     if log_path:
         output.close()
@@ -296,14 +300,18 @@ def _exiting_task(tmp_path: Path, type_: str, index: int, code: str):
 
 
 _KILLED = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
-_LOST_PEER = "import sys, time; time.sleep({delay}); print('error: another task of the cluster failed'); sys.exit(2)"
-_MISTAKE = "import sys; print('error: strategy.communication=nccl is not valid'); sys.exit(2)"
+_FAILING = (
+    "import os, sys, time; from runner import outcome; time.sleep({delay}); "
+    "outcome.write(os.environ['RUNNER_OUTCOME_FILE'], outcome.Outcome('FAILED', 2, 'error: {said}')); sys.exit(2)"
+)
+_LOST_PEER = _FAILING.replace("{said}", "another task of the cluster failed")
+_MISTAKE = _FAILING.replace("{said}", "strategy.communication=nccl is not valid").format(delay=0)
 
 
 @pytest.mark.parametrize("chief_delay", [1.0, 0.0], ids=["launcher-sees-the-worker-first", "chief-ends-first"])
 def test_the_launcher_blames_the_killed_task_not_the_chief_that_lost_it(tmp_path, chief_delay):
     """The chief stops with status 2 and its own paragraph when a peer dies; whichever the launcher sees
-    first, the job's error names the task that was killed."""
+    first, the job's error names the task that was killed, and that it wrote no outcome."""
     from runner.clusters.local import _watch
 
     chief = _exiting_task(tmp_path, "chief", 0, _LOST_PEER.format(delay=chief_delay))
@@ -311,10 +319,11 @@ def test_the_launcher_blames_the_killed_task_not_the_chief_that_lost_it(tmp_path
     if not chief_delay:  # both are gone before the launcher looks: it sees the chief's status first
         chief.process.wait()
         worker.process.wait()
-    status, error = _watch([chief, worker], None, str(tmp_path))
-    assert status == 2
+    ended, error = _watch([chief, worker], None, str(tmp_path))
+    assert ended.exit_code == 2
     assert error is not None and error.startswith("worker 1 of the local cluster (pid "), error
     assert "killed by SIGKILL" in error and f"Its log: {tmp_path / 'worker-1.log'}" in error
+    assert f"and wrote no outcome ({worker.outcome_file})" in error, error
 
 
 def test_a_mistake_every_task_made_is_left_to_the_chief_to_explain(tmp_path):
@@ -324,11 +333,15 @@ def test_a_mistake_every_task_made_is_left_to_the_chief_to_explain(tmp_path):
     worker = _exiting_task(tmp_path, "worker", 1, _MISTAKE)
     chief.process.wait()
     worker.process.wait()
-    assert _watch([chief, worker], None, str(tmp_path)) == (2, None)
+    ended, error = _watch([chief, worker], None, str(tmp_path))
+    # The chief's paragraph comes from its outcome file alone: its output went to /dev/null.
+    assert (ended.status, ended.exit_code, error) == ("FAILED", 2, None)
+    assert ended.paragraph == "error: strategy.communication=nccl is not valid"
     # The worker's mistake seen first: the launcher waits for the chief's own paragraph.
     chief = _exiting_task(tmp_path, "chief", 0, "import time; time.sleep(1); " + _MISTAKE)
     worker = _exiting_task(tmp_path, "worker", 1, _MISTAKE)
-    assert _watch([chief, worker], None, str(tmp_path)) == (2, None)
+    ended, error = _watch([chief, worker], None, str(tmp_path))
+    assert (ended.exit_code, ended.paragraph, error) == (2, "error: strategy.communication=nccl is not valid", None)
 
 
 def test_a_chief_killed_by_a_signal_is_the_one_named(tmp_path):
@@ -338,8 +351,9 @@ def test_a_chief_killed_by_a_signal_is_the_one_named(tmp_path):
     worker = _exiting_task(tmp_path, "worker", 1, _LOST_PEER.format(delay=0))
     chief.process.wait()
     worker.process.wait()
-    status, error = _watch([chief, worker], None, str(tmp_path))
-    assert status == -9 and error.startswith("chief 0 (the chief) of the local cluster"), error
+    ended, error = _watch([chief, worker], None, str(tmp_path))
+    assert ended.exit_code == -9 and error.startswith("chief 0 (the chief) of the local cluster"), error
+    assert "was killed by SIGKILL and wrote no outcome" in error, error
 
 
 def test_a_lost_peer_paragraph_keeps_tensorflows_cause_not_the_stack_of_the_graph_node():
@@ -507,6 +521,11 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     assert all(line.startswith("error: another task of the cluster failed") for line in chief_errors), chief_errors
     assert error.startswith("error: worker 1 of the local cluster") and "killed by SIGKILL" in error, error
     assert "Fix:" in error and str(launcher.run_dir / "tasks" / "worker-1.log") in error
+    # Killed outright, the worker said nothing: the launcher knows it from the outcome file it did not write.
+    assert f"wrote no outcome ({launcher.run_dir / 'outcome-worker-1.json'})" in error, error
+    # The launcher's own outcome, for whoever started it, is that paragraph.
+    ended = outcome.read(str(launcher.run_dir / "outcome.json"), None)
+    assert (ended.status, ended.exit_code, ended.paragraph) == ("FAILED", 2, error)
     # No task outlives the job: not the killed one, not the chief the launcher stopped.
     assert not [pid for pid in tasks.values() if _alive(pid)]
     assert _processes_mentioning(str(launcher.run_dir)) == []
@@ -587,6 +606,9 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     assert error.startswith("error: another task of the cluster failed or stopped answering during epoch "), error
     assert "/job:worker/replica:0/task:1" in error and "the checkpoints up to " in error
     assert f"hydra.run.dir={run_dir}" in error and "Traceback" not in stderr
+    # Tasks of a cluster sharing the run directory: each says how it ended in a file of its own.
+    ended = outcome.read(str(run_dir / "outcome-worker-0.json"), None)
+    assert (ended.status, ended.exit_code, ended.paragraph, ended.task) == ("FAILED", 2, error, "worker 0")
     client, run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
 
@@ -622,6 +644,8 @@ def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_the_rerun_fini
     [chief_words] = [line for line in output.splitlines() if line.startswith("preempted: stopped at global step")]
     step = int(re.search(r"global step (\d+)", chief_words).group(1))
     assert "for the preemption of worker 1" in chief_words and f"ckpt-{step}" in chief_words, chief_words
+    ended = outcome.read(str(launcher.run_dir / "outcome.json"), None)
+    assert (ended.status, ended.resumable, ended.paragraph) == ("KILLED", True, chief_words)
     worker_log = (launcher.run_dir / "tasks" / "worker-1.log").read_text()
     assert f"worker 1 stopped at global step {step} for the preemption of worker 1" in worker_log, worker_log[-2000:]
     assert (launcher.run_dir / "checkpoints" / f"ckpt-{step}.index").exists()

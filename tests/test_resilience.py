@@ -20,6 +20,8 @@ from helpers.data import write_fashion_mnist
 from helpers.presets import TINY, WITH_MODEL
 from helpers.processes import children, is_running
 from helpers.tracking import metric_history, mlflow_client
+from runner import outcome
+from runner.outcome import OUTCOME_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -233,6 +235,10 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "preempted:" in stderr and "Traceback" not in stderr
     assert len(_checkpoints(tmp_path / "run")) == before + 1  # saved at the step boundary
+    # Whoever started it reads the same paragraph from its outcome file.
+    ended = outcome.read(str(tmp_path / "run" / OUTCOME_FILE), None)
+    [said] = [line for line in stderr.splitlines() if line.startswith("preempted: ")]
+    assert (ended.status, ended.exit_code, ended.resumable, ended.paragraph) == ("KILLED", 143, True, said)
     client = _client(tmp_path)
     run = client.get_run(_run_id(tmp_path, "run"))
     assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"
@@ -241,6 +247,9 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     run = client.get_run(run.info.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["resumable"] == "false"
     _assert_each_epoch_logged_once(client, run.info.run_id, epochs=8)
+    ended = outcome.read(str(tmp_path / "run" / OUTCOME_FILE), None)
+    assert (ended.status, ended.run_id) == ("FINISHED", run.info.run_id)
+    assert ended.metrics["test_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"])
 
 
 def test_runs_started_together_on_a_fresh_store_all_finish(tmp_path):

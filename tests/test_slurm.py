@@ -23,6 +23,7 @@ from helpers.processes import find_process
 from helpers.requires import requires
 from helpers.slurm import Slurm, free_port_run, running_slurm
 from helpers.tracking import metric_history, only_run
+from runner import outcome
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
 
@@ -174,8 +175,10 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
 
 
 def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(slurm, tmp_path):
-    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30")
-    _wait_for_checkpoint(tmp_path / "run", slurm, job)
+    # A run directory the script must quote for Hydra: a quote, a comma (a sweep to Hydra), spaces, a `$`.
+    run_dir = tmp_path / "it's a run, for $HOME"
+    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30", run_dir=run_dir)
+    _wait_for_checkpoint(run_dir, slurm, job)
     os.kill(_task_pid(job, 1), signal.SIGKILL)
     killed = time.monotonic()
     state = slurm.wait_job(job, timeout=120)
@@ -187,7 +190,11 @@ def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(s
     [error] = errors
     assert error.startswith("0: error: another task of the cluster failed or stopped answering during epoch "), error
     assert "/job:worker/replica:0/task:1" in error and "Fix:" in error
-    assert f"hydra.run.dir={tmp_path / 'run'}" in error
+    assert f"hydra.run.dir={run_dir}" in error
+    # Each task of the job step says how it ended in a file of its own; the killed one could not.
+    ended = outcome.read(str(run_dir / "outcome-worker-0.json"), None)
+    assert (ended.status, ended.exit_code, ended.paragraph) == ("FAILED", 2, error.removeprefix("0: "))
+    assert not (run_dir / "outcome-worker-1.json").exists()
     client, run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
 

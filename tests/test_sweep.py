@@ -14,6 +14,9 @@ import time
 import pytest
 import yaml
 
+from helpers.cli import run_cli
+from helpers.presets import SWEEP_JOB
+from helpers.processes import children as child_processes
 from helpers.sweeps import (
     all_runs,
     assert_finished_sweep,
@@ -24,6 +27,8 @@ from helpers.sweeps import (
     sweep,
     sweep_command,
 )
+from runner import outcome
+from runner.outcome import OUTCOME_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +200,67 @@ def test_optuna_sweep_reports_the_best_trial(tmp_path):
     assert client.get_run(parent_id).data.metrics["best_test_accuracy"] == pytest.approx(reported["best_value"])
     assert len(summary_rows(sweep_dir)) == 3
     assert not math.isinf(reported["best_value"])
+
+
+def test_a_jobs_paragraph_reaches_its_run_from_the_outcome_file_with_stderr_gone(tmp_path):
+    """The sweep's stderr, and so its training processes', goes nowhere: the child run still gets the exact
+    paragraph the training process ended with, which it read from that process's outcome file."""
+    sweep_dir = tmp_path / "sweep"
+    done = subprocess.run(
+        sweep_command(tmp_path, sweep_dir, ("resume=never", "batch=0")),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0, done.stdout[-3000:]
+    # The paragraph a user sees when the same job runs on its own.
+    alone = run_cli(*SWEEP_JOB, "batch=0", f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
+    paragraph = alone.stderr.strip().splitlines()[-1]
+    assert alone.returncode == 2 and paragraph.startswith("error: batch=0 is not valid"), alone.stderr[-3000:]
+    [run] = children(client_for(tmp_path), parent_id_of(sweep_dir))
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"] == paragraph.removeprefix("error: ")
+    ended = outcome.read(str(sweep_dir / "0" / OUTCOME_FILE), None)
+    assert (ended.status, ended.exit_code, ended.paragraph) == ("FAILED", 2, paragraph)
+
+
+def test_a_training_process_killed_outright_fails_its_job_as_one_that_wrote_no_outcome(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    process = subprocess.Popen(
+        sweep_command(tmp_path, sweep_dir, ("epochs=50",)),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    job_log = sweep_dir / "0" / "runner.log"
+    try:
+        deadline = time.monotonic() + 240
+        while not (job_log.exists() and "steps per epoch" in job_log.read_text()):
+            assert process.poll() is None, "the sweep ended before its job started training"
+            assert time.monotonic() < deadline, "the job did not start training in time"
+            time.sleep(0.2)
+        [training] = [pid for pid in child_processes(process.pid) if "hydra.mode=RUN" in _command_line(pid)]
+        os.kill(training, signal.SIGKILL)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode != 0
+    [run] = children(client_for(tmp_path), parent_id_of(sweep_dir))
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"] == (
+        f"the training process was killed by SIGKILL and wrote no outcome ({sweep_dir / '0' / OUTCOME_FILE}): it "
+        "was killed, or died before it could say why."
+    )
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

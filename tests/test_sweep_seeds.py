@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep_command
-from runner.job_result import RESULT_KEYS
+from runner.outcome import RESULT_KEYS
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds(tmp_path):
         assert len({run.data.tags["configuration"] for run in group}) == 1
         for run in group:
             assert run.info.run_name.endswith(f",seed={run.data.params['seed']}")
-            assert (sweep_dir / number / f"seed-{run.data.params['seed']}" / "result.json").exists()
+            assert (sweep_dir / number / f"seed-{run.data.params['seed']}" / "outcome.json").exists()
     means = [statistics.fmean(run.data.metrics["test_accuracy"] for run in group) for group in trials.values()]
     reported = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert reported["best_value"] == pytest.approx(max(means), rel=1e-12)

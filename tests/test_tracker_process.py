@@ -14,7 +14,7 @@ from helpers.config import mlflow_settings
 from helpers.processes import is_running
 from helpers.tracking import metric_history, mlflow_client
 from runner.errors import RunnerError
-from runner.tracking.common import RUN_ID_FILE
+from runner.tracking.run_id_file import RUN_ID_FILE
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 Every task is `python -m runner <the same overrides> cluster=tf_config` in the same run directory, with
 its own TF_CONFIG naming a free localhost port: cluster.workers workers for multi_worker_mirrored (worker
 0 is the chief), or a chief (the coordinator), cluster.workers workers and cluster.ps parameter servers
-for parameter_server. The chief's output streams through and its exit status is the job's; the other
-tasks write to <run_dir>/tasks/<type>-<index>.log.
+for parameter_server. The chief's output streams through and its outcome (runner.outcome) is the job's; the
+other tasks write to <run_dir>/tasks/<type>-<index>.log. Every task says how it ended in its own outcome file,
+<run_dir>/outcome-<type>-<index>.json, which is all this launcher reads of it.
 
 A task that dies: under parameter_server a worker is restarted (MAX_WORKER_RESTARTS times at most),
 while the coordinator re-runs its steps on the other workers and rebuilds its dataset once it is back.
@@ -26,17 +27,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
 from runner.errors import RunnerError, report
-from runner.job_result import RESULT_FILE, read_result
+from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
+from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.settings import ClusterSettings, Settings
-from runner.tracking.common import RUN_ID_FILE
+from runner.tracking.run_id_file import RUN_ID_FILE
 
 log = logging.getLogger("runner")
 
@@ -56,6 +58,7 @@ class _Task:
     index: int
     tf_config: str
     log_path: str | None  # None for the chief, whose output streams through
+    outcome_file: str  # where it writes how it ended (runner.outcome)
     process: subprocess.Popen | None = None
     restarts: int = 0
     started: float = 0.0
@@ -79,11 +82,11 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-def launch(settings: Settings, hydra_config) -> dict[str, Any]:
-    """Run the job on a cluster of local processes; return the chief's result (its result.json).
+def launch(settings: Settings, hydra_config) -> Outcome:
+    """Run the job on a cluster of local processes; return how it ended: the chief's outcome (its result when
+    it finished, its own paragraph when it failed on its own, which it printed itself).
 
-    Raises RunnerError when another task brought the job down, SystemExit with the chief's status when
-    the chief failed on its own (it printed its error paragraph itself)."""
+    Raises RunnerError when another task brought the job down, or the chief was killed."""
     run_dir = os.path.abspath(str(hydra_config.runtime.output_dir))
     command = [
         sys.executable,
@@ -92,7 +95,7 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
         *searchpath_overrides(hydra_config),
         *_task_overrides(list(hydra_config.overrides.task), run_dir),
     ]
-    tasks = _plan(settings.strategy.name, settings.cluster, os.path.join(run_dir, "tasks"))
+    tasks = _plan(settings.strategy.name, settings.cluster, run_dir)
     log.info(
         "cluster=local: strategy=%s with %s; the other tasks log to %s",
         settings.strategy.name,
@@ -100,14 +103,14 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
         os.path.join(run_dir, "tasks"),
     )
     cwd = str(hydra_config.runtime.cwd)
-    status, error, stopped_by = 1, None, None
+    chief_outcome, error, stopped_by = None, None, None
     previous = _install_stop_handlers()
     try:
         for task in reversed(tasks):  # the servers first, the chief (tasks[0]) last
             _start(task, command, cwd)
         # ClusterCoordinator survives a worker that dies and comes back; no other task can be replaced.
         restart = (lambda task: _start(task, command, cwd)) if settings.strategy.name == "parameter_server" else None
-        status, error = _watch(tasks, restart, run_dir)
+        chief_outcome, error = _watch(tasks, restart, run_dir)
     except _Stopped as stop:
         stopped_by = stop
     finally:
@@ -124,30 +127,23 @@ def launch(settings: Settings, hydra_config) -> dict[str, Any]:
             f"hydra.run.dir={run_dir} to resume from the last checkpoint."
         )
         _mark_failed(settings, run_dir, error, only_if_running=True)
-        report("error", error)
-        raise SystemExit(code if code and code > 0 else 128 + stopped_by.signum)
+        code = code if code and code > 0 else 128 + stopped_by.signum
+        return Outcome(KILLED, code, report("error", error), resumable=True)
     if error is not None:
         _mark_failed(settings, run_dir, error)
         raise RunnerError(error)
-    if status != 0:
-        raise SystemExit(status)
-    result = read_result(run_dir)
-    if result is None:
-        raise RunnerError(
-            f"the chief exited without writing {os.path.join(run_dir, RESULT_FILE)}. Fix: see its "
-            "output above; re-run the same command."
-        )
-    return result
+    assert chief_outcome is not None
+    # The job's outcome is the chief's: its paragraph, if any, was on the terminal already (its output streams
+    # through).
+    return replace(chief_outcome, task=None)
 
 
 def _task_overrides(overrides: list[str], run_dir: str) -> list[str]:
     """The user's overrides, with the cluster and the run directory set for a task of this job."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     kept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group not in _OWN_KEYS]
-    # Hydra's override grammar would read a comma in a path as a sweep and stop at a space: quote it.
-    quoted = "'" + run_dir.replace("\\", "\\\\").replace("'", "\\'") + "'"
     # hydra.output_subdir=null: the run directory's .hydra/ stays the launcher's (cluster=local).
-    return [*kept, "cluster=tf_config", f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
+    return [*kept, "cluster=tf_config", f"hydra.run.dir={quoted(run_dir)}", "hydra.output_subdir=null"]
 
 
 def free_ports(count: int) -> list[int]:
@@ -164,8 +160,9 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _plan(strategy: str, cluster: ClusterSettings, log_dir: str) -> list[_Task]:
+def _plan(strategy: str, cluster: ClusterSettings, run_dir: str) -> list[_Task]:
     """The tasks and their TF_CONFIG, the chief first."""
+    log_dir = os.path.join(run_dir, "tasks")
     if strategy == "multi_worker_mirrored":
         jobs = [("worker", cluster.workers)]
     else:
@@ -177,7 +174,8 @@ def _plan(strategy: str, cluster: ClusterSettings, log_dir: str) -> list[_Task]:
         for index in range(count):
             chief = not tasks
             tf_config = json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
-            tasks.append(_Task(job, index, tf_config, None if chief else os.path.join(log_dir, f"{job}-{index}.log")))
+            log_path = None if chief else os.path.join(log_dir, f"{job}-{index}.log")
+            tasks.append(_Task(job, index, tf_config, log_path, outcome.path(run_dir, job, index, environ={})))
     return tasks
 
 
@@ -197,7 +195,8 @@ def _die_with_launcher() -> None:
 
 
 def _start(task: _Task, command: list[str], cwd: str) -> None:
-    env = {**os.environ, "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "TF_CONFIG": task.tf_config, "PYTHONUNBUFFERED": "1", OUTCOME_VARIABLE: task.outcome_file}
+    outcome.forget(task.outcome_file)  # an earlier run's, or this task's before a restart
     output = None
     if task.log_path is not None:
         os.makedirs(os.path.dirname(task.log_path), exist_ok=True)
@@ -218,21 +217,22 @@ def _start(task: _Task, command: list[str], cwd: str) -> None:
     task.started = time.monotonic()
 
 
-def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir: str) -> tuple[int, str | None]:
-    """Wait for the chief. Return its exit status, and the paragraph saying why the job failed when
-    the chief cannot say it itself (another task died, or the chief was killed)."""
+def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir: str) -> tuple[Outcome, str | None]:
+    """Wait for the chief. Return its outcome, and the paragraph saying why the job failed when the chief
+    cannot say it itself (another task died, or the chief was killed)."""
     chief, others = tasks[0], list(tasks[1:])
     while True:
         code = chief.popen.poll()
         if code is not None:
-            if code == 0:
-                return 0, None
-            if code < 0:  # killed: it could not say why
-                return code, _died(chief, run_dir)
+            ended = _outcome(chief)
+            if ended.status == FINISHED and code == 0:
+                return ended, None
+            if not os.path.exists(chief.outcome_file):  # killed, or dead before it could say why
+                return ended, _died(chief, run_dir)
             dead = next((t for t in others if t.popen.poll() not in (None, 0)), None)
             if dead is not None and not _same_mistake(code, dead.popen.returncode):
-                return code, _died(dead, run_dir)
-            return code, None  # the chief printed its own error
+                return ended, _died(dead, run_dir)
+            return ended, None  # the chief said why itself
         for task in list(others):
             status = task.popen.poll()
             if status is None:
@@ -242,11 +242,14 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 others.remove(task)
             elif restart is not None and task.type == "worker" and task.restarts < MAX_WORKER_RESTARTS:
                 task.restarts += 1
+                # What it said of its end, if it could say anything (a worker killed outright wrote nothing).
+                said = f": {_outcome(task).message}" if os.path.exists(task.outcome_file) else ""
                 log.warning(
-                    "%s died (%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
+                    "%s died (%s%s); restarting it (%d of %d): meanwhile the coordinator runs its steps on "
                     "the other workers",
                     task.name,
                     _how(status),
+                    said,
                     task.restarts,
                     MAX_WORKER_RESTARTS,
                 )
@@ -255,11 +258,18 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 deadline = time.monotonic() + FAILURE_GRACE_SECONDS
                 while chief.popen.poll() is None and time.monotonic() < deadline:
                     time.sleep(POLL_SECONDS)
-                if _same_mistake(chief.popen.returncode, status):
+                chief_code = chief.popen.returncode
+                if chief_code is not None and _same_mistake(chief_code, status):
                     # A mistake every task made, or a preemption every worker stopped for: the chief said it.
-                    return chief.popen.returncode, None
-                return chief.popen.returncode or 1, _died(task, run_dir)
+                    return _outcome(chief), None
+                ended = _outcome(chief) if chief_code is not None else Outcome(FAILED, 1)
+                return replace(ended, exit_code=chief_code or 1), _died(task, run_dir)
         time.sleep(POLL_SECONDS)
+
+
+def _outcome(task: _Task) -> Outcome:
+    """How the task that ended says it ended (runner.outcome), or that it could not say."""
+    return outcome.read(task.outcome_file, task.popen.returncode, who=f"{task.name} of the local cluster")
 
 
 def _same_mistake(chief_status: int | None, task_status: int) -> bool:
@@ -274,26 +284,14 @@ def _how(status: int) -> str:
     return f"killed by {signal.Signals(-status).name}" if status < 0 else f"exited with status {status}"
 
 
-def _last_words(path: str | None) -> str:
-    if path is None or not os.path.exists(path):
-        return ""
-    with open(path, "rb") as handle:
-        handle.seek(max(0, os.path.getsize(path) - 16384))
-        lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    last = (errors or lines or [""])[-1]
-    return f"; its last words: {last[:300]!r}" if last else ""
-
-
 def _died(task: _Task, run_dir: str) -> str:
     seconds = time.monotonic() - task.started
     role = {"ps": " (a parameter server: the variables it held are gone)", "chief": " (the chief)"}.get(task.type, "")
     where = f"Its log: {task.log_path}. " if task.log_path else ""
-    # A task killed by a signal had no last words; one that exited may have said why.
-    said = _last_words(task.log_path) if task.popen.returncode > 0 else ""
+    said = _outcome(task).message.rstrip(".")
     return (
         f"{task.name}{role} of the local cluster (pid {task.popen.pid}) {_how(task.popen.returncode)} "
-        f"{seconds:.0f} s after it started{said}, so every other task was stopped. "
+        f"{seconds:.0f} s after it started ({said}), so every other task was stopped. "
         f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then re-run the "
         f"same command with hydra.run.dir={run_dir} to resume from the last checkpoint."
     )

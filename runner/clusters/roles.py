@@ -1,44 +1,23 @@
-"""This process's place in a multi-process TensorFlow cluster (cluster=tf_config or cluster=slurm).
+"""This process's place in a multi-process TensorFlow cluster (cluster=tf_config or cluster=slurm): its task,
+from TF_CONFIG (checked against the strategy before TensorFlow loads) or from the SLURM job step.
 
-TensorFlow's cluster resolvers read the cluster; this module checks that the cluster fits the strategy
-(before TensorFlow loads, for TF_CONFIG), tells the process its role, and runs the server of a task
-that only serves: a parameter server, or a worker of parameter_server, which the coordinator drives.
-
-A serving task cannot learn from TensorFlow that training is over, so the chief says it with a file in
-the run directory every task shares (END_FILE): the servers watch it and end by themselves, with status
-0 when the chief finished, and the job (a SLURM job, a Kubernetes TFJob) ends as the chief did.
+A task that only serves runs runner.clusters.serving; the chief tells the servers the job's end with
+runner.clusters.end_of_job.
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import logging
 import os
 import shutil
-import signal
-import sys
-import threading
-import time
-import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from runner.errors import RunnerError
 from runner.settings import Settings
 
-log = logging.getLogger("runner")
-
 TF_CONFIG = "TF_CONFIG"
-# Written by the chief into the run directory when it is done with the servers: {"token", "outcome"}.
-END_FILE = "cluster_end.json"
-# The status a server ends with for each outcome of the chief.
-_SERVER_EXIT = {"finished": 0, "preempted": 128 + signal.SIGTERM, "failed": 1}
-# A server asked to stop (SIGTERM) keeps serving so that the chief can save its checkpoint, but no longer.
-SERVER_STOP_GRACE_SECONDS = 60.0
-_POLL_SECONDS = 0.5
 # The jobs each strategy's cluster may hold; the first list is what it needs at least one task of.
 _JOBS = {
     "multi_worker_mirrored": ("chief", "worker"),
@@ -73,10 +52,6 @@ SINGLE_PROCESS = Task()
 def is_chief(cluster: Mapping[str, list], task_type: str, index: int) -> bool:
     # TensorFlow's convention: the chief task, or worker 0 when the cluster has no chief.
     return task_type == "chief" or (task_type == "worker" and index == 0 and not cluster.get("chief"))
-
-
-def _serves(task_type: str, strategy: str) -> bool:
-    return task_type == "ps" or (strategy == "parameter_server" and task_type == "worker")
 
 
 def read_tf_config(text: str | None, strategy: str) -> dict:
@@ -233,102 +208,3 @@ def _slurm_resolver(settings: Settings):
             "an sbatch or salloc allocation (see docs/clusters.md, SLURM: training), or use cluster=local on one "
             "machine or cluster=tf_config with TF_CONFIG."
         ) from None
-
-
-def join(settings: Settings, run_dir: str) -> Task:
-    """This process's task. A parameter server, or a worker of parameter_server, serves its part of
-    the cluster here until the chief is done (it ends the process)."""
-    task = resolve(settings)
-    if task.type is not None and _serves(task.type, settings.strategy.name):
-        serve(task, settings, run_dir)
-    return task
-
-
-def _read_end(path: str) -> dict | None:
-    try:
-        with open(path) as handle:
-            end = json.load(handle)
-    except (OSError, ValueError):  # none yet, or being replaced
-        return None
-    return end if isinstance(end, dict) else None
-
-
-@contextmanager
-def telling_servers_the_end(task: Task, settings: Settings, run_dir: str) -> Iterator[None]:
-    """Around the chief's training: write END_FILE with how it ended (finished, preempted, failed), so
-    that the servers of a parameter_server cluster end too."""
-    from runner.clusters.preemption import Preempted
-
-    if not (task.chief and task.type is not None and settings.strategy.name == "parameter_server"):
-        yield
-        return
-    outcome = "failed"
-    try:
-        yield
-        outcome = "finished"
-    except Preempted:
-        outcome = "preempted"
-        raise
-    finally:
-        # Free the coordinator and the functions it placed on the servers while they still answer: freed
-        # at exit, after the servers ended, each would log an error that its server is gone.
-        gc.collect()
-        path = os.path.join(run_dir, END_FILE)
-        # A new token each time: the servers of a later run in this directory tell it from this one.
-        with open(path + ".tmp", "w") as handle:
-            json.dump({"token": uuid.uuid4().hex, "outcome": outcome}, handle)
-        os.replace(path + ".tmp", path)
-
-
-def serve(task: Task, settings: Settings, run_dir: str) -> NoReturn:
-    """Serve until the chief writes a new END_FILE; then end with the status its outcome gives. SIGTERM
-    (preemption) does not stop the server at once: the chief may still be saving its checkpoint."""
-    import tensorflow as tf
-
-    path = os.path.join(run_dir, END_FILE)
-    earlier = _read_end(path)  # a finished earlier run in this directory: not this cluster's end
-    stop_requested: list[float] = []
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(time.monotonic()))
-    resolver = task.resolver
-    spec = resolver.cluster_spec()
-    config = tf.compat.v1.ConfigProto()
-    # TensorFlow's parameter server guide: a task serving N workers needs N + 1 inter-op threads, or
-    # concurrent requests can wait on each other forever.
-    config.inter_op_parallelism_threads = max(os.cpu_count() or 1, spec.num_tasks("worker") + 1)
-    server = tf.distribute.Server(
-        spec,
-        job_name=task.type,
-        task_index=task.index,
-        protocol=resolver.rpc_layer or "grpc",
-        config=config,
-        start=True,
-    )
-    log.info(
-        "%s of strategy=%s serving at %s until the chief is done (%s)",
-        task.name,
-        settings.strategy.name,
-        server.target,
-        path,
-    )
-    while True:
-        end = _read_end(path)
-        if end is not None and end != earlier:
-            outcome = str(end.get("outcome"))
-            code = _SERVER_EXIT.get(outcome, 1)
-            log.info("the chief is done (%s): %s ends with status %d", outcome, task.name, code)
-            break
-        if stop_requested and time.monotonic() - stop_requested[0] > SERVER_STOP_GRACE_SECONDS:
-            code = 128 + signal.SIGTERM
-            log.info(
-                "%s stops: SIGTERM %.0f s ago and the chief did not say it was done",
-                task.name,
-                SERVER_STOP_GRACE_SECONDS,
-            )
-            break
-        time.sleep(_POLL_SECONDS)
-    # A tf.distribute.Server cannot be stopped, and its threads would hold a normal exit: leave at once.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

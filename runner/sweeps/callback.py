@@ -115,8 +115,8 @@ def check_sweep_config(config: DictConfig) -> None:
 
 def parent_ui_link(config: DictConfig, parent_id: str) -> str:
     """Where the MLflow UI shows the sweep's experiment (its runs table) and its parent run."""
-    from runner.tracking.common import ui_link
     from runner.tracking.store import open_client, sqlite_file
+    from runner.tracking.ui import ui_link
 
     client = open_client(config.mlflow.tracking_uri or None)
     database = sqlite_file(client.tracking_uri)

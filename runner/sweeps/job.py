@@ -2,10 +2,11 @@
 
 TensorFlow's logical-device split and distribution strategies are process-wide, so a sweep job never
 trains in the sweep's process: it runs `python -m runner <its overrides>` with the job directory as run
-directory and reads the objective back from the result.json that process writes. With `sweep.seeds=N` a job
-trains N seeds, one child run, process and sub-directory (`seed-<seed>/`) each, and returns the mean of
-their objectives. The child run is created here, before that process starts, so a job that fails before
-reaching MLflow (a config error) is still recorded as FAILED under the sweep's parent run.
+directory and reads how it ended, the objective included, from the outcome.json that process writes
+(runner.outcome). With `sweep.seeds=N` a job trains N seeds, one child run, process and sub-directory
+(`seed-<seed>/`) each, and returns the mean of their objectives. The child run is created here, before that
+process starts, so a job that fails before reaching MLflow (a config error) is still recorded as FAILED under
+the sweep's parent run.
 
 A job never raises for a failed training: Hydra's sweepers abort the whole sweep at the first job that
 raises (hydra issues #1407, #2824). It returns the worst possible objective instead; a job whose
@@ -18,7 +19,6 @@ records the job, the others only train beside it.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import signal
@@ -34,8 +34,10 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
+from runner import outcome
 from runner.errors import RunnerError
-from runner.job_result import RESULT_FILE, read_result
+from runner.outcome import FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.settings import sweep_seeds
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
@@ -54,14 +56,14 @@ from runner.sweeps.terms import (
     read_parent_run_id,
     worst_value,
 )
-from runner.tracking.common import ERROR_TAG, RUN_ID_FILE, write_run_id
+from runner.tracking.lifecycle import ERROR_TAG
+from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
 from runner.training.progress import bar_enabled
 
 log = logging.getLogger("runner")
 
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 _FAILED = RunStatus.to_string(RunStatus.FAILED)
-_STDERR_TAIL_BYTES = 64 * 1024
 # How long an interrupted job's training process may take to save and mark its run (submitit signals a
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
 STOP_GRACE_SECONDS = 60.0
@@ -111,9 +113,9 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
 
 
 def progress_overrides(progress, stderr=None) -> list[str]:
-    """What the training process is told about its progress bar. Its stderr is a pipe to this job, which passes
-    it on to its own: with `progress=null` (only on a terminal) the bar is drawn when this job's stderr, the
-    sweep's, is a terminal (the basic launcher's jobs in a terminal), never in a log file (submitit, Ray)."""
+    """What the training process is told about its progress bar. It writes to this job's stderr: with
+    `progress=null` (only on a terminal) the bar is drawn when this job's stderr, the sweep's, is a terminal (the
+    basic launcher's jobs in a terminal), never in a log file (submitit, Ray)."""
     return ["progress=true"] if progress is None and bar_enabled(None, stderr) else []
 
 
@@ -178,7 +180,7 @@ class _Job:
             "runner",
             *searchpath_overrides(self.hydra_config),
             *overrides,
-            f"hydra.run.dir={_quoted(run_dir)}",
+            f"hydra.run.dir={quoted(run_dir)}",
             # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
             # directory's .hydra/ stays the one the sweep wrote.
             "hydra.mode=RUN",
@@ -192,7 +194,7 @@ class _Job:
             # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
             # beside the chief, task 0, which alone records the job and returns its result.
             log.info("%s: task %d trains beside task 0, which records the job", label, rank)
-            _train(command, cwd=self.cwd)
+            _train(command, cwd=self.cwd, outcome_file=os.path.join(run_dir, f"outcome-task-{rank}.json"))
             return float("nan")
         where = where_it_runs(self.hydra_config)
         if run is not None:
@@ -216,22 +218,15 @@ class _Job:
             log.info("%s: MLflow run %s", label, run_id)
         # The training process continues the run this file names instead of creating its own.
         write_run_id(run_dir, run_id)
-        stale_result = os.path.join(run_dir, RESULT_FILE)
-        if os.path.exists(stale_result):
-            os.remove(stale_result)
-
+        outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        returncode, stderr_tail = _train(command, cwd=self.cwd)
+        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
-        result = read_result(run_dir) if returncode == 0 else None
-        if result is not None:
-            return float(result[self.objective])
-        error = (
-            f"the training process exited without writing {RESULT_FILE}"
-            if returncode == 0
-            else _failure_paragraph(stderr_tail, returncode)
-        )
+        ended = outcome.read(outcome_file, returncode, who="the training process")
+        if ended.status == FINISHED and self.objective in ended.metrics:
+            return float(ended.metrics[self.objective])
+        error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
@@ -365,14 +360,9 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     return ",".join(swept or overrides) or f"job {number}"
 
 
-def _quoted(path: str) -> str:
-    # Hydra's override grammar would read a comma in a path as a sweep and stop at a space.
-    return "'" + path.replace("'", "\\'") + "'"
-
-
-def _train(command: list[str], cwd: str) -> tuple[int, str]:
-    """Run the training process: its stdout goes straight through, its stderr is passed on as it
-    comes (progress bars included) and its tail is kept for the error message.
+def _train(command: list[str], cwd: str, outcome_file: str) -> int:
+    """Run the training process, which writes how it ended to `outcome_file` (an earlier outcome there is
+    removed first); return its exit status. Its stdout and stderr are this job's (progress bars included).
 
     If this job is interrupted meanwhile (submitit's handler of the time-out or preemption signal raises
     here, or Ctrl-C), the training process is stopped as preemption stops it, with SIGTERM: it saves a
@@ -380,15 +370,15 @@ def _train(command: list[str], cwd: str) -> tuple[int, str]:
     job) continues it. Then the interruption goes on. SLURM sends submitit's signal to every process of the
     job, so the training process starts with it blocked (a signal mask is inherited): its default action
     would kill the training before it could save."""
+    outcome.forget(outcome_file)
     submitit_signal = _submitit_signal()
     signal.pthread_sigmask(signal.SIG_BLOCK, {submitit_signal})
     try:
-        process = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE)
+        process = subprocess.Popen(command, cwd=cwd, env={**os.environ, OUTCOME_VARIABLE: outcome_file})
     finally:  # a signal that came meanwhile is handled here, by submitit's handler
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {submitit_signal})
     try:
-        tail = _pass_on_stderr(process)
-        return process.wait(), tail
+        return process.wait()
     except BaseException:
         _stop_for_resume(process)
         raise
@@ -399,22 +389,6 @@ def _submitit_signal() -> signal.Signals:
     SUBMITIT_PREEMPT_SIGNAL names another."""
     name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
     return getattr(signal, name if name.startswith("SIG") else f"SIG{name}", signal.SIGUSR2)
-
-
-def _pass_on_stderr(process: subprocess.Popen) -> str:
-    out = getattr(sys.stderr, "buffer", None)
-    stderr = process.stderr
-    assert isinstance(stderr, io.BufferedReader)  # started with stderr=PIPE, buffered
-    tail = bytearray()
-    for chunk in iter(lambda: stderr.read1(65536), b""):
-        if out is not None:
-            out.write(chunk)
-            out.flush()
-        else:
-            sys.stderr.write(chunk.decode("utf-8", "replace"))
-        tail += chunk
-        del tail[:-_STDERR_TAIL_BYTES]
-    return tail.decode("utf-8", "replace")
 
 
 def _stop_for_resume(process: subprocess.Popen) -> None:
@@ -428,21 +402,10 @@ def _stop_for_resume(process: subprocess.Popen) -> None:
     )
     process.terminate()
     try:
-        process.communicate(timeout=STOP_GRACE_SECONDS)  # drains stderr, so the process cannot block on it
+        process.wait(timeout=STOP_GRACE_SECONDS)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def _failure_paragraph(stderr: str, returncode: int) -> str:
-    """The training process's own `error: ...` paragraph if it printed one, else its last words."""
-    lines = [line.strip() for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
-    for index in range(len(lines) - 1, -1, -1):
-        if lines[index].startswith("error: "):
-            return " ".join(lines[index:])[len("error: ") :]
-    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-    last = [line for line in lines if not line.startswith("Set the environment variable HYDRA_FULL_ERROR")]
-    return f"the training process failed ({how})" + (f": {last[-1]}" if last else "")
 
 
 def _mark_failed(client: MlflowClient, run_id: str, error: str, replace: bool = False) -> None:

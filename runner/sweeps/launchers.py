@@ -9,18 +9,15 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.sweeps.ray_launcher import check_ray_address, join_with_the_local_ray_token
 
 # The name this project installs under (`import runner` is the package): `pip install 'hydra-tf-runner[ray]'`.
 DISTRIBUTION = "hydra-tf-runner"
-# How long a cluster's head may take to accept a connection before the sweep gives up on it.
-CONNECT_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -188,39 +185,3 @@ def _select(config: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(config, key)
-
-
-def check_ray_address(ray_config: Any, environ: Mapping[str, str] = os.environ) -> None:
-    """A concrete cluster address (in the config or RAY_ADDRESS) must accept a connection: ray.init would
-    otherwise retry it for minutes before failing."""
-    from runner.settings import ray_launcher
-
-    settings = ray_launcher(ray_config, environ)
-    if settings.head is None:
-        return
-    host, port = settings.head
-    try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS):
-            pass
-    except OSError as error:
-        why = "timed out" if isinstance(error, socket.timeout) else (error.strerror or type(error).__name__)
-        where = "the head machine" if host not in ("127.0.0.1", "localhost") else "this machine"
-        raise RunnerError(
-            f"{settings.address_key}={settings.address} does not answer ({why} at {host}:{port}), so the sweep "
-            f"cannot reach a Ray cluster there and nothing was started. Fix: start the cluster first (`ray start "
-            f"--head --port={port}` on {where}, then `ray start --address=<head>:{port}` on each other machine) "
-            "and pass the address its head prints, or leave hydra.launcher.ray.init.address out (and RAY_ADDRESS "
-            "unset) to run the sweep on a Ray started for it on this machine."
-        ) from None
-
-
-def join_with_the_local_ray_token(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Use the Ray token this machine holds, as `ray start` does. Ray (2.60) turns token authentication on for a
-    cluster whose `ray start --head` finds a token (~/.ray/auth_token, which every Ray that ray.init starts
-    writes), but ray.init only sends one in token mode, so the sweep would fail to join with "Authentication
-    token is missing or incorrect". A cluster without authentication accepts a token too."""
-    if "RAY_AUTH_MODE" in environ:  # the user's choice
-        return
-    path = environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    if environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
-        environ["RAY_AUTH_MODE"] = "token"

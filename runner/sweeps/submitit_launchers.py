@@ -26,6 +26,8 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from runner import outcome
+from runner.outcome import OUTCOME_FILE
 
 log = logging.getLogger("runner")
 
@@ -176,7 +178,7 @@ class _Sweep:
         logs = Path(str(job.paths.stderr))
         error = (
             f"{'SLURM' if self.executor == 'slurm' else 'submitit'} job {job.job_id} of job {number} stopped "
-            f"before the job finished: {how}; its log: {logs}. Fix: see that log; raise "
+            f"before the job finished: {how}{_training_said(job_dir)}; its log: {logs}. Fix: see that log; raise "
             "hydra.launcher.timeout_min or hydra.launcher.mem_gb if it ran out of either, then re-run the same "
             f"command with "
             f"hydra.sweep.dir={os.path.abspath(str(config.hydra.sweep.dir))} to run the jobs that did not finish."
@@ -192,6 +194,15 @@ class _Sweep:
         )
         result.return_value = value
         return result
+
+
+def _training_said(job_dir: str) -> str:
+    """What the job's training process said of its end in its outcome file, if it got to write one."""
+    file = os.path.join(job_dir, OUTCOME_FILE)
+    if not os.path.exists(file):
+        return ""
+    ended = outcome.read(file, None, who="its training process")
+    return f" (its training process ended {ended.status}" + (f": {ended.message})" if ended.message else ")")
 
 
 def _has_results(job) -> bool:

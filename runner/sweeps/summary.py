@@ -14,7 +14,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.job_result import RESULT_KEYS
+from runner.outcome import RESULT_KEYS
 from runner.plots import plot_sweep_curves
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
@@ -26,7 +26,7 @@ from runner.sweeps.terms import (
     WALL_SECONDS,
     run_name_for,
 )
-from runner.tracking.common import ERROR_TAG
+from runner.tracking.lifecycle import ERROR_TAG
 
 CSV_FILE = "sweep_summary.csv"  # one row per configuration
 MARKDOWN_FILE = "sweep_summary.md"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner.errors import RunnerError
-from runner.job_result import RESULT_KEYS
+from runner.outcome import RESULT_KEYS
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.

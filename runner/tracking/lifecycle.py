@@ -1,4 +1,5 @@
-"""A job's MLflow run from its start to its end, in one place.
+"""A job's MLflow run from its start to its end, in one place, and how its end is recorded (the error and
+resumable tags).
 
 On the way out of its block the run ends FINISHED, KILLED and resumable (a preemption), or FAILED with its
 error in the `error` tag; a run that does not finish keeps no model. A step of that clean-up that fails (the
@@ -15,6 +16,10 @@ from runner.clusters.preemption import Preempted
 from runner.tracking.protocol import Tracker
 
 log = logging.getLogger("runner")
+
+# The tags of a run that did not finish: its error in words, and whether re-running the command resumes it.
+ERROR_TAG = "error"
+RESUMABLE_TAG = "resumable"
 
 
 class RunLifecycle:
@@ -52,6 +57,13 @@ class RunLifecycle:
             finally:
                 explained.__context__ = None
         return False
+
+
+def failure_message(error: BaseException, resumable: bool = False) -> str:
+    """The `error` tag of a run that ended with `error` (KILLED and resumable, or FAILED)."""
+    if resumable:
+        return f"{error} (resume: re-run the same command with the same hydra.run.dir)"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _reported(what: str, step: Callable[[], None]) -> None:

@@ -30,23 +30,14 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal, operations
-from runner.tracking.common import (
-    CHECKPOINTS_ARTIFACT_PATH,
-    ERROR_TAG,
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    MODEL_NAME,
-    RESUMABLE_TAG,
-    RUN_ID_FILE,
-    existing_files,
-    failure_message,
-    ui_link,
-    write_run_id,
-)
+from runner.tracking.artifacts import CHECKPOINTS_ARTIFACT_PATH, MODEL_NAME, existing_files
+from runner.tracking.lifecycle import ERROR_TAG, RESUMABLE_TAG, failure_message
 from runner.tracking.operations import End, LogArtifact, LogInputs, LogMetrics, LogText, Operation, SystemMetrics
 from runner.tracking.protocol import EpochMetrics
 from runner.tracking.provenance import run_tags as provenance_tags
+from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
 from runner.tracking.store import open_client, sqlite_file
+from runner.tracking.ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, ui_link
 
 log = logging.getLogger("runner")
 
@@ -344,7 +335,7 @@ class MlflowTracker:
         self.end(None if error is None else failure_message(error, resumable), resumable)
 
     def end(self, message: str | None, resumable: bool = False) -> None:
-        """finish() with the error already put in words (see runner.tracking.common.failure_message)."""
+        """finish() with the error already put in words (see runner.tracking.lifecycle.failure_message)."""
         if self.run_id is None:
             return
         self.stop_system_metrics()

@@ -21,7 +21,7 @@ from importlib.metadata import version
 import numpy as np
 import tensorflow as tf
 
-from runner.tracking.common import MODEL_NAME
+from runner.tracking.artifacts import MODEL_NAME
 
 log = logging.getLogger("runner")
 

@@ -50,7 +50,7 @@ class LogInputs:
 
 @dataclass(frozen=True)
 class End:
-    """The run's end: `message` is the error in words (runner.tracking.common.failure_message), None if it finished."""
+    """The run's end: `message` is the error in words (runner.tracking.lifecycle.failure_message), or None."""
 
     op: ClassVar[str] = "end"
     message: str | None

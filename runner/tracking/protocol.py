@@ -1,6 +1,6 @@
 """What the training process calls on a tracker, as a type: the chief's TrackerProcess
 (runner.tracking.tracker_process), an in-process MlflowTracker (runner.tracking.mlflow_tracker) and a worker's
-NullTracker (runner.tracking.common) all have these methods, and the type checker holds each of them to it where
+NullTracker (runner.tracking.null_tracker) all have these methods, and the type checker holds each of them to it where
 runner.train takes its tracker. No MLflow and no TensorFlow here.
 """
 

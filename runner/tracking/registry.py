@@ -24,7 +24,7 @@ from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
 
 from runner.errors import RunnerError
-from runner.tracking.common import MODEL_NAME
+from runner.tracking.artifacts import MODEL_NAME
 from runner.tracking.mlflow_tracker import run_model
 
 log = logging.getLogger("runner")

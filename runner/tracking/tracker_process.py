@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from runner.errors import RunnerError
 from runner.settings import MlflowSettings
 from runner.tracking import journal
-from runner.tracking.common import CHECKPOINTS_ARTIFACT_PATH, existing_files, failure_message
+from runner.tracking.artifacts import CHECKPOINTS_ARTIFACT_PATH, existing_files
+from runner.tracking.lifecycle import failure_message
 from runner.tracking.operations import (
     End,
     LogArtifact,

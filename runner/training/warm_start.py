@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from runner.errors import RunnerError
 from runner.settings import InitSettings
-from runner.tracking.common import RUN_ID_FILE
+from runner.tracking.run_id_file import RUN_ID_FILE
 from runner.training.checkpoints import listed_checkpoints, unreadable
 
 log = logging.getLogger("runner")

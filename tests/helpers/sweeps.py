@@ -12,10 +12,11 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from helpers.presets import SWEEP_JOB
-from runner.job_result import RESULT_KEYS, read_result
+from runner import outcome
+from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
-from runner.tracking.common import RUN_ID_FILE
+from runner.tracking.run_id_file import RUN_ID_FILE
 
 
 def sweep_command(tmp_path, sweep_dir, overrides):
@@ -87,10 +88,10 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic")
         assert run.data.tags["launcher"] == launcher
         job_dir = sweep_dir / str(number)
         assert (job_dir / RUN_ID_FILE).read_text().strip() == run.info.run_id
-        result_file = read_result(str(job_dir))
-        assert result_file["run_id"] == run.info.run_id
+        ended = outcome.read(str(job_dir / OUTCOME_FILE), 0)
+        assert ended.status == FINISHED and ended.run_id == run.info.run_id
         for key in RESULT_KEYS:
-            assert run.data.metrics[key] == pytest.approx(result_file[key])
+            assert run.data.metrics[key] == pytest.approx(ended.metrics[key])
         assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
         assert run.data.metrics["train_loss"] > 0
         # One epoch, logged once: no lost and no duplicated metric.

@@ -1,0 +1,119 @@
+"""How a process of the runner ended, in one JSON file its supervisor reads: status, the paragraph the user saw,
+the final metrics. Every process writes it once where it ends; no supervisor reads an outcome from stderr.
+
+A process started by a supervisor (a sweep job's training, a local cluster's task) writes where OUTCOME_VARIABLE
+says; any other writes `outcome.json` in its run directory, or `outcome-<type>-<index>.json` as a task of a
+cluster whose tasks share that directory (cluster=tf_config, cluster=slurm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Set by a supervisor for the one process it starts: the path of the file that process writes.
+OUTCOME_VARIABLE = "RUNNER_OUTCOME_FILE"
+OUTCOME_FILE = "outcome.json"
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+STATUSES = (FINISHED, FAILED, KILLED)
+# The numbers a finished training's outcome holds; any of them can be a sweep's objective (sweep.objective).
+RESULT_KEYS = (
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "eval_accuracy",
+    "examples_per_second",
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """FINISHED (exit code 0, the metrics), FAILED (the paragraph: `error: ...`) or KILLED (`preempted: ...`,
+    resumable from its last checkpoint)."""
+
+    status: str
+    exit_code: int = 0
+    paragraph: str = ""  # the process's last paragraph exactly as the user saw it ("error: ...", "preempted: ...")
+    resumable: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    run_id: str | None = None
+    task: str | None = None  # "worker 1" for a task of a cluster
+
+    @property
+    def message(self) -> str:
+        """The paragraph without its `error: ` or `preempted: ` (an MLflow run's `error` tag)."""
+        kind, separator, rest = self.paragraph.partition(": ")
+        return rest if separator and kind in ("error", "preempted") else self.paragraph
+
+
+def finished(result: Any, task: str | None = None) -> Outcome:
+    """The outcome of a training that finished: a runner.train.RunResult's final numbers. They come from the
+    run's last logged value of each metric, so a resumed run that had no epoch left to train still reports the
+    numbers of its last epoch."""
+    metrics = {key: float(result.final_metrics[key]) for key in RESULT_KEYS if key != "eval_accuracy"}
+    metrics["eval_accuracy"] = float(result.eval_accuracy)
+    return Outcome(FINISHED, metrics=metrics, run_id=result.run_id, task=task)
+
+
+def path(run_dir: str, task_type: str | None = None, index: int = 0, environ: Mapping[str, str] = os.environ) -> str:
+    """Where this process writes its outcome: what its supervisor asked for, else in its run directory."""
+    if environ.get(OUTCOME_VARIABLE):
+        return str(environ[OUTCOME_VARIABLE])
+    name = OUTCOME_FILE if task_type is None else f"outcome-{task_type}-{index}.json"
+    return os.path.join(run_dir, name)
+
+
+def write(file: str, outcome: Outcome) -> None:
+    """Write `outcome` to `file` at once: a reader sees the whole file or none."""
+    if outcome.status not in STATUSES:
+        raise ValueError(f"status {outcome.status!r} is not one of {', '.join(STATUSES)}")
+    os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
+    temporary = f"{file}.{os.getpid()}.tmp"
+    with open(temporary, "w") as handle:
+        json.dump(asdict(outcome), handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, file)
+
+
+def forget(file: str) -> None:
+    """Remove an earlier process's outcome before starting the next one that writes `file`."""
+    try:
+        os.remove(file)
+    except FileNotFoundError:
+        pass
+
+
+def read(file: str, exit_code: int | None, who: str = "the process") -> Outcome:
+    """The outcome the process that ended with `exit_code` (None: not known here) wrote to `file`; if it wrote
+    none (it was killed outright, or died before it could), a FAILED outcome whose paragraph says so."""
+    try:
+        with open(file) as handle:
+            data = json.load(handle)
+        outcome = Outcome(**data)
+        if outcome.status not in STATUSES or not isinstance(outcome.paragraph, str):
+            raise ValueError(outcome.status)
+        return outcome
+    except (OSError, ValueError, TypeError):
+        code = 1 if exit_code is None else exit_code
+        return Outcome(FAILED, code, f"error: {no_outcome(who, exit_code, file)}")
+
+
+def no_outcome(who: str, exit_code: int | None, file: str) -> str:
+    """The paragraph for a process that ended without writing its outcome."""
+    if exit_code is None:
+        how = "ended"
+    elif exit_code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exit_code).name}"
+        except ValueError:
+            how = f"was killed by signal {-exit_code}"
+    else:
+        how = f"ended with status {exit_code}"
+    return f"{who} {how} and wrote no outcome ({file}): it was killed, or died before it could say why."
