@@ -109,8 +109,11 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
 
         return launch(settings, hydra_config)
     tracker = None
-    if settings.cluster.kind == "none":
-        # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile.
+    from runner.clusters.roles import tracks_the_run
+
+    if tracks_the_run(settings):
+        # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile. In a
+        # cluster only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
         from runner.tracking.tracker_process import TrackerProcess
 
         tracker = TrackerProcess(settings.mlflow)

@@ -85,10 +85,12 @@ def trainings():
 class Training:
     """`python -m runner` in the background, its output in a file (read it whenever)."""
 
-    def __init__(self, trainings: list, tmp_path: Path, name: str, server: MlflowServer, *overrides: str):
+    def __init__(
+        self, trainings: list, tmp_path: Path, name: str, server: MlflowServer, *overrides: str, run: tuple = tuple(RUN)
+    ):
         trainings.append(self)
         self.run_dir = tmp_path / name
-        self.args = [*RUN, f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={self.run_dir}", *overrides]
+        self.args = [*run, f"mlflow.tracking_uri={server.url}", f"hydra.run.dir={self.run_dir}", *overrides]
         self.tmp_path = tmp_path
         self.log = tmp_path / f"{name}.out"
         self.process: subprocess.Popen | None = None
@@ -279,3 +281,46 @@ def test_kill_9_during_an_outage_then_resume_loses_nothing_and_logs_each_epoch_o
     _assert_the_run_is_whole(client, training.run_id, 6, training.run_dir)
     logged = dict(metric_history(client, training.run_id, "train_loss"))
     assert {step: logged[step] for step in kept} == kept  # the killed invocation's own numbers
+
+
+def test_an_outage_during_a_multi_worker_run_stops_none_of_its_workers(tmp_path, up, trainings):
+    """In a cluster the chief tracks through its own tracker process too: its workers, which train in step with
+    it, never wait for the server either."""
+    outage = 20.0
+    cluster = tuple(item for item in RUN if not item.startswith("strategy=")) + (
+        "strategy=multi_worker_mirrored",
+        "cluster=local",
+        "cluster.workers=2",
+    )
+    training = Training(
+        trainings,
+        tmp_path,
+        "run",
+        up,
+        "epochs=30",
+        "dataset.train_examples=2048",
+        "checkpoint.every_epochs=10",
+        run=cluster,
+    ).start()
+    client = mlflow_client(up.url)
+    _wait_for(lambda: _epochs_logged(client, training) >= 3, what="3 epochs before the outage")
+    _stop(up)
+    stopped = time.time()
+    time.sleep(outage)
+    up.start()
+    back = time.time()
+    code = training.wait()
+    output = training.output
+    assert code == 0 and "Traceback" not in output, output[-4000:]
+    _once(output, "stopped answering")
+    _assert_the_run_is_whole(client, training.run_id, 30, training.run_dir, checkpoints=3)
+    stamps = [
+        m.timestamp / 1000
+        for m in sorted(client.get_metric_history(training.run_id, "train_loss"), key=lambda m: m.step)
+    ]
+    during = [later - earlier for earlier, later in zip(stamps, stamps[1:], strict=False) if stopped < earlier < back]
+    print(f"\nepoch wall times (s) during a {back - stopped:.0f} s outage: {[round(s, 2) for s in during]}")
+    assert len(during) >= 5, (during, stamps)
+    # Had the chief's tracker calls waited for the server, the epoch the outage began in would have taken about
+    # the whole outage, and its workers with it.
+    assert max(during) < outage / 2, during

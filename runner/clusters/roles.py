@@ -54,6 +54,24 @@ def is_chief(cluster: Mapping[str, list], task_type: str, index: int) -> bool:
     return task_type == "chief" or (task_type == "worker" and index == 0 and not cluster.get("chief"))
 
 
+def tracks_the_run(settings: Settings, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process will be the job's chief, the one task that tracks its MLflow run, known before
+    TensorFlow loads: from TF_CONFIG, or the SLURM task's rank (SlurmClusterResolver hands out the tasks by
+    rank in the order of the jobs' sorted names, so rank 0 is the chief, or worker 0 without one). A bad TF_CONFIG
+    says no here; resolve() then says what is wrong with it."""
+    kind = settings.cluster.kind
+    if kind == "none":
+        return True
+    if kind == "tf_config":
+        try:
+            config = read_tf_config(environ.get(TF_CONFIG), settings.strategy.name)
+        except RunnerError:
+            return False
+        task = config["task"]
+        return is_chief(config["cluster"], task["type"], task.get("index", 0))
+    return kind == "slurm" and environ.get("SLURM_PROCID", "0") == "0"
+
+
 def read_tf_config(text: str | None, strategy: str) -> dict:
     """Parse and check TF_CONFIG without TensorFlow: a bad one fails in a second with the fix."""
     example = _EXAMPLE[strategy]
