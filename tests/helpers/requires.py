@@ -26,6 +26,11 @@ def _postgresql() -> bool:  # Debian keeps the server binaries off PATH (helpers
 # tool -> (is it here?, what to install when it is not)
 TOOLS = {
     "postgresql": (_postgresql, "Debian's postgresql package (apt-get install -y --no-install-recommends postgresql)"),
+    # The system's python3 -m venv (docs/team-server.md makes the server's environment with it).
+    "python3-venv": (
+        lambda: bool(glob.glob("/usr/lib/python3*/ensurepip/__init__.py")),
+        "Debian's python3-venv package (apt-get install -y --no-install-recommends python3-venv)",
+    ),
     "chromium": (
         lambda: _program("chromium"),
         "Debian's chromium package (apt-get install -y --no-install-recommends chromium)",
