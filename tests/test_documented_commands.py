@@ -358,6 +358,7 @@ def _report(commands: list[Command], problems: list[str | None]) -> str:
     )
 
 
+@pytest.mark.slow  # a Python process per documented command
 def test_every_runner_command_of_the_readme_composes_with_cfg_job(environment):
     """README's commands, each in a new `python -m runner ... --cfg job` process exactly as a user runs it."""
     commands = [command for command in documented_commands() if command.page == "README.md"]
@@ -367,6 +368,7 @@ def test_every_runner_command_of_the_readme_composes_with_cfg_job(environment):
     assert set(os.listdir(REPO)) == before  # --cfg job wrote nothing (no outputs/, no mlflow.db)
 
 
+@pytest.mark.slow  # a Python process per documented command
 def test_every_runner_command_of_the_docs_composes_with_cfg_job(environment):
     """docs/*.md's commands, each run as `python -m runner ... --cfg job` in a fork of one process."""
     commands = [command for command in documented_commands() if command.page != "README.md"]
@@ -376,6 +378,7 @@ def test_every_runner_command_of_the_docs_composes_with_cfg_job(environment):
     assert set(os.listdir(REPO)) == before
 
 
+@pytest.mark.slow  # a Python process per documented command
 @pytest.mark.parametrize("forked", [False, True], ids=["process", "forked"])
 def test_a_stale_option_in_a_documented_line_fails_the_check(environment, forked):
     """The check means something, in new processes and in forks alike: copies of README's single run and
