@@ -261,7 +261,11 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_itself_and_finishe
     start_now_once_pending(slurm, job, "TimeLimit=10")
     state = slurm.wait_job(job, timeout=600)
     output = job_output(tmp_path, MULTI_WORKER, job)
-    assert (state["JobState"], state["ExitCode"], state["Restarts"]) == ("COMPLETED", "0:0", "1"), output[-3000:]
+    assert (state["JobState"], state["ExitCode"], state["Restarts"]) == ("COMPLETED", "0:0", "1"), (
+        slurm.logs(),
+        state,
+        output[-3000:],
+    )
     step = _assert_both_tasks_preempted(output, run_dir)
     assert re.search(
         rf"^0: .*resuming after epoch \d+( and \d+ step\(s\) of the next epoch)? from .*ckpt-{step}$", output, re.M

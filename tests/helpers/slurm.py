@@ -321,4 +321,11 @@ def start_now_once_pending(slurm: Slurm, job: str, *settings: str, timeout: floa
     while slurm.job(job).get("JobState") != "PENDING":
         assert time.monotonic() < deadline, f"job {job} not pending again within {timeout} s: {slurm.job(job)}"
         time.sleep(0.2)
+    # SLURM's own wait lets the job's earlier run finish ending; started at once, it must have ended too.
+    while left := _processes_with_environment(f"SLURM_JOB_ID={job}".encode()):
+        assert time.monotonic() < deadline, f"processes {left} of job {job}'s earlier run still run"
+        time.sleep(0.2)
+    # slurmd refuses to launch a job again within the second its credential was revoked in (the requeue's kill):
+    # "Killing non-startable batch JobId=...: Job credential revoked", and the job ends FAILED.
+    time.sleep(2)
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", *settings)
