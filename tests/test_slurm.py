@@ -12,58 +12,33 @@ import re
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from helpers.cluster import assert_losses_match_two_mirrored_replicas
-from helpers.config import REPO
 from helpers.presets import TWO_EPOCHS
 from helpers.processes import find_process
 from helpers.requires import requires
-from helpers.slurm import Slurm, free_port_run, running_slurm
+from helpers.slurm import (
+    MULTI_WORKER,
+    PARAMETER_SERVER,
+    free_port_run,
+    job_output,
+    running_slurm,
+    start_now_once_pending,
+    submit,
+    wait_for_checkpoint,
+)
 from helpers.tracking import metric_history, only_run
 from runner import outcome
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
-
-SCRIPTS = REPO / "slurm"
-MULTI_WORKER = SCRIPTS / "train_multi_worker.sbatch"
-PARAMETER_SERVER = SCRIPTS / "train_parameter_server.sbatch"
 
 
 @pytest.fixture(scope="module")
 def slurm():
     with running_slurm() as cluster:
         yield cluster
-
-
-def _submit(
-    slurm: Slurm, tmp_path: Path, script: Path, tasks: int, *overrides: str, run_dir: Path | None = None, **env: str
-) -> str:
-    """sbatch the script as a user would, with the test's tiny data and MLflow store as overrides."""
-    environment = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
-    environment.update(
-        RUNNER_PYTHON=sys.executable, RUNNER_RUN_DIR=str(run_dir or tmp_path / "run"), PYTHONUNBUFFERED="1", **env
-    )
-    # A resumed run must be submitted with the same overrides as the first: the same ports too.
-    if not any(item.startswith("cluster.port_base=") for item in overrides):
-        overrides = (f"cluster.port_base={free_port_run(tasks)}", *overrides)
-    return slurm.sbatch(
-        script,
-        *TWO_EPOCHS,
-        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-        *overrides,
-        options=("--cpus-per-task=1",),
-        cwd=tmp_path,
-        env=environment,
-    )
-
-
-def _output(tmp_path: Path, script: Path, job: str) -> str:
-    name = {MULTI_WORKER: "runner-mwms", PARAMETER_SERVER: "runner-ps"}[script]
-    path = tmp_path / f"{name}-{job}.out"
-    return path.read_text(errors="replace") if path.exists() else f"({path} not written)"
 
 
 def _task_pid(job: str, rank: int, timeout: float = 120) -> int:
@@ -77,18 +52,10 @@ def _task_pid(job: str, rank: int, timeout: float = 120) -> int:
     raise AssertionError(f"no task {rank} of job {job}")
 
 
-def _wait_for_checkpoint(run_dir: Path, slurm: Slurm, job: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
-        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), f"job {job} ended before a checkpoint"
-        assert time.monotonic() < deadline, f"no checkpoint within {timeout} s"
-        time.sleep(0.2)
-
-
 def test_multi_worker_mirrored_job_matches_two_mirrored_replicas(slurm, tmp_path):
-    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "batch=32")
+    job = submit(slurm, tmp_path, MULTI_WORKER, 2, "batch=32")
     state = slurm.wait_job(job)
-    output = _output(tmp_path, MULTI_WORKER, job)
+    output = job_output(tmp_path, MULTI_WORKER, job)
     assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output[-3000:]
     client, run = only_run(tmp_path)  # one MLflow run for the job, from the chief (task 0)
     assert run.info.status == "FINISHED"
@@ -109,11 +76,11 @@ def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, 
     by themselves and the job is COMPLETED."""
     run_dir = tmp_path / "run"
     overrides = ("epochs=4", "checkpoint.every_epochs=1", "batch=32", f"cluster.port_base={free_port_run(3)}")
-    first = _submit(slurm, tmp_path, PARAMETER_SERVER, 3, *overrides, RUNNER_STEPS_PER_EPOCH="150")
-    _wait_for_checkpoint(run_dir, slurm, first)
+    first = submit(slurm, tmp_path, PARAMETER_SERVER, 3, *overrides, RUNNER_STEPS_PER_EPOCH="150")
+    wait_for_checkpoint(run_dir, slurm, first)
     slurm.run("scancel", "--signal=TERM", first)
     state = slurm.wait_job(first, timeout=120)
-    output = _output(tmp_path, PARAMETER_SERVER, first)
+    output = job_output(tmp_path, PARAMETER_SERVER, first)
     assert state["JobState"] == "FAILED", (state, output[-3000:])  # the tasks exited 143: preempted
     client, run = only_run(tmp_path)
     assert run.info.status == "KILLED", output[-3000:]
@@ -124,9 +91,9 @@ def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, 
     trained = len(metric_history(client, run.info.run_id, "train_loss"))
     assert 1 <= trained < 4
 
-    second = _submit(slurm, tmp_path, PARAMETER_SERVER, 3, *overrides, RUNNER_STEPS_PER_EPOCH="150")
+    second = submit(slurm, tmp_path, PARAMETER_SERVER, 3, *overrides, RUNNER_STEPS_PER_EPOCH="150")
     state = slurm.wait_job(second)
-    output = _output(tmp_path, PARAMETER_SERVER, second)
+    output = job_output(tmp_path, PARAMETER_SERVER, second)
     assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), output[-3000:]
     assert "resuming after epoch" in output
     assert "the chief is done (finished): ps 0 ends with status 0" in output
@@ -141,26 +108,16 @@ def test_parameter_server_job_preempted_by_scancel_resumes_and_completes(slurm, 
     assert list((run_dir / "checkpoints").glob("ckpt-*.index"))
 
 
-def _start_now_once_pending(slurm: Slurm, job: str, timeout: float = 120) -> None:
-    """SLURM holds a requeued batch job back (Reason=BeginTime, about two minutes here) before it may start
-    again: once it is pending, let it start now, as an administrator would."""
-    deadline = time.monotonic() + timeout
-    while slurm.job(job).get("JobState") != "PENDING":
-        assert time.monotonic() < deadline, f"job {job} not pending again within {timeout} s: {slurm.job(job)}"
-        time.sleep(0.2)
-    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
-
-
 def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     """The scripts ask for `#SBATCH --requeue`: a job SLURM requeues (preemption, a node failure; here
     `scontrol requeue`) runs again under the same job id, so in the same run directory, and resumes the same
     MLflow run from its checkpoint, with nobody submitting anything."""
-    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=8", "checkpoint.every_epochs=1")
-    _wait_for_checkpoint(tmp_path / "run", slurm, job)
+    job = submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=8", "checkpoint.every_epochs=1")
+    wait_for_checkpoint(tmp_path / "run", slurm, job)
     slurm.run("scontrol", "requeue", job)
-    _start_now_once_pending(slurm, job)
+    start_now_once_pending(slurm, job)
     state = slurm.wait_job(job)
-    output = _output(tmp_path, MULTI_WORKER, job)
+    output = job_output(tmp_path, MULTI_WORKER, job)
     assert (state["JobState"], state["ExitCode"], state["Restarts"]) == ("COMPLETED", "0:0", "1"), output[-3000:]
     # --open-mode=append: the requeued run's output follows the first run's.
     assert output.count(f"runner: job {job}, 2 tasks") == 2, output[-3000:]
@@ -177,13 +134,13 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
 def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(slurm, tmp_path):
     # A run directory the script must quote for Hydra: a quote, a comma (a sweep to Hydra), spaces, a `$`.
     run_dir = tmp_path / "it's a run, for $HOME"
-    job = _submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30", run_dir=run_dir)
-    _wait_for_checkpoint(run_dir, slurm, job)
+    job = submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30", run_dir=run_dir)
+    wait_for_checkpoint(run_dir, slurm, job)
     os.kill(_task_pid(job, 1), signal.SIGKILL)
     killed = time.monotonic()
     state = slurm.wait_job(job, timeout=120)
     elapsed = time.monotonic() - killed
-    output = _output(tmp_path, MULTI_WORKER, job)
+    output = job_output(tmp_path, MULTI_WORKER, job)
     assert state["JobState"] == "FAILED" and elapsed < 60, (state, elapsed, output[-3000:])
     errors = [line for line in output.splitlines() if re.match(r"\d+: error: ", line)]  # a task's, not srun's
     assert len(errors) == 1, errors

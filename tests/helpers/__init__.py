@@ -12,7 +12,8 @@ A test imports what it uses from the module that holds it (tests/ is on sys.path
     from helpers.processes import stop_group                   # process groups, children, waiting
     from helpers.servers import MlflowServer, Postgres, free_port
     from helpers.browser import Chromium
-    from helpers.slurm import running_slurm
+    from helpers.slurm import running_slurm, submit, job_output  # a real SLURM and the shipped sbatch scripts
+    from helpers.preemption import Task, chief_stop, assert_worker_words  # preempted cluster tasks and their words
 
 No test module imports another test module or conftest.py.
 """

@@ -15,18 +15,24 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from helpers.config import REPO
+from helpers.presets import TWO_EPOCHS
 from helpers.processes import is_running
 from runner.clusters.local import free_ports
 
 INSTALL_HINT = (
     "install Debian's SLURM as .ci/run does: apt-get install -y --no-install-recommends slurmctld slurmd slurm-client"
 )
+SCRIPTS = REPO / "slurm"
+MULTI_WORKER = SCRIPTS / "train_multi_worker.sbatch"
+PARAMETER_SERVER = SCRIPTS / "train_parameter_server.sbatch"
 # A job that ended stays visible to `scontrol show job` this long: there is no accounting to ask.
 MIN_JOB_AGE_SECONDS = 3600
 
@@ -260,3 +266,66 @@ def running_slurm() -> Iterator[Slurm]:
         else:
             os.environ["SLURM_CONF"] = previous
         cluster.stop()
+
+
+def submit(
+    slurm: Slurm,
+    tmp_path: Path,
+    script: Path,
+    tasks: int,
+    *overrides: str,
+    run_dir: Path | None = None,
+    options: tuple[str, ...] = (),
+    **env: str,
+) -> str:
+    """sbatch a shipped script as a user would (sbatch `options` first), with TWO_EPOCHS's tiny data and the
+    MLflow store sqlite:///<tmp_path>/mlflow.db as overrides; the run directory is tmp_path/run by default."""
+    environment = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
+    environment.update(
+        RUNNER_PYTHON=sys.executable, RUNNER_RUN_DIR=str(run_dir or tmp_path / "run"), PYTHONUNBUFFERED="1", **env
+    )
+    # A resumed run must be submitted with the same overrides as the first: the same ports too.
+    if not any(item.startswith("cluster.port_base=") for item in overrides):
+        overrides = (f"cluster.port_base={free_port_run(tasks)}", *overrides)
+    return slurm.sbatch(
+        script,
+        *TWO_EPOCHS,
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        *overrides,
+        options=("--cpus-per-task=1", *options),
+        cwd=tmp_path,
+        env=environment,
+    )
+
+
+def job_output(tmp_path: Path, script: Path, job: str) -> str:
+    """The job's .out file in the submit directory (every task's lines, prefixed by the task number)."""
+    name = {MULTI_WORKER: "runner-mwms", PARAMETER_SERVER: "runner-ps"}[script]
+    path = tmp_path / f"{name}-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else f"({path} not written)"
+
+
+def wait_for_checkpoint(run_dir: Path, slurm: Slurm, job: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
+        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), f"job {job} ended before a checkpoint"
+        assert time.monotonic() < deadline, f"no checkpoint within {timeout} s"
+        time.sleep(0.2)
+
+
+def start_now_once_pending(slurm: Slurm, job: str, *settings: str, timeout: float = 120) -> None:
+    """SLURM holds a requeued batch job back (Reason=BeginTime, about two minutes here) before it may start
+    again: once it is pending, let it start now, as an administrator would (with any further `scontrol update`
+    settings, such as TimeLimit=...)."""
+    deadline = time.monotonic() + timeout
+    while slurm.job(job).get("JobState") != "PENDING":
+        assert time.monotonic() < deadline, f"job {job} not pending again within {timeout} s: {slurm.job(job)}"
+        time.sleep(0.2)
+    # SLURM's own wait lets the job's earlier run finish ending; started at once, it must have ended too.
+    while left := _processes_with_environment(f"SLURM_JOB_ID={job}".encode()):
+        assert time.monotonic() < deadline, f"processes {left} of job {job}'s earlier run still run"
+        time.sleep(0.2)
+    # slurmd refuses to launch a job again within the second its credential was revoked in (the requeue's kill):
+    # "Killing non-startable batch JobId=...: Job credential revoked", and the job ends FAILED.
+    time.sleep(2)
+    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", *settings)
