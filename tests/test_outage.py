@@ -71,6 +71,15 @@ def _stop(server: MlflowServer) -> None:
     assert wait_group(server.process, 30)
 
 
+def _outage(server: MlflowServer, seconds: float) -> tuple[float, float]:
+    """Stop the server for `seconds`, then start it again on its port; when it went and when it answered again."""
+    _stop(server)
+    stopped = time.time()
+    time.sleep(seconds)
+    server.start()
+    return stopped, time.time()
+
+
 @pytest.fixture
 def trainings():
     """Every training process a test starts; any still running when it ends is killed."""
@@ -180,11 +189,7 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     ).start()
     client = mlflow_client(up.url)
     _wait_for(lambda: _epochs_logged(client, training) >= 4, what="4 epochs before the outage")
-    _stop(up)
-    stopped = time.time()
-    time.sleep(outage)
-    up.start()
-    back = time.time()
+    stopped, back = _outage(up, outage)
     code = training.wait()
     output = training.output
     assert code == 0 and "Traceback" not in output, output[-4000:]
@@ -304,11 +309,7 @@ def test_an_outage_during_a_multi_worker_run_stops_none_of_its_workers(tmp_path,
     ).start()
     client = mlflow_client(up.url)
     _wait_for(lambda: _epochs_logged(client, training) >= 3, what="3 epochs before the outage")
-    _stop(up)
-    stopped = time.time()
-    time.sleep(outage)
-    up.start()
-    back = time.time()
+    stopped, back = _outage(up, outage)
     code = training.wait()
     output = training.output
     assert code == 0 and "Traceback" not in output, output[-4000:]

@@ -4,8 +4,6 @@ with EDIT sweeps and trains as usual; no password ever lands in a run, a log, a 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from helpers.cli import run_cli
 from helpers.presets import TINY, WITH_MODEL
 from helpers.requires import requires
 from helpers.servers import BasicAuth, MlflowServer, Postgres
-from helpers.tracking import mlflow_client
+from helpers.tracking import as_user, mlflow_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("postgresql")]
 
@@ -28,21 +26,6 @@ COLLEAGUE = ("colleague", "colleague-secret-password")  # EDIT on the experiment
 PASSWORDS = (ADMIN.admin_password, READER[1], TRAINER[1], COLLEAGUE[1], "wrong-secret-password")
 # Each refusal comes before TensorFlow is imported: far quicker than any training run.
 REFUSAL_SECONDS = 60
-
-
-@contextlib.contextmanager
-def _as(user: str, password: str):
-    """MLflow's client (and its auth client) read the standard variables."""
-    saved = {key: os.environ.get(key) for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
-    os.environ.update(MLFLOW_TRACKING_USERNAME=user, MLFLOW_TRACKING_PASSWORD=password)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _credentials(user: str, password: str) -> dict[str, str]:
@@ -67,7 +50,7 @@ def server(workdir):
         ).start()
         from mlflow.server import get_app_client
 
-        with _as(ADMIN.admin_username, ADMIN.admin_password):
+        with as_user(ADMIN.admin_username, ADMIN.admin_password):
             experiment_id = mlflow_client(mlflow_server.url).create_experiment(EXPERIMENT)
             users = get_app_client("basic-auth", tracking_uri=mlflow_server.url)
             for (name, password), permission in ((READER, "READ"), (TRAINER, "EDIT"), (COLLEAGUE, "EDIT")):
@@ -81,7 +64,7 @@ def server(workdir):
 
 
 def _runs(server) -> list:
-    with _as(ADMIN.admin_username, ADMIN.admin_password):
+    with as_user(ADMIN.admin_username, ADMIN.admin_password):
         client = mlflow_client(server.url)
         return client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
 
@@ -161,12 +144,12 @@ def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server
     child = next(run for run in runs if "mlflow.parentRunId" in run.data.tags)
     assert "eval_accuracy" in child.data.metrics
     assert {item.dataset.name for item in child.inputs.dataset_inputs} == {"synthetic-train", "synthetic-test"}
-    with _as(*TRAINER):
+    with as_user(*TRAINER):
         champion = mlflow_client(server.url).get_model_version_by_alias(MODEL, "champion")
     assert champion.run_id == child.info.run_id  # the sweep registered it, as the editor
 
     recorded = [done.stdout, done.stderr]
-    with _as(*TRAINER):
+    with as_user(*TRAINER):
         client = mlflow_client(server.url)
         for run in runs:
             recorded += [*run.data.params.values(), *run.data.tags.values(), run.info.run_name]
@@ -190,7 +173,7 @@ def test_an_editor_sweeps_and_trains_and_no_password_is_recorded_anywhere(server
 def test_a_colleague_who_may_not_add_versions_of_the_model_is_refused_before_training(server, workdir):
     """The trainer's sweep above created the registered model, so the trainer manages it: the colleague, who may
     edit the experiment, would train for nothing and get 403 at registration. Refused before anything runs."""
-    with _as(*TRAINER):
+    with as_user(*TRAINER):
         mlflow_client(server.url).get_registered_model(MODEL)  # the editor's sweep registered it
     before = len(_runs(server))
     started = time.monotonic()

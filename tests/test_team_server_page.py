@@ -27,7 +27,7 @@ from helpers.data import write_fashion_mnist
 from helpers.processes import is_running, live_members, stop_group
 from helpers.requires import requires
 from helpers.servers import free_port, postgres_bin
-from helpers.tracking import mlflow_client
+from helpers.tracking import as_user, mlflow_client
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "team-server.md"
@@ -167,20 +167,6 @@ def _bash(script: str, typed: str, cwd: Path, env: dict[str, str], log: Path, ti
     return output
 
 
-@contextlib.contextmanager
-def _as(user: str, password: str):
-    saved = {key: os.environ.get(key) for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
-    os.environ.update(MLFLOW_TRACKING_USERNAME=user, MLFLOW_TRACKING_PASSWORD=password)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 @pytest.mark.slow
 @pytest.mark.server
 @requires("postgresql", "python3-venv")
@@ -251,7 +237,7 @@ def test_two_people_train_sweep_and_register_on_a_server_set_up_by_the_page(tmp_
 
         from mlflow.server import get_app_client
 
-        with _as("admin", ADMIN_PASSWORD):
+        with as_user("admin", ADMIN_PASSWORD):
             client = mlflow_client(url)
             experiment_id = client.get_experiment_by_name(NAME).experiment_id
             users = get_app_client("basic-auth", tracking_uri=url)
@@ -260,11 +246,11 @@ def test_two_people_train_sweep_and_register_on_a_server_set_up_by_the_page(tmp_
                     assert users.get_user_permission(name, *resource).permission == "EDIT", (name, resource)
 
         def runs() -> dict[str, object]:
-            with _as("admin", ADMIN_PASSWORD):
+            with as_user("admin", ADMIN_PASSWORD):
                 return {run.info.run_id: run for run in client.search_runs([experiment_id])}
 
         def versions() -> dict[str, str]:
-            with _as("admin", ADMIN_PASSWORD):
+            with as_user("admin", ADMIN_PASSWORD):
                 return {v.version: v.run_id for v in client.search_model_versions(f"name = '{NAME}'")}
 
         def as_person(name: str, *steps: str) -> set[str]:

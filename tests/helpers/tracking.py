@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+
 
 def mlflow_client(tracking_uri: str):
     from mlflow.tracking import MlflowClient
@@ -20,3 +24,18 @@ def only_run(tmp_path):
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1, [r.info.run_id for r in runs]
     return client, runs[0]
+
+
+@contextlib.contextmanager
+def as_user(user: str, password: str) -> Iterator[None]:
+    """MLflow's client (and its auth client) as `user`: they read the standard variables, restored afterwards."""
+    saved = {key: os.environ.get(key) for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    os.environ.update(MLFLOW_TRACKING_USERNAME=user, MLFLOW_TRACKING_PASSWORD=password)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
