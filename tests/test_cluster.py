@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -619,45 +618,3 @@ def _wait_for_checkpoint(run_dir: Path, chief: subprocess.Popen, timeout: float 
         assert chief.poll() is None, "the chief ended before its first checkpoint"
         assert time.monotonic() < deadline, "no checkpoint"
         time.sleep(0.2)
-
-
-@pytest.mark.slow
-def test_sigterm_to_one_worker_stops_every_worker_at_one_step_and_the_rerun_finishes(tmp_path):
-    """What a cloud provider does to one preempted VM: SIGTERM to worker 1 alone. Every worker stops at the
-    step they agreed on, the chief saves it, the run is KILLED and resumable, and the same command finishes it
-    with each epoch logged once."""
-    args = (
-        "strategy=multi_worker_mirrored",
-        "cluster.workers=2",
-        "epochs=4",
-        "dataset.train_examples=16384",
-        "checkpoint.every_epochs=1",
-    )
-    launcher = _Launcher(tmp_path, *args)
-    launcher.wait_for("epoch 2/4")
-    tasks = launcher.task_pids()
-    assert sorted(tasks) == ["worker 0", "worker 1"]
-    os.kill(tasks["worker 1"], signal.SIGTERM)
-    output = launcher.finish(timeout=120)
-    assert launcher.process.returncode == 128 + signal.SIGTERM, output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
-    [chief_words] = [line for line in output.splitlines() if line.startswith("preempted: stopped at global step")]
-    step = int(re.search(r"global step (\d+)", chief_words).group(1))
-    assert "for the preemption of worker 1" in chief_words and f"ckpt-{step}" in chief_words, chief_words
-    ended = outcome.read(str(launcher.run_dir / "outcome.json"), None)
-    assert (ended.status, ended.resumable, ended.paragraph) == ("KILLED", True, chief_words)
-    worker_log = (launcher.run_dir / "tasks" / "worker-1.log").read_text()
-    assert f"worker 1 stopped at global step {step} for the preemption of worker 1" in worker_log, worker_log[-2000:]
-    assert (launcher.run_dir / "checkpoints" / f"ckpt-{step}.index").exists()
-    assert not [pid for pid in tasks.values() if _alive(pid)]
-    client, run = only_run(tmp_path)
-    assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"
-
-    again = _Launcher(tmp_path, *args)
-    output = again.finish(timeout=300)
-    assert again.process.returncode == 0, output[-3000:]
-    assert re.search(rf"resuming after epoch \d+ and \d+ step\(s\) of the next epoch from .*ckpt-{step}", output)
-    client, run = only_run(tmp_path)
-    assert run.info.status == "FINISHED"
-    for key in ("train_loss", "test_accuracy"):
-        assert [s for s, _ in metric_history(client, run.info.run_id, key)] == [1, 2, 3, 4], key

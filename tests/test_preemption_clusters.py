@@ -30,6 +30,7 @@ from helpers.preemption import (
 from helpers.presets import TINY
 from helpers.requires import requires
 from helpers.tracking import metric_history, mlflow_client
+from runner import outcome
 
 pytestmark = pytest.mark.slow
 
@@ -83,11 +84,19 @@ def test_deterministic_multi_worker_mirrored_run_preempted_and_resumed_is_bit_id
         output = first.finish(timeout=120)
     finally:
         first.stop()
-    assert first.process.returncode == PREEMPTED, output[-3000:]
+    assert first.process.returncode == PREEMPTED and "Traceback" not in output, output[-3000:]
     print(f"the workers stopped {time.monotonic() - signal_sent:.1f} s after the SIGTERM")
     step = chief_stop(output, "worker 1")
+    assert (run_dir / "checkpoints" / f"ckpt-{step}.index").exists()
     assert_worker_words((run_dir / "tasks" / "worker-1.log").read_text(), "worker 1", step, run_dir / "checkpoints")
     assert not any_alive(tasks.values())
+    # The launcher's outcome is its chief's: KILLED and resumable, with the paragraph it ended with.
+    ended = outcome.read(str(run_dir / "outcome.json"), None)
+    [words] = [line for line in output.splitlines() if line.startswith("preempted: stopped at global step")]
+    assert (ended.status, ended.resumable, ended.paragraph) == ("KILLED", True, words)
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    stopped = client.get_run(_run_id(run_dir))
+    assert stopped.info.status == "KILLED" and stopped.data.tags["resumable"] == "true"
 
     again = _local_cluster(tmp_path, "run", *args)
     output = again.finish(timeout=600)
@@ -97,7 +106,6 @@ def test_deterministic_multi_worker_mirrored_run_preempted_and_resumed_is_bit_id
         output[-3000:]
     )
 
-    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     resumed, uninterrupted = _run_id(run_dir), _run_id(tmp_path / "reference")
     assert client.get_run(resumed).info.status == "FINISHED"
     for key in EXACT_METRICS:
