@@ -49,6 +49,7 @@ def test_importing_the_package_and_its_settings_changes_nothing(tmp_path):
     assert result == {"changed": [], "tensorflow": False}
 
 
+@pytest.mark.slow
 def test_importing_every_module_leaves_tensorflow_on_its_own_keras(tmp_path):
     """Even a program that imports every module of the package (and so TensorFlow and MLflow, which set
     variables of their own) keeps TensorFlow's default Keras and its own log level."""

@@ -161,6 +161,7 @@ def test_bench_reports_saved_samples_against_another_baseline(tmp_path, capsys):
         main(["--from-json", str(saved), "--baseline", "nonexistent"])
 
 
+@pytest.mark.slow
 def test_the_reference_script_trains_and_reports(tmp_path):
     """The tutorial's loop, standalone: no runner, Hydra or MLflow is imported."""
     done = subprocess.run(
