@@ -36,7 +36,7 @@ def measure_tracker(
     from omegaconf import OmegaConf
 
     from runner.config.check import compose_config
-    from runner.settings import mlflow_settings
+    from runner.config.settings import mlflow_settings
     from runner.tracking.mlflow_tracker import MlflowTracker
 
     # mlflow.checkpoints=all: each save is logged as it is written, the most a run's checkpoints can cost.

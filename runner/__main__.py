@@ -18,13 +18,12 @@ from omegaconf import DictConfig
 import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
 from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
-from runner.clusters.preemption import Preempted
 from runner.config.check import CONF_DIR, check_command_line, refuse_unknown_keys
 from runner.config.plain import as_dict
+from runner.config.settings import from_config, refuse_credentials_in_uri
 from runner.entry import prepare_for_tensorflow
-from runner.errors import RunnerError, report
+from runner.errors import Preempted, RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
-from runner.settings import from_config, refuse_credentials_in_uri
 from runner.sweeps.terms import objective_name
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
@@ -96,7 +95,7 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
     configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
     # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow; a
     # user's module may import it at its top, so its loading lines are filtered here too).
-    from runner.components import check_components
+    from runner.config.components import check_components
 
     with loading_tensorflow(verbose):
         check_components(settings)

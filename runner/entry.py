@@ -1,7 +1,7 @@
 """What a process that trains sets before TensorFlow loads; every entry point calls it first.
 
 Importing `runner` or any of its modules changes nothing in the importing process (a notebook importing
-runner.settings, Hydra importing hydra_plugins/ in an unrelated app). The programs that train call
+runner.config.settings, Hydra importing hydra_plugins/ in an unrelated app). The programs that train call
 prepare_for_tensorflow() instead: `python -m runner` and the `runner` script (and so every sweep job, cluster
 task and SLURM task, which are such commands), a job a launcher runs in another process (the task function
 calls it too), and the test suite, which trains in its own process.

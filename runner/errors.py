@@ -5,6 +5,10 @@ class RunnerError(Exception):
     """A user-facing error: its message is one paragraph naming the bad value and the fix."""
 
 
+class Preempted(Exception):
+    """The job was asked to stop (SIGTERM); it saves a checkpoint and can be resumed."""
+
+
 def report(kind: str, message: object) -> str:
     """The paragraph a job ends with ("error: ...", "preempted: ..."): on the terminal on a line of its own, even
     while a progress bar is drawn there, and as the last line of the run's log file (Hydra's runner.log). Returns

@@ -15,14 +15,14 @@ from typing import Any
 
 import tensorflow as tf
 
-from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, Preempted, PreemptionGuard
+from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, PreemptionGuard
 from runner.clusters.roles import SINGLE_PROCESS, Task
+from runner.config.settings import Settings
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
-from runner.errors import RunnerError
-from runner.settings import Settings
+from runner.errors import Preempted, RunnerError
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.null_tracker import NullTracker
 from runner.tracking.params import flatten

@@ -24,7 +24,7 @@ def train(tmp_path, tracking_uri):
     """Train in this process with the given overrides (single-process strategies on one device)."""
     from omegaconf import OmegaConf
 
-    from runner.settings import from_config
+    from runner.config.settings import from_config
     from runner.train import run
 
     def _train(*overrides: str, run_dir: Path | None = None):

@@ -23,8 +23,8 @@ from helpers.presets import TWO_EPOCHS, WITH_MODEL
 from helpers.processes import children
 from helpers.tracking import metric_history, only_run
 from runner import outcome
+from runner.config.settings import from_config
 from runner.errors import RunnerError
-from runner.settings import from_config
 
 
 def _settings(*overrides: str):

@@ -19,8 +19,8 @@ from helpers.config import CONF, REPO, compose, overridden
 from helpers.presets import TINY
 from runner.config.check import check_command_line, unknown_keys
 from runner.config.schema import RunnerConfig
+from runner.config.settings import from_config
 from runner.errors import RunnerError
-from runner.settings import from_config
 
 
 def _refusal(*arguments: str) -> str:
@@ -35,9 +35,9 @@ def _refusal(*arguments: str) -> str:
 
 
 def test_settings_and_config_yaml_repeat_no_default():
-    source = (REPO / "runner" / "settings.py").read_text()
+    source = (REPO / "runner" / "config" / "settings.py").read_text()
     assert re.findall(r"\.get\(\"[\w.]+\", [^)]", source) == []  # a key looked up with a fallback of its own
-    import runner.settings as settings
+    import runner.config.settings as settings
 
     for name in dir(settings):
         kind = getattr(settings, name)
@@ -129,7 +129,7 @@ def test_each_value_of_a_swept_key_or_group_is_checked():
     assert _refusal("-m", "model.weight_decay=0,1", "+model.depth=1,2").startswith("model.depth is not valid")
 
 
-# --- values of the wrong type: runner.settings' paragraph --------------------------------------------------------
+# --- values of the wrong type: runner.config.settings' paragraph -----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ def test_a_value_the_schema_refuses_gets_the_settings_paragraph(defaults, overri
     ],
 )
 def test_omegaconf_does_not_coerce_what_the_settings_refuse(defaults, override):
-    """The schema lets these through as typed, so that runner.settings refuses them with the value as given."""
+    """The schema lets these through as typed, so that runner.config.settings refuses them with the value as given."""
     config = OmegaConf.to_container(compose([override]), resolve=True)
     with pytest.raises(RunnerError) as composed:
         from_config(config)

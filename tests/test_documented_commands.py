@@ -220,7 +220,7 @@ def _run(arguments, cwd: Path, env: dict[str, str]) -> Outcome:
 # the traceback for an exception), with its own working directory, stdout and stderr.
 _FORKING_RUNNER = r"""
 import json, os, runpy, sys, tempfile, traceback
-import hydra._internal.utils, numpy, runner.__main__, runner.components  # imported once, before the forks
+import hydra._internal.utils, numpy, runner.__main__, runner.config.components  # imported once, before the forks
 from hydra.core.plugins import Plugins
 Plugins.instance()  # Hydra's import of every module under hydra_plugins/, once
 del sys.modules["runner.__main__"]  # runpy runs it anew as __main__, as `python -m runner` does

@@ -134,9 +134,9 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     from omegaconf import OmegaConf
 
     from helpers.config import compose
-    from runner.components import check_components
+    from runner.config.components import check_components
+    from runner.config.settings import from_config
     from runner.data.source import DataSpec
-    from runner.settings import from_config
     from runner.training.task import ClassificationTask
 
     monkeypatch.syspath_prepend(str(EXAMPLE))

@@ -9,8 +9,7 @@ import pytest
 
 from helpers.config import mlflow_settings
 from helpers.tracking import mlflow_client
-from runner.clusters.preemption import Preempted
-from runner.errors import RunnerError
+from runner.errors import Preempted, RunnerError
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.mlflow_tracker import MlflowTracker
 

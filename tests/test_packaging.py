@@ -41,7 +41,7 @@ def test_importing_the_package_and_its_settings_changes_nothing(tmp_path):
     code = textwrap.dedent("""
         import json, os, sys
         before = dict(os.environ)
-        import runner, runner.settings, runner.__main__, hydra_plugins.runner_submitit_launchers
+        import runner, runner.config.settings, runner.__main__, hydra_plugins.runner_submitit_launchers
         changed = sorted(key for key in set(before) | set(os.environ) if before.get(key) != os.environ.get(key))
         print(json.dumps({"changed": changed, "tensorflow": "tensorflow" in sys.modules}))
     """)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from runner.clusters.preemption import Preempted, PreemptionGuard
+from runner.clusters.preemption import PreemptionGuard
+from runner.errors import Preempted
 
 
 def _sigterm_self_after(seconds: float) -> threading.Timer:

@@ -6,9 +6,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers.config import CONF, compose, overridden
-from runner.components import check_components
+from runner.config.components import check_components
+from runner.config.settings import from_config
 from runner.errors import RunnerError
-from runner.settings import from_config
 from runner.sweeps.terms import objective_name
 
 

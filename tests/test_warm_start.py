@@ -20,8 +20,8 @@ from helpers.cli import run_cli
 from helpers.config import REPO, compose
 from helpers.presets import TINY, WITH_MODEL
 from helpers.tracking import mlflow_client
+from runner.config.settings import from_config, init_settings
 from runner.errors import RunnerError
-from runner.settings import from_config, init_settings
 from runner.training.warm_start import FROM_TAG, MODEL_VERSION_TAG, SOURCE_RUN_TAG, warm_start
 
 # A source that has learnt: its loss is far below a fresh model's ln(10) = 2.30.
@@ -275,8 +275,8 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     from omegaconf import OmegaConf
 
     from runner.builtins.models import cnn
+    from runner.config.settings import from_config
     from runner.data.source import DataSpec
-    from runner.settings import from_config
     from runner.training.task import ClassificationTask
 
     client = mlflow_client(tracking_uri)
@@ -318,7 +318,7 @@ import tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
 from runner.builtins.models import resnet
-from runner.settings import init_settings
+from runner.config.settings import init_settings
 from runner.training.checkpoints import restore_without_strategy
 from runner.training.warm_start import warm_start
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from runner.clusters.roles import Task
-from runner.settings import Settings
+from runner.config.settings import Settings
 
 # Written by the chief into the run directory when it is done with the servers: {"token", "outcome"}.
 END_FILE = "cluster_end.json"
@@ -38,7 +38,7 @@ def read_end(path: str) -> dict | None:
 def telling_servers_the_end(task: Task, settings: Settings, run_dir: str) -> Iterator[None]:
     """Around the chief's training: write END_FILE with how it ended (finished, preempted, failed), so
     that the servers of a parameter_server cluster end too."""
-    from runner.clusters.preemption import Preempted
+    from runner.errors import Preempted
 
     if not (task.chief and task.type is not None and settings.strategy.name == "parameter_server"):
         yield

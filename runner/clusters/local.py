@@ -33,11 +33,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
+from runner.config.settings import ClusterSettings, Settings
 from runner.errors import RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
-from runner.settings import ClusterSettings, Settings
 from runner.tracking.run_id_file import RUN_ID_FILE
 
 log = logging.getLogger("runner")

@@ -14,11 +14,9 @@ import signal
 import threading
 from contextlib import contextmanager
 
+from runner.errors import Preempted
+
 EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
-
-
-class Preempted(Exception):
-    """The job was asked to stop (SIGTERM); it saves a checkpoint and can be resumed."""
 
 
 class PreemptionGuard:

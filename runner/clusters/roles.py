@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.config.settings import Settings
 from runner.errors import RunnerError
-from runner.settings import Settings
 
 TF_CONFIG = "TF_CONFIG"
 # The jobs each strategy's cluster may hold; the first list is what it needs at least one task of.

@@ -15,8 +15,8 @@ from typing import NoReturn
 
 from runner.clusters.end_of_job import END_FILE, SERVER_EXIT, read_end
 from runner.clusters.roles import Task
+from runner.config.settings import Settings
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
-from runner.settings import Settings
 
 log = logging.getLogger("runner")
 

@@ -4,7 +4,7 @@ Hydra's own refusals (`epoch=1`: "Could not override 'epoch'", `loop=multistep`:
 'loop/multistep'") end a command with exit 1 and no suggestion, and in a sweep only after the sweep's MLflow
 parent run exists. Here every override, and every value of a swept one, is composed with Hydra's compose API
 first; what Hydra or OmegaConf refuses becomes a RunnerError naming the key and what the user meant. A value of
-the wrong type (`batch=abc`, refused by the schema's types) gets the paragraph runner.settings gives for it. A
+the wrong type (`batch=abc`, refused by the schema's types) gets the paragraph runner.config.settings gives for it. A
 sweep's `_target_` callables are checked against their signatures for each swept value too.
 """
 
@@ -225,7 +225,7 @@ class _Composer:
         )
 
     def _wrong_type(self, override, line: str, before: Sequence[str], cause: Exception) -> RunnerError:
-        """The paragraph runner.settings gives for the value, else OmegaConf's reason."""
+        """The paragraph runner.config.settings gives for the value, else OmegaConf's reason."""
         for overrides in (before, ()):
             try:
                 config = as_dict(self._compose(overrides))
@@ -241,8 +241,8 @@ class _Composer:
 
 
 def settings_refusal(config: dict, override) -> RunnerError | None:
-    """What runner.settings says of `config` with the override's value set in it, if it is about that key."""
-    from runner.settings import from_config
+    """What runner.config.settings says of `config` with the override's value set in it, if it is about that key."""
+    from runner.config.settings import from_config
     from runner.sweeps.terms import objective_name
 
     config = copy.deepcopy(config)
@@ -269,8 +269,8 @@ def settings_refusal(config: dict, override) -> RunnerError | None:
 
 
 def _check_targets(config: DictConfig) -> None:
-    from runner.components import check_targets
-    from runner.settings import target_components
+    from runner.config.components import check_targets
+    from runner.config.settings import target_components
 
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in TARGET_GROUPS}
     check_targets(target_components(plain))

@@ -1,4 +1,4 @@
-"""The composed config as plain Python (what runner.settings validates and a run logs as its params)."""
+"""The composed config as plain Python (what runner.config.settings validates and a run logs as its params)."""
 
 from __future__ import annotations
 

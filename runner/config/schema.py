@@ -5,20 +5,20 @@ group options (conf/strategy/mirrored.yaml, ...) set only what differs. Being st
 refuses a key the schema does not have, even with `+` (runner.config.check turns that into one paragraph).
 
 The `_target_` groups (model, optimizer, schedule, loss, dataset) are open: their keys are the callable's
-arguments, checked against its signature by runner.components; only the keys the runner applies itself are
+arguments, checked against its signature by runner.config.components; only the keys the runner applies itself are
 typed (optimizer.lr; dataset's name, train_examples, test_examples and scale).
 
-Types: a field is `Any` where runner.settings is stricter than OmegaConf's conversion, so that the value reaches
-runner.settings as typed and is refused there with its paragraph:
+Types: a field is `Any` where runner.config.settings is stricter than OmegaConf's conversion, so that the value reaches
+runner.config.settings as typed and is refused there with its paragraph:
 - booleans: OmegaConf turns 1, "yes" and "on" into true, which the runner refuses (progress=1 is a mistake);
 - floats: OmegaConf turns "0.5" (a quoted string) into 0.5, and 0 into 0.0, which would then be what the
   paragraph quotes and what MLflow logs as the param;
 - strategy.tpu: OmegaConf turns 5 into "5"; strategy.devices: a list of names or null, no OmegaConf type.
 Ints and strings are typed: what OmegaConf refuses there (batch=abc, epochs=1e9, a list or null for a name) the
-runner refuses too, and runner.config.check reports it with runner.settings' paragraph. (A quoted integer,
+runner refuses too, and runner.config.check reports it with runner.config.settings' paragraph. (A quoted integer,
 batch='64', becomes the integer.)
 
-A new key is a field here with its default (and its check in runner.settings, without a default of its own). A
+A new key is a field here with its default (and its check in runner.config.settings, without a default of its own). A
 key that is a Python keyword (`init.from`) cannot be a dataclass field: give its group as a `Dict[str, Any]`
 field whose default holds the key (`field(default_factory=lambda: {"from": None})`); runner.config.check refuses
 any other key under it as it does for a dataclass.
@@ -33,7 +33,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 SCHEMA_NAME = "runner_schema"
-# The groups whose keys are a `_target_` callable's arguments: open to any key (runner.components checks them).
+# The groups whose keys are a `_target_` callable's arguments: open to any key (runner.config.components checks them).
 TARGET_GROUPS = ("dataset", "model", "optimizer", "schedule", "loss")
 
 
@@ -192,7 +192,7 @@ class RunnerConfig:
     # checkpoints resumes from its own instead). init.from: null = the model's own initialisation; a run directory,
     # its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model; models:/<name>@<alias> or
     # models:/<name>/<version>. Only the model's weights: the optimizer and the epoch counter start afresh.
-    # (`from` is a Python keyword, so the group is a mapping; runner.settings.init_settings refuses other keys.)
+    # (`from` is a Python keyword, so the group is a mapping; runner.config.settings.init_settings refuses other keys.)
     init: dict[str, Any] = field(default_factory=lambda: {"from": None})
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from runner.components import DATASET_ARGUMENTS, call
+from runner.config.components import DATASET_ARGUMENTS, call
+from runner.config.settings import DatasetSettings
 from runner.data.describe import describe_arrays, source_of
 from runner.data.in_memory import InMemoryData, to_model_input
 from runner.data.source import DataSpec, DataSplits, TrainingData
 from runner.errors import RunnerError
-from runner.settings import DatasetSettings
 
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
 

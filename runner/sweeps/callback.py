@@ -21,8 +21,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config.settings import mlflow_settings, sweep_seeds
 from runner.errors import RunnerError, report
-from runner.settings import mlflow_settings, sweep_seeds
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
@@ -100,9 +100,9 @@ def check_sweep_config(config: DictConfig) -> None:
     them. python -m runner has composed and checked every swept value before Hydra started; this covers a sweep
     started otherwise (another config directory, a sweeper's own search space). A group that a swept key changes
     is left to its jobs (the base config may lack what each job adds)."""
-    from runner.components import check_targets
     from runner.config.check import refuse_unknown_keys
-    from runner.settings import TARGET_GROUPS, target_components
+    from runner.config.components import check_targets
+    from runner.config.settings import TARGET_GROUPS, target_components
 
     refuse_unknown_keys(config, OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)))
     swept = swept_keys(config)

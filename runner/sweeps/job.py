@@ -35,11 +35,11 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
 from runner import outcome
+from runner.config.settings import sweep_seeds
 from runner.errors import RunnerError
 from runner.outcome import FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
-from runner.settings import sweep_seeds
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.sweeps.terms import (

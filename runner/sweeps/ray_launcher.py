@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.config.settings import _fail, _number
 from runner.errors import RunnerError
-from runner.settings import _fail, _number
 
 # How long a cluster's head may take to accept a connection before the sweep gives up on it.
 CONNECT_TIMEOUT_SECONDS = 5.0

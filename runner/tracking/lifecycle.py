@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.clusters.preemption import Preempted
+from runner.errors import Preempted
 from runner.tracking.protocol import Tracker
 
 log = logging.getLogger("runner")

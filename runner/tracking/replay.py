@@ -14,8 +14,8 @@ import os
 import sys
 import urllib.request
 
+from runner.config.settings import MlflowSettings, SystemMetricsSettings, refuse_credentials_in_uri
 from runner.errors import RunnerError
-from runner.settings import MlflowSettings, SystemMetricsSettings, refuse_credentials_in_uri
 from runner.tracking import journal
 
 

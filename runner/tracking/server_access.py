@@ -17,8 +17,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from runner.config.settings import MlflowSettings, refuse_credentials_in_uri
 from runner.errors import RunnerError
-from runner.settings import MlflowSettings, refuse_credentials_in_uri
 
 USERNAME_VARIABLE = "MLFLOW_TRACKING_USERNAME"
 PASSWORD_VARIABLE = "MLFLOW_TRACKING_PASSWORD"

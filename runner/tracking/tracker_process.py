@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from runner.config.settings import MlflowSettings
 from runner.errors import RunnerError
-from runner.settings import MlflowSettings
 from runner.tracking import journal
 from runner.tracking.artifacts import CHECKPOINTS_ARTIFACT_PATH, existing_files
 from runner.tracking.lifecycle import failure_message

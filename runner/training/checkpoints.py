@@ -13,8 +13,8 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
+from runner.config.settings import CheckpointSettings
 from runner.errors import RunnerError
-from runner.settings import CheckpointSettings
 from runner.training.steps import TrainingState
 
 log = logging.getLogger("runner")

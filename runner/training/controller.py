@@ -13,8 +13,8 @@ from typing import Protocol
 
 import tensorflow as tf
 
-from runner.clusters.preemption import AgreedStop, Preempted, PreemptionGuard
-from runner.errors import RunnerError
+from runner.clusters.preemption import AgreedStop, PreemptionGuard
+from runner.errors import Preempted, RunnerError
 from runner.training.optimizer import current_learning_rate
 from runner.training.steps import NON_FINITE_LOSS, TrainingState
 

@@ -14,7 +14,7 @@ import logging
 
 import tensorflow as tf
 
-from runner.settings import RuntimeSettings
+from runner.config.settings import RuntimeSettings
 
 log = logging.getLogger("runner")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from runner.config.settings import StrategySettings
 from runner.errors import RunnerError
-from runner.settings import StrategySettings
 
 _CROSS_DEVICE_OPS = {
     "nccl": tf.distribute.NcclAllReduce,

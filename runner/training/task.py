@@ -1,16 +1,16 @@
 """What is trained, as one replica sees it (Model Garden's Task): the model, the optimizer and its learning
 rate, the per-example loss, and the model as it is exported. The components come from the config's
-`_target_`s (runner.components) and the data's description (runner.data.source.DataSpec); no strategy code
+`_target_`s (runner.config.components) and the data's description (runner.data.source.DataSpec); no strategy code
 lives here: the trainer builds the model and optimizer inside strategy.scope()."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from runner.components import Component, call
+from runner.config.components import Component, call
+from runner.config.settings import OptimizerSettings, Settings
 from runner.data.source import DataSpec
 from runner.errors import RunnerError
-from runner.settings import OptimizerSettings, Settings
 from runner.training.lr_scaling import LinearWarmup
 
 

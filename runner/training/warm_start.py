@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
+from runner.config.settings import InitSettings
 from runner.errors import RunnerError
-from runner.settings import InitSettings
 from runner.tracking.run_id_file import RUN_ID_FILE
 from runner.training.checkpoints import listed_checkpoints, unreadable
 
@@ -279,7 +279,7 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
     try:
         if source.startswith("runs:"):
             parts = re.fullmatch(r"runs:/([^/]+)/(.+)", source)
-            assert parts is not None  # runner.settings.init_settings checked its shape
+            assert parts is not None  # runner.config.settings.init_settings checked its shape
             run_id, name = parts.groups()
             run = client.get_run(run_id)
             found = client.search_logged_models(
@@ -293,7 +293,7 @@ def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
                 )
             return found[0].artifact_location, source, {SOURCE_RUN_TAG: run_id}
         parts = re.fullmatch(r"models:/([^/@]+)(?:@(.+)|/(\d+))", source)
-        assert parts is not None  # runner.settings.init_settings checked its shape
+        assert parts is not None  # runner.config.settings.init_settings checked its shape
         name, alias, number = parts.groups()
         version = (
             client.get_model_version_by_alias(name, alias)

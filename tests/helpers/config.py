@@ -23,7 +23,7 @@ def mlflow_settings(tracking_uri: str, *overrides: str):
     <overrides>` (each `mlflow.<key>=<value>`): the schema's defaults for the rest."""
     from omegaconf import OmegaConf
 
-    from runner.settings import mlflow_settings as settings
+    from runner.config.settings import mlflow_settings as settings
 
     config = compose([f"mlflow.tracking_uri={tracking_uri}", "mlflow.experiment_name=tests", *overrides])
     return settings(OmegaConf.to_container(config, resolve=True))
@@ -33,7 +33,7 @@ def dataset_settings(kind: str = "synthetic", **keys):
     """The dataset settings of `python -m runner dataset=<kind> dataset.<key>=<value> ...` (None: null)."""
     from omegaconf import OmegaConf
 
-    from runner.settings import from_config
+    from runner.config.settings import from_config
 
     overrides = [
         f"dataset={kind}",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from runner.components import Component
+from runner.config.components import Component
 from runner.errors import RunnerError
 
 STRATEGIES = (

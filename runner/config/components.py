@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
-    from runner.settings import Settings
+    from runner.config.settings import Settings
 
 # What the runner passes to each kind of callable itself (the config gives the rest).
 MODEL_ARGUMENTS = ("input_shape", "num_classes")
