@@ -43,7 +43,7 @@ PHASES = (
     (
         "hydra",
         "import Hydra and compose the runner's config (its schema registered first, as the command does)",
-        "import runner.config.schema\nfrom hydra import compose, initialize_config_dir\n"
+        "from runner.config.schema import register; register()\nfrom hydra import compose, initialize_config_dir\n"
         "with initialize_config_dir(config_dir='{conf}', version_base='1.3'): compose('config')",
     ),
 )

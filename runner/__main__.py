@@ -15,16 +15,17 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import runner.config.schema  # noqa: F401  (registers the config's schema, conf/config.yaml's first default)
 from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
-from runner.config.check import CONF_DIR, check_command_line, refuse_unknown_keys
+from runner.compat.hydra_internals import parse_command_line
+from runner.config.check import COMPOSITION_ERRORS, CONF_DIR, check_command_line, explain, refuse_unknown_keys
 from runner.config.plain import as_dict
-from runner.config.settings import from_config, refuse_credentials_in_uri
+from runner.config.schema import register
+from runner.config.settings import checked_targets, refuse_credentials_in_uri, sweep_settings, validate
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
-from runner.sweeps.terms import objective_name
+from runner.tracking.opening import opened_tracker
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
 
@@ -33,6 +34,7 @@ log = logging.getLogger("runner")
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
+    _task.started = True  # from here on an error is the job's, not the composition's
     prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
     # HydraConfig.get() is typed as the HydraConf dataclass, but what it returns is the DictConfig made from it.
     hydra_config = cast(DictConfig, HydraConfig.get())
@@ -67,7 +69,16 @@ def main(cfg: DictConfig) -> float:
         sys.exit(ended.exit_code)
     if not ended.metrics:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
-    return ended.metrics[objective_name(cfg)]
+    return ended.metrics[sweep_settings(cfg).objective]
+
+
+class _Task:
+    """Whether Hydra has composed the config and called the task: an error before that is a refused command line."""
+
+    started = False
+
+
+_task = _Task()
 
 
 class _Ending:
@@ -87,18 +98,14 @@ class _Ending:
 
 def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcome:
     """Check the config, train (or launch the local cluster that trains), and say how it ended."""
-    # check_command_line found them already, unless Hydra read another config directory.
     refuse_unknown_keys(cfg, OverridesParser.create().parse_overrides(list(hydra_config.overrides.task)))
-    config = as_dict(cfg)
-    settings = from_config(config)
+    settings = validate(as_dict(cfg))
     verbose = is_verbose(settings.verbose, hydra_config.verbose)
     configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
     # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow; a
     # user's module may import it at its top, so its loading lines are filtered here too).
-    from runner.config.components import check_components
-
     with loading_tensorflow(verbose):
-        check_components(settings)
+        settings = checked_targets(settings)
     # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
     # user's credentials (401) or run (403), stops the job in a fraction of a second.
     check_server(settings.mlflow, registers=settings.mlflow.register)
@@ -107,16 +114,11 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
         from runner.clusters.local import launch
 
         return launch(settings, hydra_config)
-    tracker = None
     from runner.clusters.roles import tracks_the_run
 
-    if tracks_the_run(settings):
-        # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile. In a
-        # cluster only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
-        from runner.tracking.tracker_process import TrackerProcess
-
-        tracker = TrackerProcess(settings.mlflow)
-    try:
+    # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile. In a cluster
+    # only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
+    with opened_tracker(settings.mlflow, tracks=tracks_the_run(settings)) as tracker:
         # Imported after validation: a mistyped override fails before TensorFlow loads.
         load_tensorflow(verbose)
         from runner.clusters.end_of_job import telling_servers_the_end
@@ -130,10 +132,7 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
         from runner.train import run
 
         with telling_servers_the_end(task, settings, run_dir):
-            result = run(settings, config, run_dir, list(hydra_config.overrides.task), task, tracker)
-    finally:
-        if tracker is not None:
-            tracker.close()
+            result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task)
     if not task.chief:
         return Outcome(FINISHED, task=ending.task)
     ended = outcome.finished(result, task=ending.task)
@@ -165,15 +164,34 @@ def cli() -> None:
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
         rename_launcher_schemas()
-        # Before Hydra, whose refusals of a key or option end in exit 1 without a suggestion (and in a sweep
-        # only after the sweep's MLflow parent run exists).
-        check_command_line(sys.argv[1:])
+        register()  # the schema, conf/config.yaml's first default
+        _compose_and_run(sys.argv[1:])
     except RunnerError as error:
         paragraph = report("error", error)
         if os.environ.get(outcome.OUTCOME_VARIABLE):  # a supervisor started this process and reads how it ended
             outcome.write(outcome.path("", environ=os.environ), Outcome(FAILED, 2, paragraph))
         sys.exit(2)
-    main()
+
+
+def _compose_and_run(arguments: list[str]) -> None:
+    """Hydra composes the command line once and runs it. What Hydra refuses to compose (an unknown key or option,
+    a value of the wrong type) is explained as the runner's paragraph, with the closest valid key or option."""
+    # Hydra then raises what it refuses instead of printing it and exiting 1 (hydra/_internal/utils.py).
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    options = parse_command_line(arguments)
+    if options is not None and options.multirun and options.cfg:
+        # Hydra refuses --cfg with -m before it composes anything; the runner checks the sweep's every point first,
+        # so that `python -m runner -m ... --cfg job` says whether the sweep would start.
+        check_command_line(arguments)
+    try:
+        main()
+    except COMPOSITION_ERRORS as error:
+        if _task.started:
+            raise
+        said = " ".join(str(error).split())
+        raise explain(arguments) or RunnerError(
+            f"{said}. Fix: correct the command line or the config it names."
+        ) from None
 
 
 if __name__ == "__main__":

@@ -2,7 +2,12 @@
 
 
 class RunnerError(Exception):
-    """A user-facing error: its message is one paragraph naming the bad value and the fix."""
+    """A user-facing error: its message is one paragraph naming the bad value and the fix. `key`: the config key
+    it refuses, where it refuses one (the command-line check matches it to an override)."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 class Preempted(Exception):

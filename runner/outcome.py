@@ -117,3 +117,11 @@ def no_outcome(who: str, exit_code: int | None, file: str) -> str:
     else:
         how = f"ended with status {exit_code}"
     return f"{who} {how} and wrote no outcome ({file}): it was killed, or died before it could say why."
+
+
+def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
+    """The sweeper's direction when it has one (optuna), else what the metric's name says."""
+    direction = getattr(sweeper_direction, "name", sweeper_direction)
+    if isinstance(direction, str) and direction in ("minimize", "maximize"):
+        return direction == "minimize"
+    return objective.endswith("loss")

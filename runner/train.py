@@ -11,20 +11,19 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import tensorflow as tf
 
 from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, PreemptionGuard
 from runner.clusters.roles import SINGLE_PROCESS, Task
-from runner.config.settings import Settings
+from runner.config.schema import Settings
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.errors import Preempted, RunnerError
+from runner.outcome import lower_is_better
 from runner.tracking.lifecycle import RunLifecycle
-from runner.tracking.null_tracker import NullTracker
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG
@@ -32,7 +31,7 @@ from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterMod
 from runner.training.checkpoints import Checkpointer
 from runner.training.controller import Controller, EpochResult, make_evaluate
 from runner.training.determinism import make_deterministic
-from runner.training.loop import CoordinatorLoop, make_loop
+from runner.training.loop import CoordinatorLoop, ForInLoop, InFunctionLoop, IteratorLoop, MultiStepLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
 from runner.training.progress import EpochProgress
@@ -61,52 +60,55 @@ class RunResult:
 
 def run(
     settings: Settings,
-    config: Mapping[str, Any],
     run_dir: str,
+    tracker: Tracker,
     overrides: Sequence[str] = (),
     task: Task = SINGLE_PROCESS,
-    tracker: Tracker | None = None,
 ) -> RunResult:
-    """Train as configured; `config` is the composed config (logged as params), run_dir holds outputs.
+    """Train as configured, outputs in run_dir, tracked by `tracker` (runner.tracking.opening.open_tracker: the
+    chief's MLflow run, a NullTracker elsewhere); `overrides` are the command line's, logged with the run.
 
-    A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run.
-    In a cluster every MultiWorkerMirrored worker trains, and only the chief (`task`) tracks, keeps
-    checkpoints and evaluates the restored model; a non-chief's result has no run id. `tracker` is the
-    chief's (a runner.tracking.tracker_process.TrackerProcess started before TensorFlow was imported, which the
-    caller closes); None: an MlflowTracker in this process.
+    A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run. In a cluster
+    every MultiWorkerMirrored worker trains, and only the chief tracks, keeps checkpoints and evaluates the
+    restored model; a non-chief's result has no run id.
     """
     os.makedirs(run_dir, exist_ok=True)
-    trainer = Trainer.build(settings, run_dir, task)
-    if not task.chief:
-        tracker = NullTracker()
-    elif tracker is None:
-        # Created only now: an MLflow client makes its sqlite file, and a setup error must leave nothing behind.
-        from runner.tracking.mlflow_tracker import MlflowTracker
-
-        tracker = MlflowTracker(settings.mlflow)
-    return trainer.train(settings, config, overrides, tracker)
+    return Trainer.build(settings, run_dir, task).train(tracker, overrides)
 
 
-@dataclass
+# How an epoch's steps are driven (runner.training.loop).
+TrainingLoop = ForInLoop | InFunctionLoop | IteratorLoop | MultiStepLoop | CoordinatorLoop
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How the data is cut into steps: the global batch, the steps of an epoch, the effective learning rate (and
+    how many MultiWorkerMirrored workers split the training set: 1, no split)."""
+
+    global_batch: int
+    steps_per_epoch: int
+    learning_rate: float  # optimizer.lr scaled by lr_scaling
+    input_workers: int
+
+
+@dataclass(frozen=True)
 class Trainer:
     """Everything a job trains with, built before its MLflow run exists: a setup error leaves no run behind."""
 
+    settings: Settings
     run_dir: str
     task: Task
     strategy: tf.distribute.Strategy
     data: TrainingData
     experiment: ClassificationTask
     state: TrainingState
-    loop: Any
+    loop: TrainingLoop
     evaluate: Callable[[], None]
     test_batches: tf.data.Dataset
     checkpointer: Checkpointer
     done_epochs: int  # epochs restored from the run directory's checkpoints (0: a fresh run)
-    global_batch: int
-    steps_per_epoch: int
-    learning_rate: float  # the effective rate: optimizer.lr scaled by lr_scaling
-    origin_tags: dict  # where the model's weights came from (init.from), as tags of the run
-    input_workers: int  # the MultiWorkerMirrored workers that split the training set (1: no split)
+    plan: BatchPlan
+    origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
 
     @classmethod
     def build(cls, settings: Settings, run_dir: str, task: Task) -> Trainer:
@@ -119,21 +121,13 @@ class Trainer:
         experiment = ClassificationTask.from_settings(settings, training_data.spec)
         global_batch = settings.batch * strategy.num_replicas_in_sync
         steps_per_epoch = settings.loop.steps_per_epoch or _steps_per_epoch(training_data, global_batch)
-        target_lr = effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling)
-
-        policy = settings.runtime.mixed_precision
-        tf.keras.mixed_precision.set_global_policy(policy or "float32")
-        with strategy.scope():
-            tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
-            rate = experiment.learning_rate(
-                target_lr, steps_per_epoch * settings.epochs, warmup_steps(steps_per_epoch, settings.lr_scaling)
-            )
-            state = TrainingState.create(
-                experiment.build_model,
-                lambda variables: prepare_optimizer(
-                    experiment.build_optimizer(rate), variables, loss_scaling=policy == "mixed_float16"
-                ),
-            )
+        plan = BatchPlan(
+            global_batch,
+            steps_per_epoch,
+            effective_learning_rate(settings.optimizer.lr, global_batch, settings.lr_scaling),
+            workers,
+        )
+        state = _state_in_scope(settings, strategy, experiment, plan)
         steps = ReplicaSteps(
             strategy, state, global_batch, experiment.per_example_loss, jit_compile=settings.runtime.jit_compile
         )
@@ -143,213 +137,183 @@ class Trainer:
         done_epochs = _resume(settings, checkpointer, run_dir)
         # Before the MLflow run exists: a source that cannot be found or does not fit leaves no run behind.
         origin = warm_start(settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=checkpointer.latest)
-
-        def distributed_train_dataset(**epochs):
-            return strategy.experimental_distribute_dataset(
-                training_data.train_dataset(global_batch, settings.seed, **epochs)
-            )
-
         test_batches = training_data.test_dataset(global_batch)
-        if settings.strategy.name == "parameter_server":
-            coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-            loop = CoordinatorLoop(
-                steps, coordinator, _worker_dataset_fn(training_data, global_batch, settings.seed), steps_per_epoch
-            )
-            evaluate = make_evaluate(steps, test_batches, inline=True)
-        else:
-            loop = make_loop(
-                settings.loop.style,
-                steps,
-                distributed_train_dataset,
-                steps_per_epoch,
-                settings.loop.steps_per_call,
-                done_epochs,
-                int(checkpointer.partial.steps.numpy()),
-            )
-            evaluate = make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+        loop, evaluate = _loop_and_evaluation(
+            settings, strategy, steps, training_data, plan, test_batches, checkpointer, done_epochs
+        )
         return cls(
-            run_dir,
-            task,
-            strategy,
-            training_data,
-            experiment,
-            state,
-            loop,
-            evaluate,
-            test_batches,
-            checkpointer,
-            done_epochs,
-            global_batch,
-            steps_per_epoch,
-            target_lr,
-            origin.tags if origin else {},
-            workers,
+            settings=settings,
+            run_dir=run_dir,
+            task=task,
+            strategy=strategy,
+            data=training_data,
+            experiment=experiment,
+            state=state,
+            loop=loop,
+            evaluate=evaluate,
+            test_batches=test_batches,
+            checkpointer=checkpointer,
+            done_epochs=done_epochs,
+            plan=plan,
+            origin_tags=origin.tags if origin else {},
         )
 
-    def end_actions(
-        self, settings: Settings, config: Mapping[str, Any], tracker: Tracker, run_id: str | None
-    ) -> list[EndAction]:
+    def end_actions(self, tracker: Tracker, run_id: str | None) -> list[EndAction]:
         """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration."""
         if not self.task.chief:  # the kept checkpoint is the chief's
             return []
-        tracking_uri = tracker.tracking_uri
+        settings, tracking_uri = self.settings, tracker.tracking_uri
         assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
         restored = RestoreAndEvaluate(
             self.checkpointer, self.experiment.build_model, self.test_batches, tracker, settings.epochs
         )
-        actions: list[EndAction] = [
-            restored,
-            PlotCurves(
-                tracker, curves_path(self.run_dir), f"{settings.strategy.name}, global batch {self.global_batch}"
-            ),
-        ]
+        title = f"{settings.strategy.name}, global batch {self.plan.global_batch}"
+        actions: list[EndAction] = [restored, PlotCurves(tracker, curves_path(self.run_dir), title)]
         if settings.mlflow.log_model:
-            actions.append(
-                LogModel(
-                    restored,
-                    self.experiment.export_model,
-                    self.data.raw_examples(5),
-                    tracker,
-                    tracking_uri,
-                    run_id,
-                    settings.epochs,
-                )
-            )
+            examples = self.data.raw_examples(5)
+            export = self.experiment.export_model
+            actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id, settings.epochs))
         if settings.mlflow.register:
-            from runner.sweeps.terms import lower_is_better, objective_name
-
-            objective = objective_name(config)
-            actions.append(
-                RegisterModel(
-                    settings.mlflow.registered_model_name,
-                    objective,
-                    lower_is_better(objective),
-                    tracker,
-                    tracking_uri,
-                    run_id,
-                )
-            )
+            objective = settings.sweep.objective
+            name = settings.mlflow.registered_model_name
+            actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
         return actions
 
-    def train(
-        self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker: Tracker
-    ) -> RunResult:
+    def train(self, tracker: Tracker, overrides: Sequence[str]) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
-        task, checkpointer, replicas = self.task, self.checkpointer, self.strategy.num_replicas_in_sync
-        # MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM.
-        coordinated = (
-            CoordinatedPreemption(self.strategy.cluster_resolver)
-            if settings.strategy.name == "multi_worker_mirrored" and task.type is not None
-            else None
-        )
-        guard = coordinated or PreemptionGuard()
+        guard = self._guard()
         with guard.installed():
             with guard.deferred():
-                run_id = tracker.start(
-                    self.run_dir,
-                    {
-                        **flatten(config),
-                        "num_replicas": replicas,
-                        "global_batch_size": self.global_batch,
-                        "learning_rate": self.learning_rate,
-                    },
-                    tags={GPU_TAG: ", ".join(gpu_models()) or "none", **self.origin_tags},
-                )
-            if task.chief:
-                log.info(
-                    "MLflow run %s in experiment %r at %s; outputs in %s",
-                    run_id,
-                    settings.mlflow.experiment_name,
-                    tracker.tracking_uri,
-                    self.run_dir,
-                )
-            else:
-                log.info("%s of the cluster: training in step with the chief, which tracks the job", task.name)
-            log.info(
-                "strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
-                settings.strategy.name,
-                replicas,
-                self.global_batch,
-                self.learning_rate,
-                self.steps_per_epoch,
-                f"; resuming after epoch {self.done_epochs}{_and_steps(checkpointer, self.loop)} from "
-                f"{checkpointer.latest}"
-                if checkpointer.latest
-                else "",
-            )
-            if self.input_workers > 1:
-                log.info("%s", sharding_line(settings.dataset.name, self.data, self.input_workers))
-            if checkpointer.latest:
+                run_id = tracker.start(self.run_dir, self._params(), tags=self._tags())
+            self._say_how_it_starts(run_id, tracker)
+            if self.checkpointer.latest:
                 # The checkpoint resumed from may have been saved after its invocation last handed anything to the
                 # tracker (killed between the two): handed over again, it reaches the run as mlflow.checkpoints says.
-                tracker.on_checkpoint_saved(self.done_epochs, checkpointer.files(checkpointer.latest))
-            actions = self.end_actions(settings, config, tracker, run_id)
+                tracker.on_checkpoint_saved(self.done_epochs, self.checkpointer.files(self.checkpointer.latest))
+            actions = self.end_actions(tracker, run_id)
+            progress = EpochProgress(self.settings.epochs, self.settings.progress if self.task.chief else False)
             controller = Controller(
                 self.state,
                 self.loop,
                 self.evaluate,
-                checkpointer,
-                EpochProgress(settings.epochs, settings.progress if task.chief else False),
+                self.checkpointer,
+                progress,
                 [tracker],
-                settings.epochs,
+                self.settings.epochs,
                 guard,
                 end_actions=actions,
             )
-            if coordinated is not None:
-                coordinated.save = controller.save_for_preemption
-                coordinated.step = lambda: int(self.state.optimizer.iterations.numpy())
-
-            def discard_model() -> None:
-                """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one:
-                logged by this invocation, or by an earlier one that had trained every epoch."""
-                logged = any(isinstance(action, LogModel) and action.logged is not None for action in actions)
-                if task.chief and (logged or self.done_epochs >= settings.epochs):
-                    from runner.tracking.model_export import discard_run_model
-
-                    tracking_uri = tracker.tracking_uri
-                    assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
-                    discard_run_model(tracking_uri, run_id)
-
-            def explain(error: BaseException) -> BaseException:
-                if isinstance(error, AgreedStop) and not task.chief:
-                    return Preempted(
-                        f"{task.name} stopped at global step {error.step} for the preemption of {error.signalled} "
-                        f"(SIGTERM), in step with every worker; the chief saved "
-                        f"{os.path.join(checkpointer.directory, f'ckpt-{error.step}')} and marks the job's MLflow "
-                        f"run KILLED and resumable: start every task again with the same command and "
-                        f"hydra.run.dir={self.run_dir}"
-                    )
-                if isinstance(error, AgreedStop):
-                    return Preempted(
-                        f"stopped at global step {error.step} for the preemption of {error.signalled} (SIGTERM), "
-                        f"every worker in step, after saving {checkpointer.latest}; MLflow run {run_id} is KILLED "
-                        f"and resumable: start every task again with the same command and "
-                        f"hydra.run.dir={self.run_dir}"
-                    )
-                if isinstance(error, Preempted):
-                    return Preempted(
-                        f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {run_id} is "
-                        f"KILLED and resumable: re-run the same command with hydra.run.dir={self.run_dir}"
-                    )
-                if isinstance(error, _PEER_FAILURES) and task.type is not None:  # one process: no peer to blame
-                    failure = _peer_failure(error, task, controller.epoch, checkpointer.latest, self.run_dir)
-                    # Free TensorFlow's frames now: they hold the thread pool of the aborted all-reduce, which would
-                    # otherwise be collected at interpreter exit and print its own traceback after our paragraph.
-                    error.__traceback__ = None
-                    return failure
-                return error
-
-            with RunLifecycle(tracker, discard_model, explain):
+            ending = _RunEnding(self, tracker, run_id, actions, controller)
+            with RunLifecycle(tracker, ending.discard_model, ending.explain):
                 with guard.deferred():
-                    tracker.log_text(_to_yaml(config), "config.yaml")
+                    tracker.log_text(_to_yaml(self.settings.composed), "config.yaml")
                     tracker.log_inputs(self.data.inputs())
                     tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
                 history = controller.run()
-                histories = tracker.metric_histories() if task.chief else {}
+                histories = tracker.metric_histories() if self.task.chief else {}
         final_metrics = {key: points[-1][1] for key, points in histories.items()}
         restored = next((action for action in actions if isinstance(action, RestoreAndEvaluate)), None)
         eval_accuracy = restored.accuracy if restored else float("nan")
-        return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, self.global_batch, self.learning_rate)
+        replicas, plan = self.strategy.num_replicas_in_sync, self.plan
+        return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, plan.global_batch, plan.learning_rate)
+
+    def _guard(self) -> PreemptionGuard:
+        """MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM."""
+        if self.settings.strategy.name == "multi_worker_mirrored" and self.task.type is not None:
+            return CoordinatedPreemption(self.strategy.cluster_resolver)
+        return PreemptionGuard()
+
+    def _params(self) -> dict[str, object]:
+        return {
+            **flatten(self.settings.composed),
+            "num_replicas": self.strategy.num_replicas_in_sync,
+            "global_batch_size": self.plan.global_batch,
+            "learning_rate": self.plan.learning_rate,
+        }
+
+    def _tags(self) -> dict[str, str]:
+        return {GPU_TAG: ", ".join(gpu_models()) or "none", **self.origin_tags}
+
+    def _say_how_it_starts(self, run_id: str | None, tracker: Tracker) -> None:
+        settings, checkpointer, plan = self.settings, self.checkpointer, self.plan
+        if self.task.chief:
+            log.info(
+                "MLflow run %s in experiment %r at %s; outputs in %s",
+                run_id,
+                settings.mlflow.experiment_name,
+                tracker.tracking_uri,
+                self.run_dir,
+            )
+        else:
+            log.info("%s of the cluster: training in step with the chief, which tracks the job", self.task.name)
+        resuming = (
+            f"; resuming after epoch {self.done_epochs}{_and_steps(checkpointer, self.loop)} from {checkpointer.latest}"
+            if checkpointer.latest
+            else ""
+        )
+        log.info(
+            "strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
+            settings.strategy.name,
+            self.strategy.num_replicas_in_sync,
+            plan.global_batch,
+            plan.learning_rate,
+            plan.steps_per_epoch,
+            resuming,
+        )
+        if plan.input_workers > 1:
+            log.info("%s", sharding_line(settings.dataset.name, self.data, plan.input_workers))
+
+
+@dataclass(frozen=True)
+class _RunEnding:
+    """How a run that does not finish ends: its model discarded, its error worded for the user."""
+
+    trainer: Trainer
+    tracker: Tracker
+    run_id: str | None
+    actions: list[EndAction]
+    controller: Controller
+
+    def discard_model(self) -> None:
+        """A run that ends FAILED or KILLED keeps no model. Only a run past its last epoch can have one: logged by
+        this invocation, or by an earlier one that had trained every epoch."""
+        trainer = self.trainer
+        logged = any(isinstance(action, LogModel) and action.logged is not None for action in self.actions)
+        if trainer.task.chief and (logged or trainer.done_epochs >= trainer.settings.epochs):
+            from runner.tracking.model_export import discard_run_model
+
+            tracking_uri = self.tracker.tracking_uri
+            assert self.run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
+            discard_run_model(tracking_uri, self.run_id)
+
+    def explain(self, error: BaseException) -> BaseException:
+        task, checkpointer, run_dir = self.trainer.task, self.trainer.checkpointer, self.trainer.run_dir
+        again = f"start every task again with the same command and hydra.run.dir={run_dir}"
+        if isinstance(error, AgreedStop) and not task.chief:
+            saved = os.path.join(checkpointer.directory, f"ckpt-{error.step}")
+            return Preempted(
+                f"{task.name} stopped at global step {error.step} for the preemption of {error.signalled} "
+                f"(SIGTERM), in step with every worker; the chief saved {saved} and marks the job's MLflow "
+                f"run KILLED and resumable: {again}"
+            )
+        if isinstance(error, AgreedStop):
+            return Preempted(
+                f"stopped at global step {error.step} for the preemption of {error.signalled} (SIGTERM), "
+                f"every worker in step, after saving {checkpointer.latest}; MLflow run {self.run_id} is KILLED "
+                f"and resumable: {again}"
+            )
+        if isinstance(error, Preempted):
+            return Preempted(
+                f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {self.run_id} is "
+                f"KILLED and resumable: re-run the same command with hydra.run.dir={run_dir}"
+            )
+        if isinstance(error, _PEER_FAILURES) and task.type is not None:  # one process: no peer to blame
+            failure = _peer_failure(error, task, self.controller.epoch, checkpointer.latest, run_dir)
+            # Free TensorFlow's frames now: they hold the thread pool of the aborted all-reduce, which would
+            # otherwise be collected at interpreter exit and print its own traceback after our paragraph.
+            error.__traceback__ = None
+            return failure
+        return error
 
 
 # What a collective or a remote op raises when another task of the cluster died or stopped answering.
@@ -387,6 +351,59 @@ def _without_stack(message: str) -> str:
             in_stack = False
             kept.append(line)
     return "\n".join(kept)
+
+
+def _state_in_scope(
+    settings: Settings, strategy: tf.distribute.Strategy, experiment: ClassificationTask, plan: BatchPlan
+) -> TrainingState:
+    """The model, optimizer and metrics created in the strategy's scope, seeded: same seed, same initial weights."""
+    policy = settings.runtime.mixed_precision
+    tf.keras.mixed_precision.set_global_policy(policy or "float32")
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
+        total_steps = plan.steps_per_epoch * settings.epochs
+        rate = experiment.learning_rate(
+            plan.learning_rate, total_steps, warmup_steps(plan.steps_per_epoch, settings.lr_scaling)
+        )
+        return TrainingState.create(
+            experiment.build_model,
+            lambda variables: prepare_optimizer(
+                experiment.build_optimizer(rate), variables, loss_scaling=policy == "mixed_float16"
+            ),
+        )
+
+
+def _loop_and_evaluation(
+    settings: Settings,
+    strategy: tf.distribute.Strategy,
+    steps: ReplicaSteps,
+    training_data: TrainingData,
+    plan: BatchPlan,
+    test_batches: tf.data.Dataset,
+    checkpointer: Checkpointer,
+    done_epochs: int,
+) -> tuple[TrainingLoop, Callable[[], None]]:
+    """The loop style's loop over the training set, and the evaluation of the test set after each epoch."""
+    global_batch, seed = plan.global_batch, settings.seed
+    if settings.strategy.name == "parameter_server":
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        dataset_fn = _worker_dataset_fn(training_data, global_batch, seed)
+        loop: TrainingLoop = CoordinatorLoop(steps, coordinator, dataset_fn, plan.steps_per_epoch)
+        return loop, make_evaluate(steps, test_batches, inline=True)
+
+    def distributed_train_dataset(**epochs):
+        return strategy.experimental_distribute_dataset(training_data.train_dataset(global_batch, seed, **epochs))
+
+    loop = make_loop(
+        settings.loop.style,
+        steps,
+        distributed_train_dataset,
+        plan.steps_per_epoch,
+        settings.loop.steps_per_call,
+        done_epochs,
+        int(checkpointer.partial.steps.numpy()),
+    )
+    return loop, make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
 
 
 def _input_workers(settings: Settings, task: Task) -> int:
@@ -446,7 +463,7 @@ def _resume(settings: Settings, checkpointer: Checkpointer, run_dir: str) -> int
     return checkpointer.restore()
 
 
-def _to_yaml(config: Mapping[str, Any]) -> str:
+def _to_yaml(config: Mapping[str, object]) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(OmegaConf.create(dict(config)))

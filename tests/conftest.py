@@ -24,13 +24,15 @@ def train(tmp_path, tracking_uri):
     """Train in this process with the given overrides (single-process strategies on one device)."""
     from omegaconf import OmegaConf
 
-    from runner.config.settings import from_config
+    from runner.config.settings import validate
+    from runner.tracking.opening import opened_tracker
     from runner.train import run
 
     def _train(*overrides: str, run_dir: Path | None = None):
         args = [*TINY, f"mlflow.tracking_uri={tracking_uri}", *overrides]
-        config = OmegaConf.to_container(compose(args), resolve=True)
-        return run(from_config(config), config, str(run_dir or tmp_path / "run"), args)
+        settings = validate(OmegaConf.to_container(compose(args), resolve=True))
+        with opened_tracker(settings.mlflow, tracks=True, in_process=True) as tracker:
+            return run(settings, str(run_dir or tmp_path / "run"), tracker, args)
 
     return _train
 

@@ -23,14 +23,14 @@ from helpers.presets import TWO_EPOCHS, WITH_MODEL
 from helpers.processes import children
 from helpers.tracking import metric_history, only_run
 from runner import outcome
-from runner.config.settings import from_config
+from runner.config.settings import validate
 from runner.errors import RunnerError
 
 
 def _settings(*overrides: str):
     from omegaconf import OmegaConf
 
-    return from_config(OmegaConf.to_container(compose(list(overrides)), resolve=True))
+    return validate(OmegaConf.to_container(compose(list(overrides)), resolve=True))
 
 
 def _env(**extra: str) -> dict[str, str]:

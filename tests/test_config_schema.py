@@ -18,8 +18,8 @@ from helpers.cli import run_cli
 from helpers.config import CONF, REPO, compose, overridden
 from helpers.presets import TINY
 from runner.config.check import check_command_line, unknown_keys
-from runner.config.schema import RunnerConfig
-from runner.config.settings import from_config
+from runner.config.schema import Settings
+from runner.config.settings import validate
 from runner.errors import RunnerError
 
 
@@ -57,7 +57,7 @@ def test_every_key_of_the_composed_default_has_a_value_and_comes_from_the_schema
     config = compose([])
     assert OmegaConf.missing_keys(config) == set()
     assert unknown_keys(config) == []
-    assert config.cluster.port_base == RunnerConfig().cluster.port_base  # the schema's value, nowhere else
+    assert config.cluster.port_base == Settings().cluster.port_base  # the schema's value, nowhere else
 
 
 # --- unknown keys and options ----------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def defaults() -> dict:
 )
 def test_a_value_the_schema_refuses_gets_the_settings_paragraph(defaults, override):
     with pytest.raises(RunnerError) as expected:
-        from_config(overridden(defaults, override))
+        validate(overridden(defaults, override))
     assert _refusal(override) == str(expected.value)
 
 
@@ -178,9 +178,9 @@ def test_omegaconf_does_not_coerce_what_the_settings_refuse(defaults, override):
     """The schema lets these through as typed, so that runner.config.settings refuses them with the value as given."""
     config = OmegaConf.to_container(compose([override]), resolve=True)
     with pytest.raises(RunnerError) as composed:
-        from_config(config)
+        validate(config)
     with pytest.raises(RunnerError) as plain:
-        from_config(overridden(defaults, override))
+        validate(overridden(defaults, override))
     assert str(composed.value) == str(plain.value)
 
 

@@ -134,19 +134,18 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     from omegaconf import OmegaConf
 
     from helpers.config import compose
-    from runner.config.components import check_components
-    from runner.config.settings import from_config
+    from runner.config.settings import checked_targets, validate
     from runner.data.source import DataSpec
     from runner.training.task import ClassificationTask
 
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    settings = from_config(
+    settings = validate(
         OmegaConf.to_container(
             compose(["dataset=synthetic", "model._target_=mylab.models.mlp", "+model.hidden=256"]), resolve=True
         )
     )
     assert dict(settings.model.arguments) == {"weight_decay": 1e-5, "hidden": 256}
-    check_components(settings)
+    checked_targets(settings)
     spec = DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0)
     model = ClassificationTask.from_settings(settings, spec).build_model()
     assert [layer.units for layer in model.layers[1:]] == [256, 10] and len(model.losses) == 2

@@ -76,10 +76,10 @@ def test_a_run_draws_its_bar_on_a_terminal_and_none_into_a_pipe(tmp_path):
 def test_the_setting_is_null_by_default_and_takes_true_false_or_null():
     from omegaconf import OmegaConf
 
-    from runner.config.settings import from_config
+    from runner.config.settings import validate
 
     def progress(*overrides: str):
-        return from_config(OmegaConf.to_container(compose(list(overrides)), resolve=True)).progress
+        return validate(OmegaConf.to_container(compose(list(overrides)), resolve=True)).progress
 
     assert progress() is None
     assert progress("progress=null") is None

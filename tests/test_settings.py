@@ -6,8 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers.config import CONF, compose, overridden
-from runner.config.components import check_components
-from runner.config.settings import from_config
+from runner.config.settings import checked_targets, validate
 from runner.errors import RunnerError
 from runner.sweeps.terms import objective_name
 
@@ -17,7 +16,7 @@ def _options(group: str) -> list[str]:
 
 
 def _settings(*overrides: str):
-    return from_config(OmegaConf.to_container(compose(list(overrides)), resolve=True))
+    return validate(OmegaConf.to_container(compose(list(overrides)), resolve=True))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_every_group_option_composes_and_validates(group, option):
     else:  # a `_target_` group: the option's callable, with the arguments it takes
         component = getattr(node, "component", node)
         assert component.target.rsplit(".", 1)[1] == option
-        check_components(settings)
+        checked_targets(settings)
 
 
 def test_defaults_follow_the_tutorial():
@@ -188,7 +187,7 @@ def test_any_positive_batch_is_accepted(batch):
 )
 def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
     with pytest.raises(RunnerError) as raised:
-        from_config(overridden(defaults, override))
+        validate(overridden(defaults, override))
     message = str(raised.value)
     assert message.startswith(named + " is not valid"), message
     assert "Fix:" in message and "\n" not in message
@@ -346,6 +345,6 @@ def test_tracking_uris_of_installed_store_plugins_are_accepted(defaults, tmp_pat
     (dist / "entry_points.txt").write_text("[mlflow.tracking_store]\nacme = acme_mlflow_store:AcmeStore\n")
     config = overridden(defaults, "mlflow.tracking_uri=acme://tracking.example/team")
     with pytest.raises(RunnerError, match="schemes: sqlite"):
-        from_config(config)
+        validate(config)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert from_config(config).mlflow.tracking_uri == "acme://tracking.example/team"
+    assert validate(config).mlflow.tracking_uri == "acme://tracking.example/team"

@@ -20,7 +20,7 @@ from helpers.cli import run_cli
 from helpers.config import REPO, compose
 from helpers.presets import TINY, WITH_MODEL
 from helpers.tracking import mlflow_client
-from runner.config.settings import from_config, init_settings
+from runner.config.settings import init_settings, validate
 from runner.errors import RunnerError
 from runner.training.warm_start import FROM_TAG, MODEL_VERSION_TAG, SOURCE_RUN_TAG, warm_start
 
@@ -35,11 +35,13 @@ FRESH_LOSS = math.log(10)
 def _run(tracking_uri: str, run_dir: Path, *overrides: str):
     from omegaconf import OmegaConf
 
+    from runner.tracking.opening import opened_tracker
     from runner.train import run
 
     args = [*TINY, f"mlflow.tracking_uri={tracking_uri}", *overrides]
-    config = OmegaConf.to_container(compose(args), resolve=True)
-    return run(from_config(config), config, str(run_dir), args)
+    settings = validate(OmegaConf.to_container(compose(args), resolve=True))
+    with opened_tracker(settings.mlflow, tracks=True, in_process=True) as tracker:
+        return run(settings, str(run_dir), tracker, args)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +95,7 @@ def test_the_config_takes_a_directory_a_checkpoint_or_an_mlflow_uri(tmp_path):
     ):
         assert init_settings({"from": uri}) == init_settings({"from": uri}).__class__(uri, kind)
     # The composed config has the key, null by default.
-    assert from_config(_composed()).init.source is None
+    assert validate(_composed()).init.source is None
 
 
 def _composed(*overrides: str):
@@ -117,7 +119,7 @@ def test_a_bad_init_from_is_refused_naming_it(tmp_path, value, why):
     (tmp_path / "empty").mkdir()
     value = value.format(missing=tmp_path / "nowhere", empty=tmp_path / "empty")
     with pytest.raises(RunnerError) as raised:
-        from_config(_composed(f"init.from={value}"))
+        validate(_composed(f"init.from={value}"))
     message = str(raised.value)
     assert message.startswith(f"init.from={value!r} is not valid: ") and why in message, message
     assert "Fix: " in message and "\n" not in message
@@ -275,7 +277,7 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     from omegaconf import OmegaConf
 
     from runner.builtins.models import cnn
-    from runner.config.settings import from_config
+    from runner.config.settings import validate
     from runner.data.source import DataSpec
     from runner.training.task import ClassificationTask
 
@@ -286,7 +288,7 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     network = cnn((28, 28, 1), 10)
     for variable, value in zip(network.weights, trained, strict=True):
         variable.assign(value)
-    settings = from_config(OmegaConf.to_container(compose([*TINY]), resolve=True))
+    settings = validate(OmegaConf.to_container(compose([*TINY]), resolve=True))
     spec = DataSpec(
         name="synthetic", raw_shape=(28, 28), raw_dtype="uint8", input_shape=(28, 28, 1), num_classes=10, scale=255.0
     )

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from runner.clusters.roles import Task
-from runner.config.settings import Settings
+from runner.config.schema import Settings
 
 # Written by the chief into the run directory when it is done with the servers: {"token", "outcome"}.
 END_FILE = "cluster_end.json"

@@ -33,7 +33,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
-from runner.config.settings import ClusterSettings, Settings
+from runner.config.schema import ClusterSettings, Settings
 from runner.errors import RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
 from runner.overrides import quoted

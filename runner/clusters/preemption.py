@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from runner.errors import Preempted
@@ -53,6 +54,12 @@ class PreemptionGuard:
         """Every step is trained (the end actions follow)."""
 
     @contextmanager
+    def watching(self, save: Callable[[], None], step: Callable[[], int]) -> Iterator[None]:
+        """While training runs (the controller's block): `save` writes the checkpoint a preemption stops with and
+        `step` reads the global step. A guard that stops its own process alone needs neither."""
+        yield
+
+    @contextmanager
     def deferred(self):
         """Hold a SIGTERM until the block is done."""
         self._critical += 1
@@ -86,30 +93,30 @@ class CoordinatedPreemption(PreemptionGuard):
     def __init__(self, resolver):
         super().__init__()
         self.resolver = resolver
-        self.save = lambda: None  # set to the controller's preemption save once it exists
-        self.step = lambda: 0  # the global step, for the words of the stop
         self.handler = None
+        self._step: Callable[[], int] = lambda: 0  # the global step, for the words of the stop
 
     @contextmanager
-    def installed(self):
+    def watching(self, save: Callable[[], None], step: Callable[[], int]) -> Iterator[None]:
+        """TensorFlow's handler, for as long as the controller trains: its SIGTERM handler replaces the one
+        installed() put in place, which restores the one before both when its own block ends."""
         import tempfile
 
         import tensorflow as tf
 
-        with super().installed(), tempfile.TemporaryDirectory(prefix="runner-preemption-") as scratch:
-            if threading.current_thread() is not threading.main_thread():
-                yield self
-                return
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._step = step
+        with tempfile.TemporaryDirectory(prefix="runner-preemption-") as scratch:
             # The handler restores from and counts its steps in a checkpoint of its own: an empty one here, since
             # the runner's checkpoints are written by `save` and restored by the Checkpointer.
             manager = tf.train.CheckpointManager(tf.train.Checkpoint(), scratch, max_to_keep=1)
-            config = tf.distribute.experimental.TerminationConfig(
-                exit_fn=self._stop, grace_period=0, save_fn=lambda: self.save()
-            )
+            config = tf.distribute.experimental.TerminationConfig(exit_fn=self._stop, grace_period=0, save_fn=save)
             self.handler = tf.distribute.experimental.PreemptionCheckpointHandler(
                 self.resolver, manager, termination_config=config
             )
-            yield self  # the handler's SIGTERM handler replaced ours; super() restores the one before both
+            yield
 
     def at_step_boundary(self) -> None:
         self.check()
@@ -133,7 +140,7 @@ class CoordinatedPreemption(PreemptionGuard):
             signalled = _task_name(self.resolver, context.context().get_config_key_value("TERMINATED_WORKER"))
         except Exception:  # noqa: BLE001 (the words only)
             signalled = "a task of the cluster"
-        raise AgreedStop(self.step(), own, signalled)
+        raise AgreedStop(self._step(), own, signalled)
 
 
 def _task_name(resolver, id_in_cluster: str) -> str:

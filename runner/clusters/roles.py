@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.settings import Settings
+from runner.config.schema import Settings
 from runner.errors import RunnerError
 
 TF_CONFIG = "TF_CONFIG"

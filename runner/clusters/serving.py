@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from runner.clusters.end_of_job import END_FILE, SERVER_EXIT, read_end
 from runner.clusters.roles import Task
-from runner.config.settings import Settings
+from runner.config.schema import Settings
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 
 log = logging.getLogger("runner")

@@ -1,25 +1,36 @@
-"""The command line composed before Hydra runs it, each refusal one paragraph with the closest valid key or option.
+"""Hydra's refusals of a command line, and a sweep's every point, as one paragraph with the closest valid key or option.
 
-Hydra's own refusals (`epoch=1`: "Could not override 'epoch'", `loop=multistep`: "Could not find
-'loop/multistep'") end a command with exit 1 and no suggestion, and in a sweep only after the sweep's MLflow
-parent run exists. Here every override, and every value of a swept one, is composed with Hydra's compose API
-first; what Hydra or OmegaConf refuses becomes a RunnerError naming the key and what the user meant. A value of
-the wrong type (`batch=abc`, refused by the schema's types) gets the paragraph runner.config.settings gives for it. A
-sweep's `_target_` callables are checked against their signatures for each swept value too.
+Hydra composes the command's config once. When it refuses an override (`epoch=1`: "Could not override 'epoch'",
+`loop=multistep`: "Could not find 'loop/multistep'"), `explain` finds the override at fault (composing again,
+only then) and words the refusal as the runner does, with the closest key or option, exit 2. A sweep's points
+are composed by its launcher only when they run: `check_sweep_points`, called by the sweep's callback before its
+parent run exists, checks each swept value (set on a copy of the sweep's config, or composed where it picks a
+group's option): unknown keys, values of the wrong type, and its `_target_` callables against their signatures.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.object_type import ObjectType
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from runner.compat.hydra_internals import parse_command_line
+from runner.config.components import check_targets
 from runner.config.plain import as_dict
-from runner.config.schema import TARGET_GROUPS, RunnerConfig
+from runner.config.schema import TARGET_GROUPS, Settings, config_name, declared, group_class, register
+from runner.config.settings import sweep_settings, target_components, validate
 from runner.errors import RunnerError
 
 
@@ -37,81 +48,85 @@ CONFIG_NAME = "config"
 # Hydra options after which there is nothing to compose, or a config this check cannot see (Hydra handles them).
 _NOT_COMPOSED = ("help", "hydra_help", "info", "shell_completion", "config_dir", "config_path", "experimental_rerun")
 _SEE_KEYS = "python -m runner --cfg job prints every key with its value"
+_CLOSE = 0.65  # how alike a name must be to be suggested (batch_size -> batch: 0.67; pruner -> runtime: 0.62)
+# What composing a command line can raise: Hydra's refusals, OmegaConf's, and a config file that is not YAML.
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError)
 
 
 def compose_config(
     overrides: Sequence[str] = (), return_hydra_config: bool = False, config_name: str = CONFIG_NAME
 ) -> DictConfig:
     """conf/config.yaml composed with `overrides`, as `python -m runner <overrides>` composes it."""
-    from hydra import compose, initialize_config_dir
-
+    register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="runner"):
         return compose(config_name, list(overrides), return_hydra_config=return_hydra_config)
 
 
-def check_command_line(arguments: Sequence[str]) -> None:
-    """Compose `python -m runner <arguments>` (each value of a swept override once) and raise a RunnerError
-    for the first override Hydra or the schema refuses; with -m, also check each composition's `_target_`s."""
-    from hydra import initialize_config_dir
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.global_hydra import GlobalHydra
-
+def explain(arguments: Sequence[str]) -> RunnerError | None:
+    """The paragraph for a command line Hydra refused to compose, or None where the runner cannot tell which
+    override is at fault (another config directory: Hydra's own message stands)."""
     try:
-        options = get_args_parser().parse_args(list(arguments))
-    except SystemExit:  # --version, or an option Hydra itself rejects with its usage line
+        check_command_line(arguments)
+    except RunnerError as error:
+        return error
+    return None
+
+
+def check_command_line(arguments: Sequence[str]) -> None:
+    """Compose `python -m runner <arguments>` as Hydra does (a sweep: its config, then each swept value) and raise
+    the paragraph for the first override Hydra, the schema or a `_target_`'s signature refuses."""
+    options = parse_command_line(arguments)
+    if options is None or any(getattr(options, name, None) for name in _NOT_COMPOSED):
         return
-    if any(getattr(options, name, None) for name in _NOT_COMPOSED):
-        return
+    register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="runner"):
-        composer = _Composer(GlobalHydra.instance().config_loader(), options.config_name or CONFIG_NAME)
+        composer = _Composer(options.config_name or CONFIG_NAME)
         overrides = composer.parse(options.overrides)
-        choices = [
-            [override.input_line] if not override.is_sweep_override() else _sweep_values(override)
-            for override in overrides
-        ]
-        first = [values[0] for values in choices if values]
+        first = [_values(override)[0] for override in overrides if _values(override)]
         config = composer.compose(first, return_hydra_config=True)
         multirun = options.multirun or str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
         swept = [override for override in overrides if override.is_sweep_override()]
         if swept and not multirun:
-            line = swept[0].input_line
+            line = str(swept[0].input_line)
+            value = line.split("=", 1)[1]
             raise RunnerError(
                 f"{line} is not valid: it gives several values, which is a sweep, and this command trains one run. "
                 f"Fix: add -m to train one run per value (python -m runner -m {line}), or write a list as "
-                f"{swept[0].get_key_element()}=[{line.split('=', 1)[1]}] or a string as "
-                f"{swept[0].get_key_element()}='{line.split('=', 1)[1]}'."
+                f"{swept[0].get_key_element()}=[{value}] or a string as {swept[0].get_key_element()}='{value}'.",
+                key=swept[0].key_or_group,
             )
         refuse_unknown_keys(config, overrides)
-        if not multirun:
-            return
-        _check_targets(config)
-        for index, values in enumerate(choices):
-            for value in values[1:]:
-                point = [value if position == index else chosen[0] for position, chosen in enumerate(choices) if chosen]
-                other = composer.changed(config, overrides[index], value) or composer.compose(point)
-                refuse_unknown_keys(other, overrides)
-                _check_targets(other)
+        if multirun:
+            composer.check_points(config, overrides)
 
 
-def _sweep_values(override) -> list[str]:
-    """Each value of a swept override as an override of its own; none for a range the sweeper samples from
-    (optuna's interval), which no list can cover."""
+def check_sweep_points(config: DictConfig) -> None:
+    """Every point of the sweep whose config Hydra composed (the sweep's callback, before its parent run): its
+    keys are the schema's, its values of the schema's types, its `_target_`s take the arguments it gives them."""
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    refuse_unknown_keys(config, overrides)
+    composer = _Composer(str(config.hydra.job.config_name or CONFIG_NAME))
+    composer.check_points(config, overrides)
+
+
+def _values(override: Override) -> list[str]:
+    """Each value of an override as an override of its own; none for a range a sweeper samples from (optuna's
+    interval), which no list can cover."""
+    if not override.is_sweep_override():
+        return [str(override.input_line)]
     if not override.is_discrete_sweep():
         return []
     return [f"{override.get_key_element()}={value}" for value in override.sweep_string_iterator()]
 
 
 class _Composer:
-    """Hydra's compose inside one initialize_config_dir, its refusals turned into the runner's paragraphs."""
+    """Hydra's compose (inside an initialized Hydra), its refusals turned into the runner's paragraphs."""
 
-    def __init__(self, loader, config_name: str):
-        self.loader, self.config_name = loader, config_name
+    def __init__(self, config_name: str):
+        self.config_name = config_name
 
-    def parse(self, arguments: Sequence[str]) -> list:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from hydra.errors import HydraException
-
-        parser = OverridesParser.create(config_loader=self.loader)
+    def parse(self, arguments: Sequence[str]) -> list[Override]:
+        parser = OverridesParser.create()
         for argument in arguments:  # one at a time, to name the one Hydra cannot read
             try:
                 parser.parse_overrides([argument])
@@ -125,32 +140,40 @@ class _Composer:
         return parser.parse_overrides(list(arguments))
 
     def _compose(self, overrides: Sequence[str], return_hydra_config: bool = False) -> DictConfig:
-        from hydra import compose
-
         return compose(self.config_name, list(overrides), return_hydra_config=return_hydra_config)
 
     def compose(self, overrides: Sequence[str], return_hydra_config: bool = False) -> DictConfig:
         try:
             return self._compose(overrides, return_hydra_config)
-        except Exception:  # noqa: BLE001  (turned into a paragraph below, or re-raised)
+        except COMPOSITION_ERRORS:
             failing = self._first_failing(overrides)
             if failing is None:
                 raise
             index, error = failing
             raise self._paragraph(overrides[index], overrides[:index], error) from None
 
-    def changed(self, config: DictConfig, override, line: str) -> DictConfig | None:
+    def check_points(self, config: DictConfig, overrides: list[Override]) -> None:
+        """Each value of each swept key, in the config of the point that differs from `config` in it (Hydra's sweep
+        config holds none of the swept values)."""
+        points = [_values(override) for override in overrides]
+        _check_targets(config)
+        for index, values in enumerate(points):
+            for value in values if overrides[index].is_sweep_override() else ():
+                point = [value if position == index else chosen[0] for position, chosen in enumerate(points) if chosen]
+                other = self._changed(config, overrides[index], value) or self.compose(point)
+                refuse_unknown_keys(other, overrides)
+                _check_targets(other)
+
+    def _changed(self, config: DictConfig, override: Override, line: str) -> DictConfig | None:
         """`config` with a key's other value set (a fraction of a composition); None for a config group's option,
         or where setting it fails (composing then names the problem)."""
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        if override.is_add() or self.loader.get_group_options(override.key_or_group):
+        if override.is_add() or _loader().get_group_options(override.key_or_group):
             return None
         other = copy.deepcopy(config)
+        [parsed] = OverridesParser.create().parse_overrides([line])
         try:
-            ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides([line]), other)
-        except Exception:  # noqa: BLE001
+            OmegaConf.update(other, parsed.key_or_group, parsed.value(), merge=True)
+        except OmegaConfBaseException:
             return None
         return other
 
@@ -160,91 +183,139 @@ class _Composer:
         try:
             self._compose(overrides)
             return None
-        except Exception as failure:  # noqa: BLE001
+        except COMPOSITION_ERRORS as failure:
             error = failure
         while high - low > 1:
             middle = (low + high) // 2
             try:
                 self._compose(overrides[:middle])
                 low = middle
-            except Exception as failure:  # noqa: BLE001
+            except COMPOSITION_ERRORS as failure:
                 high, error = middle, failure
         if high == 1:
             try:
                 self._compose([])
-            except Exception:  # noqa: BLE001  (the config fails without any override: not the command line's)
+            except COMPOSITION_ERRORS:  # the config fails without any override: not the command line's
                 return None
         return high - 1, error
 
     def _paragraph(self, line: str, before: Sequence[str], error: Exception) -> RunnerError:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from hydra.errors import MissingConfigException
-        from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
-
-        [override] = OverridesParser.create(config_loader=self.loader).parse_overrides([line])
+        [override] = OverridesParser.create().parse_overrides([line])
         key = override.key_or_group
         cause = error.__cause__
         message = str(error)
         if isinstance(error, MissingConfigException) or "Could not find '" in message:
-            return self._missing_option(override, message)
+            return self._missing_option(override, message, before)
+        yaml_error = _yaml_error(error)
+        if yaml_error is not None:
+            return RunnerError(f"{line} is not valid: {yaml_error}", key=key)
         base = self._compose(before, return_hydra_config=key.startswith("hydra."))
         if (
             isinstance(cause, (ConfigAttributeError, ConfigKeyError))
             or message.startswith(("Could not override", "Could not delete from config. '"))
             or "config group '" in message
         ):
-            return unknown_key(line, key, base)
+            if override.is_delete() and OmegaConf.select(base, key, default=_ABSENT) is None:
+                return _null_key_deleted(line, key)
+            return unknown_key(line, key, base, self._groups(before))
         if message.startswith("Could not append to config. An item is already at"):
             return RunnerError(
                 f"{line} is not valid: {key} is already a key of the config, and + adds a new one. "
-                f"Fix: write {line.lstrip('+')} (without +)."
+                f"Fix: write {line.lstrip('+')} (without +).",
+                key=key,
             )
         if isinstance(cause, ValidationError):
             return self._wrong_type(override, line, before, cause)
         reason = " ".join((str(cause or error).splitlines() or [type(error).__name__])[0].split())
         return RunnerError(
             f"{line} is not valid: {reason}. Fix: correct it ({_SEE_KEYS}; python -m runner --help "
-            "lists the config groups and their options)."
+            "lists the config groups and their options).",
+            key=key,
         )
 
-    def _missing_option(self, override, message: str) -> RunnerError:
+    def _groups(self, overrides: Sequence[str]) -> list[str]:
+        """The config groups a user can pick an option of, their own (hydra.searchpath) included."""
+        return sorted(set(self._options("", ObjectType.GROUP, overrides)) - {"hydra"})
+
+    def _options(self, group: str, kind: ObjectType, overrides: Sequence[str]) -> list[str]:
+        """A group's options (or a parent's groups), in conf/ and in the directories of hydra.searchpath."""
+        return _loader().get_group_options(group, kind, self.config_name, _searchpath_overrides(overrides))
+
+    def _missing_option(self, override: Override, message: str, before: Sequence[str]) -> RunnerError:
         group, option = override.key_or_group, override.value()
-        options = self.loader.get_group_options(group)
+        options = self._options(group, ObjectType.CONFIG, [*before, str(override.input_line)])
         if not options or not isinstance(option, str):
             lines = [line.strip() for line in message.splitlines() if line.strip()] or ["Hydra cannot find it"]
             first = next((line for line in lines if "Could not find" in line), lines[0])
             return RunnerError(
                 f"{override.input_line} is not valid: {first}. Fix: pick an option of a "
-                "config group (python -m runner --help lists them)."
+                "config group (python -m runner --help lists them).",
+                key=group,
             )
-        close = difflib.get_close_matches(option, options, n=1)
+        close = difflib.get_close_matches(option, options, n=1, cutoff=_CLOSE)
         return RunnerError(
             f"{override.input_line} is not valid: the {group} group has no option {option!r}"
             + (f" (did you mean {group}={close[0]}?)" if close else "")
-            + f"; its options are {', '.join(options)}. Fix: pick one of them, e.g. {group}={(close or options)[0]}."
+            + f"; its options are {', '.join(options)}. Fix: pick one of them, e.g. {group}={(close or options)[0]}.",
+            key=group,
         )
 
-    def _wrong_type(self, override, line: str, before: Sequence[str], cause: Exception) -> RunnerError:
+    def _wrong_type(self, override: Override, line: str, before: Sequence[str], cause: Exception) -> RunnerError:
         """The paragraph runner.config.settings gives for the value, else OmegaConf's reason."""
         for overrides in (before, ()):
             try:
                 config = as_dict(self._compose(overrides))
-            except Exception:  # noqa: BLE001
+            except COMPOSITION_ERRORS:
                 continue
             refused = settings_refusal(config, override)
             if refused is not None:
                 return refused
         reason = " ".join(str(cause).splitlines()[0].split())
         return RunnerError(
-            f"{line} is not valid: {reason}. Fix: give {override.key_or_group} a value of its type ({_SEE_KEYS})."
+            f"{line} is not valid: {reason}. Fix: give {override.key_or_group} a value of its type ({_SEE_KEYS}).",
+            key=override.key_or_group,
         )
 
 
-def settings_refusal(config: dict, override) -> RunnerError | None:
-    """What runner.config.settings says of `config` with the override's value set in it, if it is about that key."""
-    from runner.config.settings import from_config
-    from runner.sweeps.terms import objective_name
+_ABSENT = object()
 
+
+def _loader() -> Any:
+    return GlobalHydra.instance().config_loader()
+
+
+def _searchpath_overrides(overrides: Iterable[str]) -> list[str]:
+    return [line for line in overrides if line.lstrip("+~").startswith("hydra.searchpath")]
+
+
+def _yaml_error(error: BaseException) -> str | None:
+    """A config file Hydra could not read as YAML: which file, which line and column, and what is wrong."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, yaml.MarkedYAMLError):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return None
+    mark = seen.context_mark or seen.problem_mark
+    file = mark.name if mark is not None and mark.name.endswith((".yaml", ".yml")) else "a config file"
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = " ".join(f"{seen.context or ''} {seen.problem or ''}".split())
+    return (
+        f"the YAML of {file} cannot be read{where} ({problem}). Fix: correct that line of the file (a list is "
+        "[a, b], a mapping {a: 1}; quote a value holding ':', '#', '[' or '{')."
+    )
+
+
+def _null_key_deleted(line: str, key: str) -> RunnerError:
+    """`~dataset.dir` where dataset.dir is null: Hydra reads a null key as absent and refuses to delete it."""
+    return RunnerError(
+        f"{line} is not valid: {key} is already null, and Hydra deletes only a key that has a value. Fix: leave it "
+        f"out: a null argument that a `_target_` callable does not take is not passed to it.",
+        key=key,
+    )
+
+
+def settings_refusal(config: dict, override: Override) -> RunnerError | None:
+    """What runner.config.settings says of `config` with the override's value set in it, if it is about that key."""
     config = copy.deepcopy(config)
     *parents, last = override.key_or_group.split(".")
     node: Any = config
@@ -256,12 +327,11 @@ def settings_refusal(config: dict, override) -> RunnerError | None:
         node.pop(last, None)
     else:
         node[last] = override.value()
-    for check in (from_config, objective_name):
+    for check in (validate, sweep_settings):
         try:
             check(config)
         except RunnerError as error:
-            named = str(error).split("=", 1)[0].split(" ", 1)[0]
-            key = override.key_or_group
+            named, key = error.key or "", override.key_or_group
             if named == key or key.startswith(named + ".") or named.startswith(key + "."):
                 return error
             return None
@@ -269,84 +339,69 @@ def settings_refusal(config: dict, override) -> RunnerError | None:
 
 
 def _check_targets(config: DictConfig) -> None:
-    from runner.config.components import check_targets
-    from runner.config.settings import target_components
-
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in TARGET_GROUPS}
     check_targets(target_components(plain))
 
 
-_SCHEMA: DictConfig | None = None
-
-
-def _schema() -> DictConfig:
-    global _SCHEMA
-    if _SCHEMA is None:
-        _SCHEMA = OmegaConf.structured(RunnerConfig)
-    return _SCHEMA
-
-
-def schema_keys(config: DictConfig | None = None, hydra: bool = False) -> list[str]:
-    """Every dotted key of the schema (and of `config`'s open groups and, with `hydra`, its hydra node)."""
-    keys = list(_paths(_schema(), ""))
-    if config is not None:
-        for group in TARGET_GROUPS:
-            node = config._get_node(group) if group in config else None
-            if isinstance(node, DictConfig):
-                keys.extend(f"{group}.{key!s}" for key in node.keys() if f"{group}.{key!s}" not in keys)
-        hydra_node = config._get_node("hydra") if hydra and "hydra" in config else None
-        if isinstance(hydra_node, DictConfig):
-            keys.extend(_paths(hydra_node, "hydra."))
+def schema_keys(config: Mapping[str, Any] | None = None, hydra: Mapping[str, Any] | None = None) -> list[str]:
+    """Every dotted key of the schema (and of `config`'s open groups, and of a hydra node)."""
+    keys = list(_declared_paths(Settings, ""))
+    for group in TARGET_GROUPS:
+        node = config.get(group) if config is not None else None
+        if isinstance(node, Mapping):
+            keys.extend(f"{group}.{key!s}" for key in node if f"{group}.{key!s}" not in keys)
+    if hydra is not None:
+        keys.extend(_paths(hydra, "hydra."))
     return keys
 
 
-def _paths(node: DictConfig, prefix: str) -> Iterator[str]:
-    for key in node.keys():
-        path = f"{prefix}{key!s}"
+def _declared_paths(kind: type, prefix: str) -> Iterable[str]:
+    for item in declared(kind):
+        name = config_name(kind, item)
+        if "target" in item.metadata and prefix:
+            continue  # dataset's and optimizer's callable: their keys are `_target_` and the arguments
+        path = f"{prefix}{name}"
         yield path
-        child = node._get_node(key)
-        if (
-            isinstance(child, DictConfig)
-            and path not in TARGET_GROUPS
-            and not child._is_missing()
-            and not child._is_none()
-        ):
-            yield from _paths(child, path + ".")
+        if "group" in item.metadata:
+            yield from _declared_paths(group_class(kind, item), path + ".")
 
 
-def unknown_keys(config: DictConfig) -> list[str]:
+def _paths(node: Mapping[str, Any], prefix: str) -> Iterable[str]:
+    for key, value in node.items():
+        yield f"{prefix}{key!s}"
+        if isinstance(value, Mapping):
+            yield from _paths(value, f"{prefix}{key!s}.")
+
+
+def unknown_keys(config: DictConfig | Mapping[str, Any]) -> list[str]:
     """The keys of a composed config that the schema does not have (`+batch_size=128` adds one: Hydra's `+`
     lifts OmegaConf's refusal), outside the open `_target_` groups and the hydra node."""
-    found: list[str] = []
-
-    def walk(node: DictConfig, reference: DictConfig, prefix: str) -> None:
-        for key in node.keys():
-            path = f"{prefix}{key!s}"
-            if path == "hydra" or path in TARGET_GROUPS:
-                continue
-            if key not in reference.keys():  # (`in` is False for a key whose value is ??? in the schema)
-                found.append(path)
-                continue
-            child, expected = node._get_node(key), reference._get_node(key)
-            if (
-                isinstance(child, DictConfig)
-                and isinstance(expected, DictConfig)
-                and not child._is_none()
-                and not child._is_missing()
-            ):
-                walk(child, expected, path + ".")
-
-    walk(config, _schema(), "")
-    return found
+    return [key for key in _paths(_unresolved(config), "") if not _declared(key)]
 
 
-def refuse_unknown_keys(config: DictConfig, overrides: Iterable = ()) -> None:
+def _unresolved(config: DictConfig | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A config as plain mappings, its interpolations as written (hydra's refer to a job that does not exist yet)."""
+    plain = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else config
+    assert isinstance(plain, Mapping)
+    return cast(Mapping[str, Any], plain)  # a composed config's names are strings
+
+
+def _declared(path: str) -> bool:
+    """Whether the schema declares `path` (or an open group or the hydra node holds it)."""
+    first = path.split(".", 1)[0]
+    return first == "hydra" or first in TARGET_GROUPS or path in _DECLARED
+
+
+_DECLARED = frozenset(_declared_paths(Settings, ""))
+
+
+def refuse_unknown_keys(config: DictConfig, overrides: Iterable[Override] = ()) -> None:
     """Raise the paragraph for the first key of `config` the schema does not have, naming the override that
     added it when there is one."""
     for key in unknown_keys(config):
         line = next(
             (
-                override.input_line
+                str(override.input_line)
                 for override in overrides
                 if override.key_or_group == key or key.startswith(override.key_or_group + ".")
             ),
@@ -355,22 +410,28 @@ def refuse_unknown_keys(config: DictConfig, overrides: Iterable = ()) -> None:
         raise unknown_key(line, key, config)
 
 
-def unknown_key(line: str, key: str, config: DictConfig) -> RunnerError:
+def unknown_key(line: str, key: str, config: Any, groups: Sequence[str] = ()) -> RunnerError:
     """`key` (given as `line` on the command line) is not a key of the config: one paragraph with the
-    closest key that is."""
-    hydra = key.startswith("hydra.")
-    candidates = [path for path in schema_keys(config, hydra=hydra) if path != key]
+    closest key that is, or, for a top-level name like none of them, the config groups."""
+    plain = _unresolved(config)
+    hydra = plain.get("hydra") if key.startswith("hydra.") else None
+    candidates = [path for path in schema_keys(plain, hydra if isinstance(hydra, Mapping) else None) if path != key]
     parent = key.rpartition(".")[0]
     siblings = [path for path in candidates if path.rpartition(".")[0] == parent]
-    close = difflib.get_close_matches(key, siblings, n=1) or difflib.get_close_matches(key, candidates, n=1)
+    close = difflib.get_close_matches(key, siblings, n=1, cutoff=_CLOSE) or difflib.get_close_matches(
+        key, candidates, n=1, cutoff=_CLOSE
+    )
     value = line.split("=", 1)[1] if "=" in line else None
     if close:
         fix = f"use {close[0]}" + (f"={value}" if value is not None else "")
+    elif groups and "." not in key:
+        fix = f"remove {line}, or pick an option of one of the config groups: {', '.join(groups)}"
     else:
         fix = f"remove {line}"
     return RunnerError(
         f"{line} is not valid: the config has no key {key!r}"
         + (f" (did you mean {close[0]}?)" if close else "")
         + f". Fix: {fix} ({_SEE_KEYS}; a model, optimizer, schedule, loss or dataset takes its callable's "
-        "arguments as keys)."
+        "arguments as keys).",
+        key=key,
     )

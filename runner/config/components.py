@@ -14,12 +14,9 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.errors import RunnerError
-
-if TYPE_CHECKING:
-    from runner.config.settings import Settings
 
 # What the runner passes to each kind of callable itself (the config gives the rest).
 MODEL_ARGUMENTS = ("input_shape", "num_classes")
@@ -54,7 +51,9 @@ def import_target(key: str, path: Any) -> Callable[..., Any]:
         f"{key}=mylab.models.mlp, with its package installed or its directory on PYTHONPATH"
     )
     if not isinstance(path, str) or not path.strip() or "." not in path:
-        raise RunnerError(f"{key}={path!r} is not valid: it must be a dotted path module.callable. Fix: {fix}.")
+        raise RunnerError(
+            f"{key}={path!r} is not valid: it must be a dotted path module.callable. Fix: {fix}.", key=key
+        )
     parts = path.split(".")
     error: BaseException | None = None
     for split in range(len(parts) - 1, 0, -1):
@@ -70,12 +69,14 @@ def import_target(key: str, path: Any) -> Callable[..., Any]:
             raise RunnerError(
                 f"{key}={path!r} could not be imported: importing {module_name} raised "
                 f"ModuleNotFoundError: {missing}. Fix: install the missing package in this "
-                "environment (and wherever the jobs run)."
+                "environment (and wherever the jobs run).",
+                key=key,
             ) from None
         except Exception as failure:  # the user's module raised while it was imported
             raise RunnerError(
                 f"{key}={path!r} could not be imported: importing {module_name} raised "
-                f"{type(failure).__name__}: {failure}. Fix: correct that module."
+                f"{type(failure).__name__}: {failure}. Fix: correct that module.",
+                key=key,
             ) from None
         try:
             for attribute in parts[split:]:
@@ -85,33 +86,37 @@ def import_target(key: str, path: Any) -> Callable[..., Any]:
             close = difflib.get_close_matches(parts[split], names, n=1)
             hint = f" (did you mean {module_name}.{close[0]}?)" if close else ""
             raise RunnerError(
-                f"{key}={path!r} is not valid: module {module_name} has no {parts[split]!r}{hint}. Fix: {fix}."
+                f"{key}={path!r} is not valid: module {module_name} has no {parts[split]!r}{hint}. Fix: {fix}.",
+                key=key,
             ) from None
         if not callable(found):
             raise RunnerError(
-                f"{key}={path!r} is not valid: it names a {type(found).__name__}, not a function or class. Fix: {fix}."
+                f"{key}={path!r} is not valid: it names a {type(found).__name__}, not a function or class. Fix: {fix}.",
+                key=key,
             )
         return found
-    raise RunnerError(f"{key}={path!r} could not be imported: no module {parts[0]!r} ({error}). Fix: {fix}.")
+    raise RunnerError(f"{key}={path!r} could not be imported: no module {parts[0]!r} ({error}). Fix: {fix}.", key=key)
 
 
 def check_arguments(
     key: str,
     target: str,
     function: Callable[..., Any],
-    given: Iterable[str],
+    given: Mapping[str, Any],
     supplied: Iterable[str] = (),
     positional: int = 0,
     complete: bool = True,
-) -> None:
-    """Every argument the config gives is one `function` takes, and (if `complete`) every one it needs is given.
+) -> dict[str, Any]:
+    """The arguments of `given` that `function` takes: every other one is refused, except a null one, which is left
+    out (a group option's `dir: null` under a `_target_` given on the command line); and (if `complete`) every
+    argument it needs is given.
 
     `supplied`: the arguments the runner passes itself (input_shape, learning_rate, ...); `positional`: how
     many leading positional parameters the runner fills at call time (a loss's labels and logits)."""
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to check against
-        return
+        return dict(given)
     parameters = list(signature.parameters.values())[positional:]
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     named = {
@@ -119,32 +124,58 @@ def check_arguments(
         for p in parameters
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     }
-    supplied = set(supplied)
-    given = list(given)
-    for name in given:
+    supplied = tuple(supplied)
+    group = key.rsplit(".", 1)[0]
+    for name in supplied:
+        if name not in named and not accepts_any:
+            _refuse_missing_parameter(group, target, name, supplied, named)
+    taken: dict[str, Any] = {}
+    for name, value in given.items():
         if name in supplied:
             raise RunnerError(
-                f"{key.rsplit('.', 1)[0]}.{name} is not valid: the runner passes {name} to {target} itself. "
-                f"Fix: remove {key.rsplit('.', 1)[0]}.{name} from the config."
+                f"{group}.{name} is not valid: the runner passes {name} to {target} itself. "
+                f"Fix: remove {group}.{name} from the config.",
+                key=f"{group}.{name}",
             )
         if name not in named and not accepts_any:
+            if value is None:
+                continue
             close = difflib.get_close_matches(name, list(named), n=1)
-            group = key.rsplit(".", 1)[0]
             options = ", ".join(sorted(n for n in named if n not in supplied)) or "none"
             raise RunnerError(
                 f"{group}.{name} is not valid: {target} takes no argument {name!r}"
                 + (f" (did you mean {group}.{close[0]}?)" if close else "")
                 + f"; its arguments are: {options}. Fix: "
                 + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}")
-                + "."
+                + ".",
+                key=f"{group}.{name}",
             )
+        taken[name] = value
     for name, parameter in named.items():
         if complete and parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
-            group = key.rsplit(".", 1)[0]
             raise RunnerError(
                 f"{group}.{name} is missing: {target} needs the argument {name!r}. Fix: add +{group}.{name}=<value> "
-                "to the command, or to the config file of that option."
+                "to the command, or to the config file of that option.",
+                key=f"{group}.{name}",
             )
+    return taken
+
+
+def _refuse_missing_parameter(
+    group: str, target: str, name: str, supplied: tuple[str, ...], named: Mapping[str, Any]
+) -> None:
+    """The callable has no parameter for an argument the runner passes it (`shape` where `input_shape` is meant)."""
+    unclaimed = [parameter for parameter in named if parameter not in supplied]
+    close = difflib.get_close_matches(name, unclaimed, n=1, cutoff=0.3)
+    passes = " and ".join(supplied)
+    raise RunnerError(
+        f"{group}._target_={target!r} is not valid: the runner calls a {group} callable with the keyword "
+        f"argument{'s' if len(supplied) > 1 else ''} {passes}, and {target} has no parameter {name!r} (its "
+        f"parameters: {', '.join(named) or 'none'}). Fix: "
+        + (f"rename its parameter {close[0]} to {name}" if close else f"give it a parameter named {name}")
+        + " (or take **kwargs).",
+        key=f"{group}._target_",
+    )
 
 
 def call(key: str, target: str, build: Callable[[], Any]) -> Any:
@@ -176,12 +207,13 @@ _SUPPLIED = {
 }
 
 
-def check_targets(components: Iterable[Component], complete: bool = True) -> None:
+def check_targets(components: Iterable[Component], complete: bool = True) -> list[Component]:
     """Each component's callable imports and takes the arguments its config gives (and, if `complete`, is
-    given every argument it needs): one paragraph otherwise."""
+    given every argument it needs): one paragraph otherwise. Returns them with the arguments that are passed."""
+    checked = []
     for component in components:
         supplied, positional = _SUPPLIED[component.group]
-        check_arguments(
+        arguments = check_arguments(
             f"{component.group}._target_",
             component.target,
             component.resolve(),
@@ -190,11 +222,5 @@ def check_targets(components: Iterable[Component], complete: bool = True) -> Non
             positional,
             complete,
         )
-
-
-def check_components(settings: Settings) -> None:
-    """Each `_target_` of a run imports and takes the arguments its config gives: one paragraph and exit 2
-    otherwise, before any run exists (the built-ins are checked without importing TensorFlow)."""
-    check_targets(
-        (settings.model, settings.optimizer.component, settings.schedule, settings.loss, settings.dataset.component)
-    )
+        checked.append(Component(component.group, component.target, arguments))
+    return checked

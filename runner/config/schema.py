@@ -1,214 +1,391 @@
-"""The config's schema: every key the runner reads, its type and its one default, as Hydra structured configs.
+"""Every key the runner reads, declared once: its type, default, check and the fix its refusal paragraph gives.
 
-conf/config.yaml starts its defaults list with `runner_schema` (registered here in Hydra's ConfigStore); the
-group options (conf/strategy/mirrored.yaml, ...) set only what differs. Being structured, the composed config
-refuses a key the schema does not have, even with `+` (runner.config.check turns that into one paragraph).
+The declarations are the settings themselves: frozen dataclasses whose fields carry a `key(...)` declaration.
+`runner.config.settings.validate` checks a composed config against them and returns the `Settings` tree the
+rest of the program reads; `structured_schema()` turns the same declarations into the structured config Hydra
+composes conf/config.yaml over (its first default, `runner_schema`), which refuses a key it does not declare.
 
-The `_target_` groups (model, optimizer, schedule, loss, dataset) are open: their keys are the callable's
-arguments, checked against its signature by runner.config.components; only the keys the runner applies itself are
-typed (optimizer.lr; dataset's name, train_examples, test_examples and scale).
-
-Types: a field is `Any` where runner.config.settings is stricter than OmegaConf's conversion, so that the value reaches
-runner.config.settings as typed and is refused there with its paragraph:
-- booleans: OmegaConf turns 1, "yes" and "on" into true, which the runner refuses (progress=1 is a mistake);
-- floats: OmegaConf turns "0.5" (a quoted string) into 0.5, and 0 into 0.0, which would then be what the
-  paragraph quotes and what MLflow logs as the param;
-- strategy.tpu: OmegaConf turns 5 into "5"; strategy.devices: a list of names or null, no OmegaConf type.
-Ints and strings are typed: what OmegaConf refuses there (batch=abc, epochs=1e9, a list or null for a name) the
-runner refuses too, and runner.config.check reports it with runner.config.settings' paragraph. (A quoted integer,
-batch='64', becomes the integer.)
-
-A new key is a field here with its default (and its check in runner.config.settings, without a default of its own). A
-key that is a Python keyword (`init.from`) cannot be a dataclass field: give its group as a `Dict[str, Any]`
-field whose default holds the key (`field(default_factory=lambda: {"from": None})`); runner.config.check refuses
-any other key under it as it does for a dataclass.
+The `_target_` groups (dataset, model, optimizer, schedule, loss) are open: their other keys are the callable's
+arguments, checked against its signature (runner.config.components); only the keys the runner applies itself
+are declared. A new key is one field here; a rule across keys is one function in runner.config.settings.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import keyword
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from runner.config.checks import Address, Bool, Check, Choice, Devices, Int, Number, Text, Unchecked
+from runner.config.components import Component
+from runner.outcome import RESULT_KEYS
 
 SCHEMA_NAME = "runner_schema"
-# The groups whose keys are a `_target_` callable's arguments: open to any key (runner.config.components checks them).
-TARGET_GROUPS = ("dataset", "model", "optimizer", "schedule", "loss")
+# The groups whose other keys are a `_target_` callable's arguments: open to any key.
+TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset")
+STRATEGIES = (
+    "default",
+    "one_device",
+    "mirrored",
+    "central_storage",
+    "multi_worker_mirrored",
+    "parameter_server",
+    "tpu",
+)
+MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
+MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+# The stores MLflow 3 tracks into (its file store only reads); a driver may follow a '+' (postgresql+psycopg2).
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
+PICK = "pick one of the {} group's options"
+EXAMPLES_FIX = "pass a positive number of examples, e.g. dataset.{}=1000, or null for all"
 
 
-@dataclass
-class VariablePartitionerConfig:
+def key(default: Any, check: Check, fix: str, *, shown_as: str | None = None) -> Any:
+    """One key's declaration: its default (MISSING: set by the group's option), its check, the fix its refusal
+    gives, and the name the paragraph shows if not its path (loop.style is shown as `loop`)."""
+    return field(default=default, metadata={"check": check, "fix": fix, "shown_as": shown_as})
+
+
+def group(kind: type) -> Any:
+    """A nested group of keys."""
+    return field(default_factory=kind, metadata={"group": True})
+
+
+def open_group(*declared: str) -> Any:
+    """A `_target_` group: the callable and its arguments, with `declared` the keys the runner applies itself."""
+    return field(default_factory=lambda: Component("", ""), metadata={"target": True, "declared": declared})
+
+
+@dataclass(frozen=True)
+class PartitionerSettings:
     """parameter_server: split big variables into shards across the ps tasks (MinSizePartitioner)."""
 
-    max_shards: int | None = None  # null = no splitting; N = at most N shards
-    min_shard_bytes: int = 256 << 10  # no shard smaller than this (256 KiB)
+    max_shards: int | None = key(
+        None,
+        Int(nullable=True),
+        "pass the most shards a variable may be split into (e.g. the number of ps tasks), or null for none",
+    )
+    min_shard_bytes: int = key(  # no shard smaller than this (256 KiB)
+        256 << 10,
+        Int(),
+        "pass the smallest shard size in bytes, e.g. strategy.variable_partitioner.min_shard_bytes=262144",
+    )
 
 
-@dataclass
-class StrategyConfig:
-    name: str = MISSING  # set by the strategy group's option
-    devices: Any = None  # a list of device names, or null to auto-detect
-    cross_device_ops: str | None = None  # nccl | hierarchical_copy | reduce_to_one | null (TensorFlow's choice)
-    cpu_replicas: int | None = None  # split the CPU into N logical devices (mirrored, central_storage)
-    tpu: Any = ""  # TPU name or grpc:// address; "" for a TPU VM's local TPU
-    communication: str = "auto"  # multi_worker_mirrored's all-reduce: auto | ring (gRPC) | nccl (GPUs)
-    variable_partitioner: VariablePartitionerConfig = field(default_factory=VariablePartitionerConfig)
+@dataclass(frozen=True)
+class StrategySettings:
+    name: str = key(MISSING, Choice(STRATEGIES), PICK.format("strategy"), shown_as="strategy")
+    devices: tuple[str, ...] | None = key(  # null: auto-detect
+        None, Devices(), "pass e.g. 'strategy.devices=[/cpu:0]' or strategy.devices=null to auto-detect"
+    )
+    cross_device_ops: str | None = key(
+        None,
+        Choice(("nccl", "hierarchical_copy", "reduce_to_one"), nullable=True),
+        "use one of the listed all-reduce implementations or null for TensorFlow's choice",
+    )
+    cpu_replicas: int | None = key(  # split the CPU into N logical devices (mirrored, central_storage)
+        None, Int(nullable=True), "pass a positive number of logical CPU devices, e.g. strategy.cpu_replicas=2"
+    )
+    tpu: str = key("", Address(), "pass strategy.tpu=my-tpu or ''")  # "": a TPU VM's local TPU
+    communication: str = key(  # multi_worker_mirrored's all-reduce
+        "auto",
+        Choice(("auto", "ring", "nccl")),
+        "use auto (TensorFlow's choice), ring (gRPC, any device) or nccl (GPUs)",
+    )
+    variable_partitioner: PartitionerSettings = group(PartitionerSettings)
 
 
-@dataclass
-class ClusterConfig:
+@dataclass(frozen=True)
+class ClusterSettings:
     """Several processes forming one TensorFlow cluster (strategy=multi_worker_mirrored and parameter_server)."""
 
-    kind: str = "none"  # none | local | tf_config | slurm: set by the cluster group's option
-    workers: int = 2  # local: worker processes
-    ps: int = 1  # local and slurm: parameter servers (strategy=parameter_server)
-    # multi_worker_mirrored: null = TensorFlow's coordination service finds a dead or frozen peer by its missing
-    # heartbeats; N = also give up on any one all-reduce after N seconds (each then holds a thread that long).
-    timeout_seconds: Any = None
-    port_base: int = 8888  # slurm: the first port of the tasks on each node
+    kind: str = key(
+        "none",
+        Choice(("none", "tf_config", "slurm", "local")),
+        "pick one of the cluster group's options: cluster=local starts a cluster on this machine, "
+        "cluster=tf_config or cluster=slurm join one started by Kubernetes, by hand or by srun",
+    )
+    workers: int = key(2, Int(), "pass the number of worker processes, e.g. cluster.workers=2")
+    ps: int = key(1, Int(), "pass the number of parameter server processes, e.g. cluster.ps=1")
+    # null: TensorFlow's coordination service finds a dead or frozen peer by its missing heartbeats; N: also give
+    # up on any one all-reduce after N seconds (each then holds a thread that long).
+    timeout_seconds: float | None = key(
+        None,
+        Number(minimum=1, nullable=True),
+        "pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null",
+    )
+    port_base: int = key(  # slurm: the first port of the tasks on each node
+        8888,
+        Int(maximum=65535),
+        "pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888",
+    )
 
 
-@dataclass
-class LrScalingConfig:
-    rule: str = MISSING  # none | linear | sqrt: set by the lr_scaling group's option
-    base_batch: int = 64  # the global batch optimizer.lr was tuned for
-    warmup_epochs: Any = 0  # linear warm-up over this many epochs; 0 = none
+@dataclass(frozen=True)
+class DatasetSettings:
+    """What is trained on: `component` is the callable returning the data (runner.data.source) and its
+    arguments; the keys below are the runner's, applied to any dataset."""
+
+    name: str = key(  # names the data in MLflow (dataset inputs) and the registered model
+        MISSING, Text(), "name the data, e.g. dataset.name=fashion_mnist (it names the MLflow dataset inputs)"
+    )
+    train_examples: int | None = key(  # take this many training examples (null: all)
+        None,
+        Int(nullable=True),
+        "pass a positive number of examples, e.g. dataset.train_examples=1000, or null for all",
+    )
+    test_examples: int | None = key(None, Int(nullable=True), EXAMPLES_FIX.format("test_examples"))
+    scale: float = key(  # inputs are divided by this (raw pixels 0-255 -> 0-1); the logged model does it too
+        255,
+        Number(positive=True),
+        "pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1",
+    )
+    component: Component = open_group("_target_", "name", "train_examples", "test_examples", "scale")
 
 
-@dataclass
-class LoopConfig:
-    style: str = MISSING  # for_in | iterator | in_function | multi_step: set by the loop group's option
-    steps_per_epoch: int | None = None  # null = one pass over the training set
-    steps_per_call: int = 1  # multi_step: steps inside one tf.function call
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """Called as build(learning_rate=..., **arguments); `lr` is the base rate, scaled by lr_scaling."""
+
+    lr: float = key(MISSING, Number(positive=True), "pass a positive learning rate, e.g. optimizer.lr=0.001")
+    component: Component = open_group("_target_", "lr")
 
 
-@dataclass
-class CheckpointConfig:
-    every_epochs: int = 2
-    max_to_keep: int = 3
+@dataclass(frozen=True)
+class LrScalingSettings:
+    rule: str = key(MISSING, Choice(("none", "linear", "sqrt")), "use lr_scaling=none, linear or sqrt")
+    base_batch: int = key(  # the global batch optimizer.lr was tuned for
+        64, Int(), "pass the global batch the base learning rate was tuned for, e.g. 64"
+    )
+    warmup_epochs: float = key(  # linear warm-up over this many epochs; 0: none
+        0, Number(), "pass a number of epochs >= 0 (0 turns warm-up off)"
+    )
 
 
-@dataclass
-class RuntimeConfig:
-    jit_compile: Any = False  # XLA-compile the per-replica forward and backward pass
-    mixed_precision: str | None = None  # null | mixed_float16 (with loss scaling) | mixed_bfloat16
+@dataclass(frozen=True)
+class LoopSettings:
+    style: str = key(
+        MISSING, Choice(("for_in", "iterator", "in_function", "multi_step")), PICK.format("loop"), shown_as="loop"
+    )
+    steps_per_epoch: int | None = key(
+        None, Int(nullable=True), "pass a positive number of steps, or null for one pass over the training set"
+    )
+    steps_per_call: int = key(  # multi_step: steps inside one tf.function call
+        1, Int(), "pass a positive number of steps per tf.function call, e.g. loop.steps_per_call=20"
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    every_epochs: int = key(2, Int(), "pass a positive number of epochs between checkpoints")
+    max_to_keep: int = key(3, Int(), "pass how many checkpoints to keep, e.g. 3")
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    jit_compile: bool = key(  # XLA-compile the per-replica forward and backward pass
+        False, Bool(), "pass runtime.jit_compile=true or runtime.jit_compile=false"
+    )
+    mixed_precision: str | None = key(
+        None,
+        Choice(("mixed_float16", "mixed_bfloat16"), nullable=True),
+        "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null",
+    )
     # true: TensorFlow's op determinism (deterministic kernels or an error, ordered input pipeline, every random
     # source from `seed`), so that the same command gives bit-identical metrics; refuses parameter_server.
-    deterministic: Any = False
+    deterministic: bool = key(False, Bool(), "pass runtime.deterministic=true or runtime.deterministic=false")
 
 
-@dataclass
-class SystemMetricsConfig:
+@dataclass(frozen=True)
+class SystemMetricsSettings:
     """CPU, memory (and GPU) of the training machine under system/, sampled by the process that tracks."""
 
-    enabled: Any = True
-    interval_seconds: Any = 10  # one point per interval; a run shorter than one interval gets none
+    enabled: bool = key(
+        True, Bool(), "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"
+    )
+    interval_seconds: float = key(  # one point per interval; shorter ones mostly measure the sampling
+        10,
+        Number(minimum=0.1),
+        "pass the seconds between two samples of CPU and memory, e.g. mlflow.system_metrics.interval_seconds=10",
+    )
 
 
-@dataclass
-class MlflowConfig:
-    tracking_uri: str | None = None  # null = MLflow's default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)
-    experiment_name: str = "fashion_mnist"
-    run_name: str | None = None  # null = MLflow's random name
+@dataclass(frozen=True)
+class MlflowSettings:
+    tracking_uri: str | None = key(  # null: MLflow's default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)
+        None,
+        Text(nullable=True),
+        "pass a store such as sqlite:///mlflow.db or http://host:5000, or leave it null for MLflow's default",
+    )
+    experiment_name: str = key(
+        "fashion_mnist", Text(), "name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist"
+    )
+    run_name: str | None = key(
+        None,
+        Text(nullable=True),
+        "name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name",
+    )
     # The Model Registry name a sweep registers its best job's model under (and a run's, with register=true);
     # its alias `champion` is on the version with the best sweep.objective. By default: the data's name.
-    registered_model_name: str = "${dataset.name}"
-    register: Any = False  # true: a single run registers its own model as a new version
-    log_model: Any = True  # false: no MLflow Model at the end of a run (quick smoke runs); a sweep registers none
-    system_metrics: SystemMetricsConfig = field(default_factory=SystemMetricsConfig)
+    registered_model_name: str = key(
+        "${dataset.name}", Text(), "name the registered model, e.g. mlflow.registered_model_name=fashion_mnist"
+    )
+    register: bool = key(  # a single run registers its own model as a new version
+        False, Bool(), "pass mlflow.register=true to register this run's model, or false"
+    )
+    log_model: bool = key(  # false: no MLflow Model at the end of a run; a sweep registers none
+        True, Bool(), "pass mlflow.log_model=true to log the trained model, or false to skip it"
+    )
+    system_metrics: SystemMetricsSettings = group(SystemMetricsSettings)
     # Which checkpoints the run's MLflow artifacts hold (under checkpoints/): last = only the newest one (the one
     # eval_accuracy measures), uploaded when the run ends (FINISHED, KILLED or FAILED); all = every save, as it is
     # written; none = no checkpoint artifacts. Either way <run dir>/checkpoints/ keeps checkpoint.max_to_keep.
-    checkpoints: str = "last"
+    checkpoints: str = key(
+        "last",
+        Choice(("last", "all", "none")),
+        "pass mlflow.checkpoints=last to keep the run's newest checkpoint in MLflow, all to keep every save, or "
+        "none to keep checkpoints only in the run directory",
+    )
     # Training never waits for the tracking server: what it logs is queued, journaled in the run directory and
     # delivered in order. A process that ends while the server is down waits until the server has been down this
     # long, then leaves the rest in <run dir>/mlflow_journal.jsonl for the next invocation (or the replay command).
-    outage_seconds: Any = 3600
+    outage_seconds: float = key(
+        3600,
+        Number(minimum=0),
+        "pass how many seconds a run may wait at its end for a tracking server that stopped answering, e.g. "
+        "mlflow.outage_seconds=3600 (0: do not wait)",
+    )
 
 
-@dataclass
-class SweepConfig:
+@dataclass(frozen=True)
+class SweepSettings:
     """Sweeps (python -m runner -m batch=32,64 ...)."""
 
-    # What each job returns to the sweeper: train_loss | train_accuracy | test_loss | test_accuracy |
-    # eval_accuracy | examples_per_second.
-    objective: str = "test_accuracy"
+    objective: str = key(  # what each job returns to the sweeper
+        "test_accuracy",
+        Choice(RESULT_KEYS, why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}"),
+        "pass e.g. sweep.objective=test_accuracy.",
+    )
     # Train every point with this many seeds (seed, seed+1, ...), one run each; a point's objective is their mean.
-    seeds: int = 1
+    seeds: int = key(
+        1, Int(), "pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)"
+    )
 
 
-@dataclass
-class DatasetConfig:
-    """What is trained on: `_target_` is a callable returning the data (runner.data.source); the keys below are
-    the runner's, applied to any dataset; any other key is an argument of the callable."""
+@dataclass(frozen=True)
+class InitSettings:
+    """Warm start (fine-tuning): the model's weights before step 1, for a fresh run. init.from: null = the model's
+    own initialisation; a run directory, its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model;
+    models:/<name>@<alias> or models:/<name>/<version>. Only the weights: the optimizer and epochs start afresh."""
 
-    _target_: str = MISSING  # set by the dataset group's option
-    name: str = MISSING  # names the data in MLflow (dataset inputs) and the registered model
-    train_examples: int | None = None  # take this many training examples (null = all)
-    test_examples: int | None = None
-    scale: Any = 255  # inputs are divided by this (raw pixels 0-255 -> 0-1); the logged model does it too
+    source: str | None = key(None, Unchecked(), "", shown_as="init.from")  # the config's init.from
+    kind: str | None = None  # checkpoint (an absolute path) | runs | models; set by the validator
 
 
-@dataclass
-class OptimizerConfig:
-    """Called as build(learning_rate=..., **arguments); `lr` is the base rate, scaled by lr_scaling."""
-
-    _target_: str = MISSING
-    lr: Any = MISSING  # set by the optimizer's option: the rate it was tuned for at lr_scaling.base_batch
-
-
-@dataclass
-class RunnerConfig:
-    batch: int = 64  # examples per replica in one step; the global batch is batch x replicas in sync
-    epochs: int = 10
-    seed: int = 42  # seeds Python, NumPy, TensorFlow and the shuffle
-    # Per-epoch progress bar on stderr: null = only when stderr is a terminal (a run writing to a file or a pipe
-    # gets no carriage-return redraws), true = always, false = never. The summary line per epoch is always logged.
-    progress: Any = None
+@dataclass(frozen=True)
+class Settings:
+    batch: int = key(  # examples per replica in one step; the global batch is batch x replicas in sync
+        64, Int(), "pass the per-replica batch size as a positive integer, e.g. batch=64"
+    )
+    epochs: int = key(10, Int(), "pass a positive number of epochs, e.g. epochs=2")
+    seed: int = key(  # seeds Python, NumPy, TensorFlow and the shuffle; NumPy's seed is 32 bits
+        42, Int(minimum=0, maximum=2**32 - 1), "pass a non-negative integer seed below 2**32, e.g. seed=42"
+    )
+    # The per-epoch progress bar on stderr: null = only when stderr is a terminal, true = always, false = never.
+    progress: bool | None = key(
+        None,
+        Bool(nullable=True),
+        "pass progress=true (always), progress=false (never) or progress=null (only when stderr is a terminal)",
+    )
     # auto: a run directory that holds checkpoints resumes from the newest (and continues its MLflow run);
     # never: refuse a run directory that holds an earlier run's checkpoints or MLflow run.
-    resume: str = "auto"
-    # true: also TensorFlow's and MLflow's INFO lines; by default the terminal and the log file show the runner's
-    # lines and the warnings and errors that matter.
-    verbose: Any = False
-    strategy: StrategyConfig = field(default_factory=StrategyConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    # model, schedule and loss: a `_target_` callable and its arguments, all set by the group's option.
+    resume: str = key(
+        "auto",
+        Choice(("auto", "never")),
+        "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse",
+    )
+    # true: also TensorFlow's and MLflow's INFO lines on the terminal and in the log file.
+    verbose: bool = key(False, Bool(), "pass verbose=true or verbose=false")
+    strategy: StrategySettings = group(StrategySettings)
+    cluster: ClusterSettings = group(ClusterSettings)
+    dataset: DatasetSettings = group(DatasetSettings)
     # model: build(input_shape=..., num_classes=..., **arguments) in strategy.scope(), returning logits.
+    model: Component = open_group("_target_")
+    optimizer: OptimizerSettings = group(OptimizerSettings)
     # schedule: build(learning_rate=..., total_steps=..., **arguments): a rate or a Keras schedule.
-    # loss: loss(labels, logits, **arguments): one loss per example (the runner averages over the global batch
-    # and adds the model's regularization losses).
-    model: dict[str, Any] = field(default_factory=dict)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    schedule: dict[str, Any] = field(default_factory=dict)
-    loss: dict[str, Any] = field(default_factory=dict)
-    lr_scaling: LrScalingConfig = field(default_factory=LrScalingConfig)
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    # Warm start (fine-tuning): the model's weights before step 1, for a fresh run (a run directory that holds
-    # checkpoints resumes from its own instead). init.from: null = the model's own initialisation; a run directory,
-    # its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model; models:/<name>@<alias> or
-    # models:/<name>/<version>. Only the model's weights: the optimizer and the epoch counter start afresh.
-    # (`from` is a Python keyword, so the group is a mapping; runner.config.settings.init_settings refuses other keys.)
-    init: dict[str, Any] = field(default_factory=lambda: {"from": None})
-    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
-    sweep: SweepConfig = field(default_factory=SweepConfig)
+    schedule: Component = open_group("_target_")
+    # loss: loss(labels, logits, **arguments): one loss per example (averaged over the global batch).
+    loss: Component = open_group("_target_")
+    lr_scaling: LrScalingSettings = group(LrScalingSettings)
+    loop: LoopSettings = group(LoopSettings)
+    checkpoint: CheckpointSettings = group(CheckpointSettings)
+    runtime: RuntimeSettings = group(RuntimeSettings)
+    init: InitSettings = group(InitSettings)
+    mlflow: MlflowSettings = group(MlflowSettings)
+    sweep: SweepSettings = group(SweepSettings)
+    # The composed config, resolved: what a run logs as its params and config.yaml. Set by the validator.
+    composed: Mapping[str, Any] = field(default_factory=dict, metadata={"internal": True})
 
 
-def schema_node():
-    """The schema as a DictConfig whose `_target_` groups accept any key (Hydra's struct mode stops at them)."""
-    node = OmegaConf.structured(RunnerConfig)
-    for group in TARGET_GROUPS:
-        OmegaConf.set_struct(node[group], False)
+# The config's name for a field whose Python name differs (`from` is a Python keyword).
+CONFIG_NAMES: dict[tuple[type, str], str] = {(InitSettings, "source"): "from"}
+
+
+def declared(kind: type) -> list[dataclasses.Field]:
+    """The fields of a settings class that are keys or groups of the config."""
+    return [item for item in dataclasses.fields(kind) if not item.metadata.get("internal") and item.metadata]
+
+
+def config_name(kind: type, item: dataclasses.Field) -> str:
+    return CONFIG_NAMES.get((kind, item.name), item.name)
+
+
+def group_class(kind: type, item: dataclasses.Field) -> type:
+    """The settings class of a group field (its annotation, postponed by `from __future__ import annotations`)."""
+    return typing.get_type_hints(kind)[item.name]
+
+
+def _config_class(kind: type) -> type:
+    """The structured-config dataclass Hydra composes over: each key typed as its check says OmegaConf holds it."""
+    fields: list[tuple[str, Any, Any]] = []
+    for item in declared(kind):
+        name = config_name(kind, item)
+        if "target" in item.metadata:
+            if kind is not Settings:  # dataset, optimizer: the callable first, then the runner's own keys
+                fields.insert(0, ("_target_", str, field(default=MISSING)))
+            else:  # model, schedule, loss: nothing but the callable and its arguments, all set by the option
+                fields.append((name, dict[str, Any], field(default_factory=dict)))
+        elif "group" in item.metadata:
+            inner = group_class(kind, item)
+            if any(keyword.iskeyword(config_name(inner, each)) for each in declared(inner)):
+                defaults = {config_name(inner, each): each.default for each in declared(inner)}  # init: {from: null}
+                fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, defaults))))
+            else:
+                nested = _config_class(inner)
+                fields.append((name, nested, field(default_factory=nested)))
+        else:
+            check = item.metadata["check"]
+            holds = check.holds | None if getattr(check, "nullable", False) else check.holds
+            fields.append((name, holds, field(default=item.default)))
+    return dataclasses.make_dataclass(kind.__name__.replace("Settings", "Config"), fields)
+
+
+def structured_schema() -> DictConfig:
+    """The schema as the DictConfig Hydra composes over, its `_target_` groups open to any key."""
+    node = OmegaConf.structured(_config_class(Settings))
+    for name in TARGET_GROUPS:
+        OmegaConf.set_struct(node[name], False)
     return node
 
 
 def register() -> None:
-    """Put the schema in Hydra's ConfigStore (idempotent): before anything composes conf/config.yaml."""
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=schema_node())
+    """Put the schema in Hydra's ConfigStore (idempotent); runner/__main__.py calls it before Hydra composes."""
+    from hydra.core.config_store import ConfigStore
 
-
-register()
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=structured_schema())

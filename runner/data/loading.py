@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from runner.config.components import DATASET_ARGUMENTS, call
-from runner.config.settings import DatasetSettings
+from runner.config.schema import DatasetSettings
 from runner.data.describe import describe_arrays, source_of
 from runner.data.in_memory import InMemoryData, to_model_input
 from runner.data.source import DataSpec, DataSplits, TrainingData

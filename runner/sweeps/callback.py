@@ -21,7 +21,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config.settings import mlflow_settings, sweep_seeds
+from runner.config.check import check_sweep_points
+from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError, report
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
@@ -69,9 +70,8 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            objective_name(config)
-            sweep_seeds(config)
-            check_sweep_config(config)
+            sweep_settings(config)
+            check_sweep_points(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
             tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
@@ -93,24 +93,6 @@ class SweepCallback(Callback):
             finish_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 1)
-
-
-def check_sweep_config(config: DictConfig) -> None:
-    """The sweep's config has only the schema's keys, and its `_target_`s import and take the arguments it gives
-    them. python -m runner has composed and checked every swept value before Hydra started; this covers a sweep
-    started otherwise (another config directory, a sweeper's own search space). A group that a swept key changes
-    is left to its jobs (the base config may lack what each job adds)."""
-    from runner.config.check import refuse_unknown_keys
-    from runner.config.components import check_targets
-    from runner.config.settings import TARGET_GROUPS, target_components
-
-    refuse_unknown_keys(config, OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)))
-    swept = swept_keys(config)
-    groups = tuple(
-        group for group in TARGET_GROUPS if not any(key == group or key.startswith(group + ".") for key in swept)
-    )
-    plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in groups}
-    check_targets(target_components(plain, groups))
 
 
 def parent_ui_link(config: DictConfig, parent_id: str) -> str:

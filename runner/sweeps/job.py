@@ -35,7 +35,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
 from runner import outcome
-from runner.config.settings import sweep_seeds
+from runner.config.settings import sweep_settings
 from runner.errors import RunnerError
 from runner.outcome import FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
@@ -123,7 +123,7 @@ def job_seeds(cfg: DictConfig) -> list[int]:
     """The seeds a job trains: its `seed`, then the next sweep.seeds - 1 integers."""
     seed = cfg.seed
     try:
-        count = sweep_seeds(cfg)
+        count = sweep_settings(cfg).seeds
     except RunnerError:  # swept to a bad value: the training process refuses it and the job is FAILED
         return [seed]
     if isinstance(seed, bool) or not isinstance(seed, int):  # likewise

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.config.settings import _fail, _number
+from runner.config.checks import Number
+from runner.config.checks import refusal as _fail  # the config's paragraph, for a launcher's keys
 from runner.errors import RunnerError
 
 # How long a cluster's head may take to accept a connection before the sweep gives up on it.
@@ -71,11 +72,10 @@ def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLaunc
                 )
     for name in RAY_TASK_AMOUNTS:
         if name in remote and remote[name] is not None:
-            _number(
+            Number(minimum=0.0)(
                 f"hydra.launcher.ray.remote.{name}",
                 remote[name],
-                minimum=0.0,
-                fix=f"pass what one job needs, e.g. hydra.launcher.ray.remote.{name}=1",
+                f"pass what one job needs, e.g. hydra.launcher.ray.remote.{name}=1",
             )
     return RayLauncherSettings(key, address, head)
 

@@ -5,11 +5,10 @@ it without importing one another."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
-from runner.errors import RunnerError
-from runner.outcome import RESULT_KEYS
+from runner.config.settings import sweep_settings
+from runner.outcome import lower_is_better
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
@@ -35,27 +34,7 @@ REGISTERED_VERSION_TAG = "registered_model_version"
 
 def objective_name(config: Any) -> str:
     """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
-    sweep = config.get("sweep")
-    if not isinstance(sweep, Mapping):
-        raise RunnerError(
-            f"sweep={sweep!r} is not valid: it is a group of settings, not a value. Fix: set its "
-            "keys one at a time, e.g. sweep.objective=test_accuracy."
-        )
-    name = sweep.get("objective")
-    if name not in RESULT_KEYS:
-        raise RunnerError(
-            f"sweep.objective={name!r} is not valid: a sweep job can only return one of its final numbers, "
-            f"{', '.join(RESULT_KEYS)}. Fix: pass e.g. sweep.objective=test_accuracy."
-        )
-    return name
-
-
-def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
-    """The sweeper's direction when it has one (optuna), else what the metric's name says."""
-    direction = getattr(sweeper_direction, "name", sweeper_direction)
-    if isinstance(direction, str) and direction in ("minimize", "maximize"):
-        return direction == "minimize"
-    return objective.endswith("loss")
+    return sweep_settings(config).objective
 
 
 def worst_value(objective: str, sweeper_direction: Any = None) -> float:

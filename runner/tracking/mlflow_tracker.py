@@ -27,7 +27,7 @@ from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
-from runner.config.settings import MlflowSettings
+from runner.config.schema import MlflowSettings
 from runner.errors import RunnerError
 from runner.tracking import journal, operations
 from runner.tracking.artifacts import CHECKPOINTS_ARTIFACT_PATH, MODEL_NAME, existing_files

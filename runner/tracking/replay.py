@@ -14,7 +14,8 @@ import os
 import sys
 import urllib.request
 
-from runner.config.settings import MlflowSettings, SystemMetricsSettings, refuse_credentials_in_uri
+from runner.config.schema import MlflowSettings, SystemMetricsSettings
+from runner.config.settings import refuse_credentials_in_uri
 from runner.errors import RunnerError
 from runner.tracking import journal
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from runner.config.settings import MlflowSettings
+from runner.config.schema import MlflowSettings
 from runner.errors import RunnerError
 from runner.tracking import journal
 from runner.tracking.artifacts import CHECKPOINTS_ARTIFACT_PATH, existing_files

@@ -13,7 +13,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
-from runner.config.settings import CheckpointSettings
+from runner.config.schema import CheckpointSettings
 from runner.errors import RunnerError
 from runner.training.steps import TrainingState
 

@@ -191,6 +191,10 @@ class Controller:
 
     def run(self) -> list[EpochResult]:
         """Train the epochs after the one the state holds (0 for a fresh run, the restored one on resume)."""
+        with self.guard.watching(self.save_for_preemption, lambda: int(self.state.optimizer.iterations.numpy())):
+            return self._run()
+
+    def _run(self) -> list[EpochResult]:
         history = []
         done_steps = int(self.checkpointer.partial.steps.numpy()) if self.resumes_mid_epoch else 0
         try:

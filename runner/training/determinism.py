@@ -14,7 +14,7 @@ import logging
 
 import tensorflow as tf
 
-from runner.config.settings import RuntimeSettings
+from runner.config.schema import RuntimeSettings
 
 log = logging.getLogger("runner")
 

@@ -6,7 +6,7 @@ import math
 
 import tensorflow as tf
 
-from runner.config.settings import LrScalingSettings
+from runner.config.schema import LrScalingSettings
 
 WARMUP_START_FRACTION = 0.01
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from runner.config.settings import StrategySettings
+from runner.config.schema import StrategySettings
 from runner.errors import RunnerError
 
 _CROSS_DEVICE_OPS = {
@@ -133,7 +133,7 @@ def _multi_worker_mirrored(
 
 def _parameter_server(settings: StrategySettings, resolver) -> tf.distribute.Strategy:
     partitioner = None
-    if settings.variable_partitioner is not None:
+    if settings.variable_partitioner.max_shards is not None:
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=settings.variable_partitioner.min_shard_bytes,
             max_shards=settings.variable_partitioner.max_shards,

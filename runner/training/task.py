@@ -8,7 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from runner.config.components import Component, call
-from runner.config.settings import OptimizerSettings, Settings
+from runner.config.schema import OptimizerSettings, Settings
 from runner.data.source import DataSpec
 from runner.errors import RunnerError
 from runner.training.lr_scaling import LinearWarmup

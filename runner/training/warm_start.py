@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import tensorflow as tf
 
-from runner.config.settings import InitSettings
+from runner.config.schema import InitSettings
 from runner.errors import RunnerError
 from runner.tracking.run_id_file import RUN_ID_FILE
 from runner.training.checkpoints import listed_checkpoints, unreadable

@@ -33,13 +33,13 @@ def dataset_settings(kind: str = "synthetic", **keys):
     """The dataset settings of `python -m runner dataset=<kind> dataset.<key>=<value> ...` (None: null)."""
     from omegaconf import OmegaConf
 
-    from runner.config.settings import from_config
+    from runner.config.settings import validate
 
     overrides = [
         f"dataset={kind}",
         *(f"dataset.{key}={'null' if value is None else value}" for key, value in keys.items()),
     ]
-    return from_config(OmegaConf.to_container(compose(overrides), resolve=True)).dataset
+    return validate(OmegaConf.to_container(compose(overrides), resolve=True)).dataset
 
 
 def overridden(config: dict, override: str) -> dict:
