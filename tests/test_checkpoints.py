@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from runner.builtins.models import cnn
 from runner.builtins.optimizers import adam
-from runner.config.settings import CheckpointSettings
+from runner.config.schema import CheckpointSettings
 from runner.training.checkpoints import Checkpointer
 from runner.training.optimizer import prepare_optimizer
 from runner.training.steps import TrainingState

@@ -266,6 +266,10 @@ def not_a_model(input_shape, num_classes, weight_decay=0.0):
 
 def broken(input_shape, num_classes, weight_decay=0.0):
     raise ValueError("the lab's model needs 3 channels")
+
+
+def shaped(shape, num_classes, weight_decay=0.0):
+    raise NotImplementedError
 """
 
 
@@ -296,6 +300,11 @@ def user_targets(tmp_path) -> dict[str, str]:
         (
             ["-m", "batch=32,64", "model._target_=mylab_targets.mlp,mylab_nowhere.mlp"],
             "model._target_='mylab_nowhere.mlp' could not be imported",
+        ),
+        (
+            ["model._target_=mylab_targets.shaped"],
+            "model._target_='mylab_targets.shaped' is not valid: the runner calls a model callable with the keyword "
+            "arguments input_shape and num_classes, and mylab_targets.shaped has no parameter 'input_shape'",
         ),
     ],
 )
@@ -337,3 +346,85 @@ def test_devices_the_machine_does_not_have_are_refused(tmp_path):
 def test_a_tpu_name_that_does_not_resolve_is_one_paragraph(tmp_path):
     message = _refused(tmp_path, *TINY, "strategy=tpu", "strategy.tpu=my-tpu")
     assert message.startswith("strategy=tpu found no TPU at strategy.tpu='my-tpu'"), message
+
+
+# --- what a new user with a project of their own meets -------------------------------------------------------------
+
+
+@pytest.fixture
+def own_project(tmp_path, monkeypatch) -> Path:
+    """A user's project: a config directory of their own (model=convnet, dataset=bar) and a package beside it."""
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset").mkdir()
+    (tmp_path / "conf" / "model" / "convnet.yaml").write_text("_target_: mylab_own.convnet\n")
+    (tmp_path / "conf" / "dataset" / "bar.yaml").write_text("_target_: mylab_own.load\nname: bar\n")
+    (tmp_path / "mylab_own.py").write_text(
+        "def convnet(shape, num_classes, hidden=8):\n    raise NotImplementedError\n\n\n"
+        "def load(seed=0):\n    raise NotImplementedError\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_suggestions_and_options_include_the_users_own_config_directory(own_project):
+    searchpath = f"hydra.searchpath=[file://{own_project / 'conf'}]"
+    message = _refusal(searchpath, "model=convent")
+    assert message.startswith(
+        "model=convent is not valid: the model group has no option 'convent' (did you mean model=convnet?); "
+        "its options are cnn, convnet, resnet."
+    ), message
+    assert "(did you mean dataset=bar?)" in _refusal(searchpath, "dataset=barz")
+
+
+def test_a_name_like_no_key_lists_the_groups_instead_of_a_wrong_suggestion():
+    message = _refusal("pruner=median")
+    assert message.startswith("pruner=median is not valid: the config has no key 'pruner'. Fix: remove"), message
+    assert "did you mean" not in message and "runtime=median" not in message
+    assert "config groups: cluster, dataset, hparams_search, loop" in message
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(own_project):
+    (own_project / "conf" / "dataset" / "bar.yaml").write_text("_target_: mylab_own.load\nname: bar\nshape: [28, 28\n")
+    message = _refusal(f"hydra.searchpath=[file://{own_project / 'conf'}]", "dataset=bar")
+    assert message.startswith(
+        f"dataset=bar is not valid: the YAML of {own_project / 'conf' / 'dataset' / 'bar.yaml'} cannot be read at "
+        "line 3, column 8 (while parsing a flow sequence expected ',' or ']'"
+    ), message
+
+
+def test_a_target_of_ones_own_on_the_command_line_drops_the_options_null_arguments(own_project):
+    """docs/configuration.md's form: the fashion_mnist option's `dir: null` does not reach the user's callable, and
+    `~dataset.dir` (which Hydra cannot delete, being null) says so."""
+    from runner.config.settings import checked_targets
+
+    config = OmegaConf.to_container(compose(["dataset._target_=mylab_own.load", "dataset.name=mine"]), resolve=True)
+    settings = checked_targets(validate(config))
+    assert settings.dataset.component.target == "mylab_own.load"
+    assert dict(settings.dataset.component.arguments) == {}
+    message = _refusal("~dataset.dir")
+    assert message.startswith("~dataset.dir is not valid: dataset.dir is already null"), message
+    with pytest.raises(RunnerError, match=r"^dataset.dir is not valid: mylab_own.load takes no argument 'dir'"):
+        checked_targets(validate(overridden(config, "dataset.dir=/tmp")))
+
+
+def test_a_model_parameter_named_otherwise_is_told_to_rename_it(own_project):
+    from runner.config.settings import checked_targets
+
+    config = OmegaConf.to_container(compose(["model._target_=mylab_own.convnet"]), resolve=True)
+    with pytest.raises(RunnerError) as raised:
+        checked_targets(validate(config))
+    assert str(raised.value) == (
+        "model._target_='mylab_own.convnet' is not valid: the runner calls a model callable with the keyword "
+        "arguments input_shape and num_classes, and mylab_own.convnet has no parameter 'input_shape' (its "
+        "parameters: shape, num_classes, hidden). Fix: rename its parameter shape to input_shape (or take **kwargs)."
+    )
+    assert raised.value.key == "model._target_"
+
+
+def test_a_refusal_carries_its_key():
+    with pytest.raises(RunnerError) as raised:
+        check_command_line(["batch=abc"])
+    assert raised.value.key == "batch"
+    with pytest.raises(RunnerError) as raised:
+        check_command_line(["epoch=1"])
+    assert raised.value.key == "epoch"

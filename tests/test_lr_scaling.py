@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from runner.config.settings import LrScalingSettings
+from runner.config.schema import LrScalingSettings
 from runner.training.lr_scaling import WARMUP_START_FRACTION, LinearWarmup, effective_learning_rate, warmup_steps
 
 

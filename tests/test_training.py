@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from helpers.config import CONF
 from helpers.tracking import metric_history, mlflow_client
-from runner.config.settings import STRATEGIES
+from runner.config.schema import STRATEGIES
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 

@@ -12,7 +12,7 @@ from runner.config.components import DATASET_ARGUMENTS, call
 from runner.config.schema import DatasetSettings
 from runner.data.describe import describe_arrays, source_of
 from runner.data.in_memory import InMemoryData, to_model_input
-from runner.data.source import DataSpec, DataSplits, TrainingData
+from runner.data.source import DataSplits, TrainingData, describe_spec
 from runner.errors import RunnerError
 
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
@@ -38,7 +38,7 @@ def load_data(settings: DatasetSettings, seed: int, workers: int = 1) -> Trainin
             f"{key}={settings.component.target!r} returned arrays for one split and a dataset for the "
             "other. Fix: return both splits the same way: (inputs, labels) arrays, or tf.data datasets."
         )
-    from runner.data.streaming import streamed
+    from runner.data.streaming import streamed  # its file readers are needed only for streamed data
 
     return streamed(settings, splits, seed, workers)
 
@@ -67,20 +67,6 @@ def as_splits(result: Any, target: str) -> DataSplits:
         f"dataset._target_={target!r} returned {type(result).__name__}, not the training and test data. Fix: return "
         "runner.data.source.DataSplits(train=(x_train, y_train), test=(x_test, y_test), num_classes=...) with NumPy "
         "arrays or tf.data datasets of (input, label) pairs, or ((x_train, y_train), (x_test, y_test))."
-    )
-
-
-def describe_spec(name: str, example_shape: tuple[int, ...], dtype: Any, num_classes: int, scale: float) -> DataSpec:
-    """Examples of rank 2 (grey images) get a channel axis for the model; the served model takes them as they are."""
-    raw_shape = tuple(int(d) for d in example_shape)
-    input_shape = (*raw_shape, 1) if len(raw_shape) == 2 else raw_shape
-    return DataSpec(
-        name=name,
-        input_shape=input_shape,
-        num_classes=int(num_classes),
-        raw_shape=raw_shape,
-        raw_dtype=np.dtype(dtype).name,
-        scale=float(scale),
     )
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class DataSplits:
@@ -102,3 +104,17 @@ class TrainingData(Protocol):
     def inputs(self) -> list[dict[str, Any]]: ...
 
     def raw_examples(self, count: int) -> Any: ...
+
+
+def describe_spec(name: str, example_shape: tuple[int, ...], dtype: Any, num_classes: int, scale: float) -> DataSpec:
+    """Examples of rank 2 (grey images) get a channel axis for the model; the served model takes them as they are."""
+    raw_shape = tuple(int(d) for d in example_shape)
+    input_shape = (*raw_shape, 1) if len(raw_shape) == 2 else raw_shape
+    return DataSpec(
+        name=name,
+        input_shape=input_shape,
+        num_classes=int(num_classes),
+        raw_shape=raw_shape,
+        raw_dtype=np.dtype(dtype).name,
+        scale=float(scale),
+    )

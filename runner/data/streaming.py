@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from runner.data.describe import describe_stream, file_digest, source_of
 from runner.data.in_memory import with_options
-from runner.data.source import DataSpec, DataSplits, FileRecords
+from runner.data.source import DataSpec, DataSplits, FileRecords, describe_spec
 from runner.errors import RunnerError
 
 # Files read at once by one input pipeline: a fixed number (not AUTOTUNE, which follows the machine's cores),
@@ -220,8 +220,6 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
                 "runner cannot read off a stream. Fix: return DataSplits(..., num_classes=N)."
             )
         num_classes = max(labels) + 1
-    from runner.data.loading import describe_spec
-
     spec = describe_spec(settings.name, train_shape, train_dtype, num_classes, settings.scale)
     source_type, source = source_of(splits.source, target, seed)
     descriptions = [
