@@ -19,6 +19,7 @@ from runner import outcome
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.compat.hydra_internals import parse_command_line
 from runner.config.check import COMPOSITION_ERRORS, CONF_DIR, check_command_line, explain, refuse_unknown_keys
+from runner.config.help import register_help
 from runner.config.plain import as_dict
 from runner.config.schema import register
 from runner.config.settings import checked_targets, refuse_credentials_in_uri, sweep_settings, validate
@@ -165,6 +166,7 @@ def cli() -> None:
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback
         rename_launcher_schemas()
         register()  # the schema, conf/config.yaml's first default
+        register_help()  # the groups --help lists, from conf/ and hydra.searchpath
         _compose_and_run(sys.argv[1:])
     except RunnerError as error:
         paragraph = report("error", error)

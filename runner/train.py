@@ -391,7 +391,7 @@ def _loop_and_evaluation(
         loop: TrainingLoop = CoordinatorLoop(steps, coordinator, dataset_fn, plan.steps_per_epoch)
         return loop, make_evaluate(steps, test_batches, inline=True)
 
-    def distributed_train_dataset(**epochs):
+    def distributed_train_dataset(**epochs: int) -> tf.distribute.DistributedDataset:
         return strategy.experimental_distribute_dataset(training_data.train_dataset(global_batch, seed, **epochs))
 
     loop = make_loop(
@@ -414,7 +414,7 @@ def _input_workers(settings: Settings, task: Task) -> int:
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
-def _and_steps(checkpointer: Checkpointer, loop) -> str:
+def _and_steps(checkpointer: Checkpointer, loop: TrainingLoop) -> str:
     """The steps of the next epoch that a preemption checkpoint holds, as the resume message says them."""
     steps = int(checkpointer.partial.steps.numpy())
     if not steps:
@@ -433,7 +433,9 @@ def _steps_per_epoch(training_data: TrainingData, global_batch: int) -> int:
     return batches_per_epoch(training_data.train_examples, global_batch)
 
 
-def _worker_dataset_fn(training_data: TrainingData, global_batch: int, seed: int):
+def _worker_dataset_fn(
+    training_data: TrainingData, global_batch: int, seed: int
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """ParameterServerStrategy: the dataset function each worker builds its own endless dataset with."""
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:

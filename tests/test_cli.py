@@ -97,7 +97,10 @@ def test_tpu_without_a_tpu_fails_with_advice_and_no_traceback(tmp_path, verbose)
 
 
 def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
-    done = run_cli("--help", cwd=tmp_path)
+    """The groups include the options of the user's own config directory (hydra.searchpath)."""
+    (tmp_path / "conf_mylab" / "model").mkdir(parents=True)
+    (tmp_path / "conf_mylab" / "model" / "convnet.yaml").write_text("_target_: mylab.models.convnet\n")
+    done = run_cli("hydra.searchpath=[file://conf_mylab]", "--help", cwd=tmp_path)
     assert done.returncode == 0
     lines = done.stdout.splitlines()
     assert lines[0].startswith("runner: trains TensorFlow"), lines[:3]
@@ -106,6 +109,7 @@ def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
         assert command in examples, examples
     assert lines.index("== Configuration groups ==") < lines.index("== Config ==")
     assert any(line.startswith("strategy: ") and "mirrored" in line for line in lines)
+    assert "model: cnn, convnet, resnet" in lines, done.stdout
 
 
 @pytest.mark.parametrize(

@@ -138,6 +138,8 @@ def rename_launcher_schemas() -> None:
     from hydra.core.config_store import ConfigStore
     from hydra.core.plugins import Plugins
 
+    from runner.compat.hydra_internals import rename_stored_config
+
     # Hydra's plugin scan, once per process, runs every module under hydra_plugins/ again (even one already
     # imported), and so stores the plugins' configs anew: scan first, then rename.
     Plugins.instance()
@@ -147,9 +149,7 @@ def rename_launcher_schemas() -> None:
             importlib.import_module(module)  # stores the plugin's configs (a no-op once imported)
         except ImportError:
             continue
-        node = store.repo.get("hydra", {}).get("launcher", {}).pop(f"{option}.yaml", None)
-        if node is not None:
-            store.store(group="hydra/launcher", name=option + SCHEMA_SUFFIX, node=node.node, provider=node.provider)
+        rename_stored_config(store, "hydra/launcher", option, option + SCHEMA_SUFFIX)
 
 
 def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> None:
