@@ -16,7 +16,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from runner import outcome
+from runner.clusters.end_of_job import telling_servers_the_end
+from runner.clusters.local import launch
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
+from runner.clusters.roles import resolve, tracks_the_run
+from runner.clusters.serving import serve_if_a_server
 from runner.compat.hydra_internals import parse_command_line
 from runner.config.check import COMPOSITION_ERRORS, CONF_DIR, check_command_line, explain, refuse_unknown_keys
 from runner.config.help import register_help
@@ -26,6 +30,7 @@ from runner.config.settings import checked_targets, refuse_credentials_in_uri, s
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
+from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
 from runner.tracking.opening import opened_tracker
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
@@ -42,7 +47,7 @@ def main(cfg: DictConfig) -> float:
     if hydra_config.mode == RunMode.MULTIRUN:
         configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
         # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
-        from runner.sweeps.job import run_sweep_job
+        from runner.sweeps.job import run_sweep_job  # MLflow's import: only a sweep job pays for it
 
         return run_sweep_job(cfg, hydra_config)
     run_dir = str(hydra_config.runtime.output_dir)
@@ -112,25 +117,17 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
     check_server(settings.mlflow, registers=settings.mlflow.register)
     if settings.cluster.kind == "local":
         # This process starts and watches the cluster's tasks; its chief trains and says how the job ended.
-        from runner.clusters.local import launch
-
         return launch(settings, hydra_config)
-    from runner.clusters.roles import tracks_the_run
-
     # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile. In a cluster
     # only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
     with opened_tracker(settings.mlflow, tracks=tracks_the_run(settings)) as tracker:
         # Imported after validation: a mistyped override fails before TensorFlow loads.
         load_tensorflow(verbose)
-        from runner.clusters.end_of_job import telling_servers_the_end
-        from runner.clusters.roles import resolve
-        from runner.clusters.serving import serve_if_a_server
-
         run_dir = hydra_config.runtime.output_dir
         task = resolve(settings)
         ending.joined(task.type, task.index, run_dir)
         serve_if_a_server(task, settings, run_dir, ending.write)  # a server serves here, then ends the process
-        from runner.train import run
+        from runner.train import run  # TensorFlow's import, after the config is known to be good
 
         with telling_servers_the_end(task, settings, run_dir):
             result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task)
@@ -159,8 +156,6 @@ def refuse_credentials_in_arguments(arguments: list[str]) -> None:
 def cli() -> None:
     """The command: `python -m runner ...` and the `runner` script."""
     prepare_for_tensorflow()
-    from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
-
     try:
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback

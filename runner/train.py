@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
+from omegaconf import OmegaConf
 
 from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, PreemptionGuard
 from runner.clusters.roles import SINGLE_PROCESS, Task
@@ -280,7 +281,7 @@ class _RunEnding:
         trainer = self.trainer
         logged = any(isinstance(action, LogModel) and action.logged is not None for action in self.actions)
         if trainer.task.chief and (logged or trainer.done_epochs >= trainer.settings.epochs):
-            from runner.tracking.model_export import discard_run_model
+            from runner.tracking.model_export import discard_run_model  # MLflow: only for a run that ends early
 
             tracking_uri = self.tracker.tracking_uri
             assert self.run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
@@ -466,6 +467,4 @@ def _resume(settings: Settings, checkpointer: Checkpointer, run_dir: str) -> int
 
 
 def _to_yaml(config: Mapping[str, object]) -> str:
-    from omegaconf import OmegaConf
-
     return OmegaConf.to_yaml(OmegaConf.create(dict(config)))

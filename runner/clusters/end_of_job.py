@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from runner.clusters.roles import Task
 from runner.config.schema import Settings
+from runner.errors import Preempted
 
 # Written by the chief into the run directory when it is done with the servers: {"token", "outcome"}.
 END_FILE = "cluster_end.json"
@@ -38,8 +39,6 @@ def read_end(path: str) -> dict | None:
 def telling_servers_the_end(task: Task, settings: Settings, run_dir: str) -> Iterator[None]:
     """Around the chief's training: write END_FILE with how it ended (finished, preempted, failed), so
     that the servers of a parameter_server cluster end too."""
-    from runner.errors import Preempted
-
     if not (task.chief and task.type is not None and settings.strategy.name == "parameter_server"):
         yield
         return

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.utils import instantiate
+
 from runner.errors import RunnerError
 
 # What the runner passes to each kind of callable itself (the config gives the rest).
@@ -39,8 +41,6 @@ class Component:
 
     def instantiate(self, **supplied: Any) -> Any:
         """Call the target with its arguments and the runner's (`supplied`), through Hydra's instantiate."""
-        from hydra.utils import instantiate
-
         return instantiate({"_target_": self.target, **self.arguments}, **supplied)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from runner.config.checks import Address, Bool, Check, Choice, Devices, Int, Number, Text, Unchecked
@@ -386,6 +387,4 @@ def structured_schema() -> DictConfig:
 
 def register() -> None:
     """Put the schema in Hydra's ConfigStore (idempotent); runner/__main__.py calls it before Hydra composes."""
-    from hydra.core.config_store import ConfigStore
-
     ConfigStore.instance().store(name=SCHEMA_NAME, node=structured_schema())

@@ -13,6 +13,7 @@ from runner.config.schema import DatasetSettings
 from runner.data.describe import describe_arrays, source_of
 from runner.data.in_memory import InMemoryData, to_model_input
 from runner.data.source import DataSplits, TrainingData, describe_spec
+from runner.data.streaming import streamed
 from runner.errors import RunnerError
 
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
@@ -38,8 +39,6 @@ def load_data(settings: DatasetSettings, seed: int, workers: int = 1) -> Trainin
             f"{key}={settings.component.target!r} returned arrays for one split and a dataset for the "
             "other. Fix: return both splits the same way: (inputs, labels) arrays, or tf.data datasets."
         )
-    from runner.data.streaming import streamed  # its file readers are needed only for streamed data
-
     return streamed(settings, splits, seed, workers)
 
 

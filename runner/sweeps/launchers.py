@@ -13,6 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from omegaconf import OmegaConf
+
+from runner.compat.hydra_internals import rename_stored_config
 from runner.errors import RunnerError
 from runner.sweeps.ray_launcher import check_ray_address, join_with_the_local_ray_token
 
@@ -135,11 +140,6 @@ def rename_launcher_schemas() -> None:
     other Hydra apps in the environment keep the plugins' configs as they are. Launchers carry the ConfigStore
     to their jobs (Hydra's Singleton state), so a job composes the same way. A plugin that is not installed
     is skipped (check_launcher says what to install); calling this again changes nothing."""
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.plugins import Plugins
-
-    from runner.compat.hydra_internals import rename_stored_config
-
     # Hydra's plugin scan, once per process, runs every module under hydra_plugins/ again (even one already
     # imported), and so stores the plugins' configs anew: scan first, then rename.
     Plugins.instance()
@@ -182,6 +182,4 @@ def check_time_limit_signal(launcher_config: Any) -> None:
 
 
 def _select(config: Any, key: str) -> Any:
-    from omegaconf import OmegaConf
-
     return OmegaConf.select(config, key)
