@@ -88,7 +88,7 @@ def check_command_line(arguments: Sequence[str]) -> None:
         swept = [override for override in overrides if override.is_sweep_override()]
         if swept and not multirun:
             line = str(swept[0].input_line)
-            value = line.split("=", 1)[1]
+            value = line.partition("=")[2]  # the override as typed, after its key
             raise RunnerError(
                 f"{line} is not valid: it gives several values, which is a sweep, and this command trains one run. "
                 f"Fix: add -m to train one run per value (python -m runner -m {line}), or write a list as "
@@ -421,7 +421,7 @@ def unknown_key(line: str, key: str, config: Any, groups: Sequence[str] = ()) ->
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=_CLOSE) or difflib.get_close_matches(
         key, candidates, n=1, cutoff=_CLOSE
     )
-    value = line.split("=", 1)[1] if "=" in line else None
+    value = line.partition("=")[2] if "=" in line else None  # the override as typed, after its key
     if close:
         fix = f"use {close[0]}" + (f"={value}" if value is not None else "")
     elif groups and "." not in key:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.config.checks import Number
-from runner.config.checks import refusal as _fail  # the config's paragraph, for a launcher's keys
+from runner.config.checks import Number, refusal
 from runner.errors import RunnerError
 
 # How long a cluster's head may take to accept a connection before the sweep gives up on it.
@@ -38,7 +37,7 @@ def _ray_head(key: str, address: str) -> tuple[str, int]:
     host, _, port = address.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise _fail(key, address, "it must be HOST:PORT (or ray://HOST:PORT for Ray Client), local or auto", fix)
+        raise refusal(key, address, "it must be HOST:PORT (or ray://HOST:PORT for Ray Client), local or auto", fix)
     return host, int(port)
 
 
@@ -49,7 +48,7 @@ def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLaunc
     key = "hydra.launcher.ray.init.address"
     address = init.get("address")
     if address is not None and (not isinstance(address, str) or not address.strip()):
-        raise _fail(
+        raise refusal(
             key,
             address,
             "it must be HOST:PORT, local, auto or null",
@@ -62,7 +61,7 @@ def ray_launcher(node: Any, environ: Mapping[str, str] = os.environ) -> RayLaunc
     if address not in (None, "local"):
         for name in RAY_SIZES_OF_A_NEW_CLUSTER:
             if init.get(name) is not None:
-                raise _fail(
+                raise refusal(
                     f"hydra.launcher.ray.init.{name}",
                     init[name],
                     f"Ray refuses it when joining an existing cluster ({key}={address})",
