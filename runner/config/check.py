@@ -23,7 +23,7 @@ from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from runner.compat.hydra_internals import parse_command_line
@@ -109,6 +109,18 @@ def check_sweep_points(config: DictConfig) -> None:
     composer.check_points(config, overrides)
 
 
+def _changed(config: DictConfig, line: str) -> DictConfig | None:
+    """`config` with the key=value of `line` set on a copy (a fraction of a composition); None where the config
+    refuses it."""
+    other = copy.deepcopy(config)
+    [parsed] = OverridesParser.create().parse_overrides([line])
+    try:
+        OmegaConf.update(other, parsed.key_or_group, parsed.value(), merge=True)
+    except OmegaConfBaseException:
+        return None
+    return other
+
+
 def _values(override: Override) -> list[str]:
     """Each value of an override as an override of its own; none for a range a sweeper samples from (optuna's
     interval), which no list can cover."""
@@ -156,26 +168,21 @@ class _Composer:
         """Each value of each swept key, in the config of the point that differs from `config` in it (Hydra's sweep
         config holds none of the swept values)."""
         points = [_values(override) for override in overrides]
-        _check_targets(config)
-        for index, values in enumerate(points):
-            for value in values if overrides[index].is_sweep_override() else ():
-                point = [value if position == index else chosen[0] for position, chosen in enumerate(points) if chosen]
-                other = self._changed(config, overrides[index], value) or self.compose(point)
+        job = copy.deepcopy(config)  # without the hydra node, which no value of a job changes: copied per value
+        with open_dict(job):
+            job.pop("hydra", None)
+        _check_targets(job)
+        for index, override in enumerate(overrides):
+            if not override.is_sweep_override():
+                continue
+            picks_an_option = override.is_add() or bool(_loader().get_group_options(override.key_or_group))
+            for value in points[index]:
+                other = None if picks_an_option else _changed(job, value)
+                if other is None:  # an option of a group, or a value the config refuses: composing names it
+                    point = [value if at == index else chosen[0] for at, chosen in enumerate(points) if chosen]
+                    other = self.compose(point)
                 refuse_unknown_keys(other, overrides)
                 _check_targets(other)
-
-    def _changed(self, config: DictConfig, override: Override, line: str) -> DictConfig | None:
-        """`config` with a key's other value set (a fraction of a composition); None for a config group's option,
-        or where setting it fails (composing then names the problem)."""
-        if override.is_add() or _loader().get_group_options(override.key_or_group):
-            return None
-        other = copy.deepcopy(config)
-        [parsed] = OverridesParser.create().parse_overrides([line])
-        try:
-            OmegaConf.update(other, parsed.key_or_group, parsed.value(), merge=True)
-        except OmegaConfBaseException:
-            return None
-        return other
 
     def _first_failing(self, overrides: Sequence[str]) -> tuple[int, Exception] | None:
         """The first override whose addition makes the composition fail (and its error), by bisection."""
