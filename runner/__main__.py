@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from typing import cast
 
 import hydra
@@ -32,6 +33,7 @@ from runner.errors import Preempted, RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
 from runner.tracking.opening import opened_tracker
+from runner.tracking.run_id_file import read_run_id
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
 
@@ -51,7 +53,7 @@ def main(cfg: DictConfig) -> float:
 
         return run_sweep_job(cfg, hydra_config)
     run_dir = str(hydra_config.runtime.output_dir)
-    ending = _Ending(outcome.path(run_dir))
+    ending = _Ending(run_dir)
     try:
         ended = _train(cfg, hydra_config, ending)
     except RunnerError as error:
@@ -90,8 +92,9 @@ _task = _Task()
 class _Ending:
     """Where this process's outcome goes: its run directory's file until it knows its task in a cluster."""
 
-    def __init__(self, file: str):
-        self.file: str = file
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.file: str = outcome.path(run_dir)
         self.task: str | None = None
 
     def joined(self, task_type: str | None, index: int, run_dir: str) -> None:
@@ -99,6 +102,8 @@ class _Ending:
             self.file, self.task = outcome.path(run_dir, task_type, index), f"{task_type} {index}"
 
     def write(self, ended: Outcome) -> None:
+        if ended.run_id is None:  # a run that failed or was stopped still names its MLflow run, if it has one
+            ended = replace(ended, run_id=read_run_id(self.run_dir))
         outcome.write(self.file, ended)
 
 

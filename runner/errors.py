@@ -21,13 +21,12 @@ def report(kind: str, message: object) -> str:
     import logging
     import sys
 
-    from tqdm import tqdm
+    from runner.compat.tqdm_internals import close_open_bars
 
     text = f"{kind}: {message}"
     # A progress bar still drawn ends its line first, so the paragraph starts a line of its own (which is where
     # whoever reads the terminal looks for it).
-    for bar in list(getattr(tqdm, "_instances", ())):
-        bar.close()
+    close_open_bars()
     print(text, file=sys.stderr, flush=True)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and handler.stream is not None:

@@ -41,7 +41,7 @@ class Outcome:
     paragraph: str = ""  # the process's last paragraph exactly as the user saw it ("error: ...", "preempted: ...")
     resumable: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
-    run_id: str | None = None
+    run_id: str | None = None  # the run directory's MLflow run, whenever it has one (FAILED and KILLED too)
     task: str | None = None  # "worker 1" for a task of a cluster
 
     @property

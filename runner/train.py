@@ -28,6 +28,7 @@ from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG
+from runner.tracking.run_id_file import read_run_id
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
 from runner.training.controller import Controller, EpochResult, make_evaluate
@@ -457,10 +458,12 @@ def _resume(settings: Settings, checkpointer: Checkpointer, run_dir: str) -> int
         # Only checkpoints count: a run id alone (a sweep job's run, created before it trains) holds no
         # training that this run could overwrite.
         if checkpointer.exists:
+            earlier_run = read_run_id(run_dir)
+            earlier = f"MLflow run {earlier_run}, " if earlier_run else ""
             raise RunnerError(
-                f"resume=never, but {run_dir} already holds checkpoints of an earlier run ({checkpointer.latest}), "
-                "which this run would overwrite. Fix: leave hydra.run.dir unset so a new directory is made, pick "
-                "a new one, or use resume=auto to continue that run."
+                f"resume=never, but {run_dir} already holds checkpoints of an earlier run ({earlier}newest "
+                f"{checkpointer.listed[-1]}), which this run would overwrite. Fix: leave hydra.run.dir unset so a "
+                "new directory is made, pick a new one, or use resume=auto to continue that run."
             )
         return 0
     return checkpointer.restore()

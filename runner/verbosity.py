@@ -17,6 +17,9 @@ on separate channels, each quieted in its own way:
   "generated new fontManager" the first time it draws a run's curves on a machine.
 - MLflow reads MLFLOW_LOGGING_LEVEL when it is imported, here and in the tracker process and sweep jobs,
   which inherit the environment ("Creating initial MLflow database tables...").
+- MLflow's client prints "View run ... at: ..." and "View experiment at: ..." to stdout whenever it ends a run on
+  a tracking server (`set_terminated`), unless MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT is true; the runner logs its
+  own link to the run (runner.tracking.ui) instead.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def configure(verbose: bool) -> None:
         os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"
         return
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in _PYTHON_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 

@@ -532,6 +532,7 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     assert run.info.status == "FAILED"
     assert "worker 1 of the local cluster" in run.data.tags["error"]
     assert _models(client, run) == []
+    assert ended.run_id == run.info.run_id  # the job's run, named for whoever started the launcher
 
 
 def _threads(pid: int) -> int:

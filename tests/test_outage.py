@@ -180,6 +180,18 @@ def _once(output: str, words: str) -> None:
     assert len(lines) == 1, (words, lines, output[-4000:])
 
 
+def test_a_quiet_run_on_a_tracking_server_shows_no_mlflow_links_of_its_own(tmp_path, up, trainings):
+    """MLflow's client prints "View run ... at: ..." and "View experiment at: ..." when it ends a run on a server;
+    a run that is quiet by default shows only the runner's own link (its `MLflow UI:` line)."""
+    training = Training(trainings, tmp_path, "quiet", up, "epochs=1").start()
+    code = training.wait()
+    output = training.output
+    assert code == 0 and "Traceback" not in output, output[-4000:]
+    assert mlflow_client(up.url).get_run(training.run_id).info.status == "FINISHED"  # ended on the server
+    assert "View run" not in output and "View experiment" not in output, output[-4000:]
+    _once(output, "MLflow UI: ")
+
+
 def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_whole(tmp_path, up, trainings):
     outage = 40.0
     # About 1.5 s per epoch here, a checkpoint every 5 (with 3 kept, those of the outage's first epochs are gone from

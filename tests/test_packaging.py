@@ -21,7 +21,13 @@ from helpers.presets import SWEEP_JOB
 REPO = Path(__file__).resolve().parents[1]
 
 # What runner.entry sets, and what other parts of the runner set in their own processes.
-RUNNER_VARIABLES = ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "MLFLOW_LOGGING_LEVEL", "RAY_AUTH_MODE")
+RUNNER_VARIABLES = (
+    "TF_USE_LEGACY_KERAS",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "MLFLOW_LOGGING_LEVEL",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",
+    "RAY_AUTH_MODE",
+)
 
 
 def _clean_env() -> dict[str, str]:

@@ -242,6 +242,7 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     client = _client(tmp_path)
     run = client.get_run(_run_id(tmp_path, "run"))
     assert run.info.status == "KILLED" and run.data.tags["resumable"] == "true"
+    assert ended.run_id == run.info.run_id  # the run to resume, named where the supervisor reads
     done = run_cli(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run = client.get_run(run.info.run_id)
@@ -281,6 +282,8 @@ def test_a_diverging_loss_stops_with_epoch_and_step_and_fails_the_run(tmp_path):
     assert "loss became NaN or infinite at epoch 1, step" in line and "optimizer.lr" in line
     run = _client(tmp_path).get_run(_run_id(tmp_path, "run"))
     assert run.info.status == "FAILED" and "NaN or infinite" in run.data.tags["error"]
+    ended = outcome.read(str(tmp_path / "run" / OUTCOME_FILE), None)
+    assert (ended.status, ended.run_id, ended.paragraph) == ("FAILED", run.info.run_id, line)
     assert not _checkpoints(tmp_path / "run")  # no checkpoint of diverged weights
     assert _client(tmp_path).search_logged_models([run.info.experiment_id]) == []  # a FAILED run has no model
 
@@ -300,6 +303,16 @@ def _other_model_checkpoint(tmp_path: Path) -> str:
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path / "other" / "checkpoints"), 1)
     manager.save()
     return str(tmp_path / "other")
+
+
+EARLIER_RUN_ID = "0123456789abcdef0123456789abcdef"
+
+
+def _earlier_run(tmp_path: Path) -> str:
+    """A run directory an earlier run left: its checkpoints and its MLflow run's id."""
+    run_dir = _other_model_checkpoint(tmp_path)
+    (Path(run_dir) / "mlflow_run_id.txt").write_text(EARLIER_RUN_ID + "\n")
+    return run_dir
 
 
 BAD_INPUT = {
@@ -341,6 +354,10 @@ BAD_INPUT = {
         ["resume=never", f"hydra.run.dir={_other_model_checkpoint(tmp)}"],
         "resume=never, but",
     ),
+    "resume=never over an earlier run": lambda tmp: (
+        ["resume=never", f"hydra.run.dir={_earlier_run(tmp)}"],
+        f"checkpoints of an earlier run (MLflow run {EARLIER_RUN_ID}, newest {tmp}/other/checkpoints/ckpt-1), which",
+    ),
 }
 
 
@@ -361,6 +378,7 @@ def test_bad_input_fails_fast_with_one_paragraph_and_leaves_nothing_running(tmp_
     assert expected in done.stderr, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and expected in errors[0]
+    assert "(None)" not in errors[0]  # nothing unknown is named as if it were a value
     if (tmp_path / "mlflow.db").exists():
         client = _client(tmp_path)
         experiments = [e.experiment_id for e in client.search_experiments()]

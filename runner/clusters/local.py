@@ -38,7 +38,7 @@ from runner.errors import RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
-from runner.tracking.run_id_file import RUN_ID_FILE
+from runner.tracking.run_id_file import read_run_id
 
 log = logging.getLogger("runner")
 
@@ -352,19 +352,13 @@ def _restore_handlers(previous) -> None:
 
 def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: bool = False) -> None:
     """Mark the chief's MLflow run FAILED with the job's error: the chief is gone and cannot."""
-    if not os.path.exists(os.path.join(run_dir, RUN_ID_FILE)):
+    run_id = read_run_id(run_dir)
+    if run_id is None:
         return  # the chief never started its run
-    from mlflow.entities import RunStatus
-
-    from runner.tracking.mlflow_tracker import MlflowTracker
+    from runner.tracking.lifecycle import failure_message
+    from runner.tracking.run_writer import fail_run
 
     try:
-        tracker = MlflowTracker(settings.mlflow)
-        with open(os.path.join(run_dir, RUN_ID_FILE)) as handle:
-            run = tracker.client.get_run(handle.read().strip())
-        if only_if_running and run.info.status != RunStatus.to_string(RunStatus.RUNNING):
-            return  # the chief ended its run itself (KILLED and resumable after a SIGTERM)
-        tracker.start(run_dir, {})
-        tracker.finish(RunnerError(error))
+        fail_run(settings.mlflow.tracking_uri, run_dir, run_id, failure_message(RunnerError(error)), only_if_running)
     except Exception as failure:  # the job's own error is what the user must see
         log.warning("could not mark the chief's MLflow run FAILED: %s", failure)

@@ -45,21 +45,19 @@ def _package_dir() -> str:
 def source_tags() -> dict[str, str]:
     """MLflow's context tags (user, source name and type, as its fluent start_run resolves them), with the
     git tags taken from the checkout the runner package lives in, wherever the command ran from."""
-    from mlflow.tracking.context.git_context import GitRunContext
-    from mlflow.tracking.context.registry import resolve_tags
-    from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_REPO_URL
 
-    # GitRunContext would look at sys.argv[0]'s directory.
-    tags = resolve_tags(ignore=[GitRunContext])  # type: ignore[list-item]  # MLflow types instances; it takes classes
+    from runner.compat.mlflow_internals import context_tags_without_git, git_source
+
+    tags = context_tags_without_git()
     package = _package_dir()
-    commit = get_git_commit(package)
+    commit, branch, repo_url = git_source(package)
     if commit is None:  # installed from a wheel, or a checkout without git: no source commit to name
         return tags
     git = {
         MLFLOW_GIT_COMMIT: commit,
-        MLFLOW_GIT_BRANCH: get_git_branch(package),
-        MLFLOW_GIT_REPO_URL: get_git_repo_url(package),
+        MLFLOW_GIT_BRANCH: branch,
+        MLFLOW_GIT_REPO_URL: repo_url,
         GIT_DIRTY_TAG: _dirty(package),
     }
     tags.update({key: value for key, value in git.items() if value is not None})

@@ -14,7 +14,6 @@ import os
 import sys
 import urllib.request
 
-from runner.config.schema import MlflowSettings, SystemMetricsSettings
 from runner.config.settings import refuse_credentials_in_uri
 from runner.errors import RunnerError
 from runner.tracking import journal
@@ -37,32 +36,22 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     uri = tracking_uri or header.tracking_uri
     refuse_credentials_in_uri("--tracking-uri", uri)
     _check_answers(uri, run_dir)
-    from runner.tracking.mlflow_tracker import MlflowTracker
+    from runner.tracking.run_writer import RunWriter
+    from runner.tracking.store import open_client
 
-    # Only the store matters here: the journal holds the run's own records (no new run, model or registration).
-    settings = MlflowSettings(
-        uri,
-        "replay",
-        None,
-        registered_model_name="replay",
-        register=False,
-        log_model=False,
-        system_metrics=SystemMetricsSettings(enabled=False, interval_seconds=10.0),
-        checkpoints="all",
-        outage_seconds=0.0,
-    )
-    tracker = MlflowTracker(settings)
+    # Only the store and the run matter here: the journal holds the run's own records (no new run, no params).
+    writer = RunWriter(open_client(uri))
     try:
-        tracker.client.get_run(header.run_id)
+        writer.client.get_run(header.run_id)
     except Exception as error:
         raise RunnerError(
             f"{run_dir}'s journal belongs to MLflow run {header.run_id}, which the store {uri} does not have "
             f"({type(error).__name__}: {str(error)[:200]}). Fix: pass the store the run was tracked in, "
             "--tracking-uri=<its mlflow.tracking_uri>."
         ) from None
-    tracker.attach(header.run_id)
+    writer.attach(header.run_id)
     try:
-        count = journal.replay(run_dir, tracker.apply)
+        count = journal.replay(run_dir, writer.apply)
     except Exception as error:
         _, left = journal.pending(run_dir)
         raise RunnerError(
@@ -70,7 +59,7 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
             f"record(s) left ({type(error).__name__}: {str(error)[:300]}). Fix: once the store answers, run this "
             "command again: it goes on from there."
         ) from None
-    status = tracker.client.get_run(header.run_id).info.status
+    status = writer.client.get_run(header.run_id).info.status
     print(
         f"{run_dir}: delivered {count} record(s) to MLflow run {header.run_id} at {uri}; the run is {status}"
         + (" (resume it: re-run the same command with the same hydra.run.dir)" if status != "FINISHED" else "")

@@ -10,11 +10,18 @@ from pathlib import Path
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without the MLflow variables a developer may have set, unbuffered."""
+    """This process's environment without the MLflow variables a developer (or runner.verbosity, in this process)
+    may have set, unbuffered."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+        if key
+        not in (
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+            "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",
+        )
     }
     return {**env, "PYTHONUNBUFFERED": "1", **(extra or {})}
 

@@ -1,0 +1,95 @@
+"""The private names of MLflow and tqdm that runner/compat/ relies on: each test fails, naming the library and its
+installed version, when the internal it checks has changed."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import threading
+from importlib.metadata import version
+from pathlib import Path
+
+from helpers.tracking import mlflow_client
+
+
+def _changed(library: str, what: str, module: str) -> str:
+    return (
+        f"{library} {version(library)} changed {what}, which runner/compat/{module} relies on: adapt that module to "
+        "this version, or pin the versions it was written against"
+    )
+
+
+def test_mlflows_system_metrics_monitor_has_what_the_runner_uses(tmp_path):
+    from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    from runner.compat import mlflow_internals
+
+    parameters = inspect.signature(SystemMetricsMonitor.__init__).parameters
+    missing = [name for name in mlflow_internals.MONITOR_ARGUMENTS if name not in parameters]
+    assert not missing, _changed("mlflow", f"SystemMetricsMonitor's arguments ({missing} gone)", "mlflow_internals.py")
+
+    client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("compat")).info.run_id
+    samples: list[tuple[dict[str, float], int]] = []
+    published = threading.Event()
+
+    def publish(metrics: dict[str, float], step: int) -> None:
+        samples.append((metrics, step))
+        published.set()
+
+    monitor = mlflow_internals.system_metrics_monitor(
+        publish, run_id, interval_seconds=0.1, tracking_uri=client.tracking_uri
+    )
+    missing = [name for name in mlflow_internals.MONITOR_ATTRIBUTES if not hasattr(monitor, name)]
+    assert not missing, _changed("mlflow", f"SystemMetricsMonitor's attributes ({missing} gone)", "mlflow_internals.py")
+    assert any(isinstance(each, CPUMonitor) for each in monitor.monitors), _changed(
+        "mlflow", "SystemMetricsMonitor's monitors (no CPUMonitor)", "mlflow_internals.py"
+    )
+    monitor.start()
+    try:
+        assert published.wait(timeout=30), _changed(
+            "mlflow", "SystemMetricsMonitor's sampling loop (no sample published)", "mlflow_internals.py"
+        )
+    finally:
+        monitor.finish()
+    metrics, step = samples[0]
+    assert step == 0 and "system/cpu_utilization_percentage" in metrics, _changed(
+        "mlflow", f"SystemMetricsMonitor's samples ({sorted(metrics)} at step {step})", "mlflow_internals.py"
+    )
+
+
+def test_tqdm_lists_the_bars_still_drawn_and_closing_them_ends_their_line():
+    from tqdm import tqdm
+
+    from runner.compat.tqdm_internals import close_open_bars
+
+    out = io.StringIO()
+    bar = tqdm(total=10, file=out)
+    instances = getattr(tqdm, "_instances", None)
+    assert instances is not None and bar in instances, _changed("tqdm", "tqdm._instances", "tqdm_internals.py")
+    close_open_bars()
+    assert bar not in tqdm._instances and out.getvalue().endswith("\n"), _changed(
+        "tqdm", "closing a bar listed in tqdm._instances", "tqdm_internals.py"
+    )
+
+
+def test_mlflows_context_tags_and_git_source_are_where_the_runner_reads_them():
+    from runner.compat import mlflow_internals
+
+    try:
+        tags = mlflow_internals.context_tags_without_git()
+        commit, _, _ = mlflow_internals.git_source(str(Path(__file__).parent))
+    except (ImportError, AttributeError, TypeError) as error:
+        raise AssertionError(
+            _changed("mlflow", f"resolve_tags, GitRunContext or git_utils ({error})", "mlflow_internals.py")
+        ) from error
+    assert "mlflow.user" in tags and "mlflow.source.type" in tags, _changed(
+        "mlflow", f"the context tags resolve_tags returns ({sorted(tags)})", "mlflow_internals.py"
+    )
+    assert not any(key.startswith("mlflow.source.git") for key in tags), _changed(
+        "mlflow", "resolve_tags(ignore=[GitRunContext])", "mlflow_internals.py"
+    )
+    assert commit is None or len(commit) == 40, _changed(
+        "mlflow", f"get_git_commit ({commit!r})", "mlflow_internals.py"
+    )
