@@ -1,5 +1,8 @@
 """The one exception type for problems a user can cause and fix (bad config, missing data, no TPU)."""
 
+import logging
+import sys
+
 
 class RunnerError(Exception):
     """A user-facing error: its message is one paragraph naming the bad value and the fix. `key`: the config key
@@ -18,9 +21,6 @@ def report(kind: str, message: object) -> str:
     """The paragraph a job ends with ("error: ...", "preempted: ..."): on the terminal on a line of its own, even
     while a progress bar is drawn there, and as the last line of the run's log file (Hydra's runner.log). Returns
     it, for the process's outcome (runner.outcome), which is where a supervisor reads it."""
-    import logging
-    import sys
-
     from runner.compat.tqdm_internals import close_open_bars
 
     text = f"{kind}: {message}"

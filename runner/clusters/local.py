@@ -17,6 +17,7 @@ this process even if it is killed outright.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ from runner.errors import RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
+from runner.tracking.lifecycle import failure_message
 from runner.tracking.run_id_file import read_run_id
 
 log = logging.getLogger("runner")
@@ -187,8 +189,6 @@ def _address(task: _Task) -> str:
 def _die_with_launcher() -> None:
     """In the child before exec: if the launcher is killed outright, the kernel kills the task too."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -355,7 +355,6 @@ def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: 
     run_id = read_run_id(run_dir)
     if run_id is None:
         return  # the chief never started its run
-    from runner.tracking.lifecycle import failure_message
     from runner.tracking.run_writer import fail_run
 
     try:

@@ -11,6 +11,7 @@ lock" instead of a preemption).
 from __future__ import annotations
 
 import signal
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,8 +101,6 @@ class CoordinatedPreemption(PreemptionGuard):
     def watching(self, save: Callable[[], None], step: Callable[[], int]) -> Iterator[None]:
         """TensorFlow's handler, for as long as the controller trains: its SIGTERM handler replaces the one
         installed() put in place, which restores the one before both when its own block ends."""
-        import tempfile
-
         import tensorflow as tf
 
         if threading.current_thread() is not threading.main_thread():

@@ -18,6 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import requests
+from mlflow.exceptions import MlflowException
+from sqlalchemy.exc import OperationalError
+
 from runner.tracking.journal import Journal, Record
 
 log = logging.getLogger("runner")
@@ -28,21 +32,15 @@ PAUSE_SECONDS = (1.0, 5.0)  # the first and the longest pause between two tries 
 
 def unanswered(error: BaseException) -> bool:
     """Whether `error` says the tracking store did not answer (try again later), not that it refused."""
-    from mlflow.exceptions import MlflowException
-
     if isinstance(error, MlflowException):  # MLflow's client wraps connection errors as INTERNAL_ERROR (500)
         status = error.get_http_status_code()
         return status >= 500 or status == 429
-    import requests
-
     if isinstance(error, requests.exceptions.HTTPError) and error.response is not None:
         return error.response.status_code >= 500 or error.response.status_code == 429
     if isinstance(
         error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError, TimeoutError)
     ):
         return True
-    from sqlalchemy.exc import OperationalError  # a database store that is down, or locked
-
     return isinstance(error, OperationalError)
 
 

@@ -23,6 +23,7 @@ from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
+from runner.compat.mlflow_internals import system_metrics_monitor
 from runner.config.schema import MlflowSettings
 from runner.tracking import operations
 from runner.tracking.artifacts import MODEL_NAME
@@ -158,8 +159,6 @@ class MlflowTracker(TrackedRun):
         settings = self.settings.system_metrics
         if not settings.enabled or self._system_metrics is not None:
             return
-        from runner.compat.mlflow_internals import system_metrics_monitor
-
         # Its start and stop announcements at INFO would interleave with the run's own log on the terminal.
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         monitor = system_metrics_monitor(

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import logging
 import time
+import urllib.request
 from dataclasses import dataclass
 from importlib.metadata import version
 
+import mlflow
+import mlflow.tensorflow
 import numpy as np
 import tensorflow as tf
+from mlflow.models import ModelSignature
+from mlflow.types.schema import Schema, TensorSpec
 
 from runner.tracking.artifacts import MODEL_NAME
+from runner.tracking.mlflow_tracker import run_model
 
 log = logging.getLogger("runner")
 
@@ -89,13 +95,6 @@ def log_run_model(
             run_id,
         )
         return ExportedModel("", run_id, 0.0, logged=False)
-    import mlflow
-    import mlflow.tensorflow
-    from mlflow.models import ModelSignature
-    from mlflow.types.schema import Schema, TensorSpec
-
-    from runner.tracking.mlflow_tracker import run_model
-
     client = mlflow.MlflowClient(tracking_uri)
     existing = run_model(client, run_id)
     if existing is not None:
@@ -136,10 +135,6 @@ def log_run_model(
 def discard_run_model(tracking_uri: str, run_id: str) -> None:
     """Delete the run's model, for a run that ends FAILED or KILLED: such a run has none (resumed, it logs
     its model again when it finishes)."""
-    import mlflow
-
-    from runner.tracking.mlflow_tracker import run_model
-
     client = mlflow.MlflowClient(tracking_uri)
     model = run_model(client, run_id)
     if model is not None:
@@ -151,8 +146,6 @@ def _answers(tracking_uri: str, timeout: float = 5.0) -> bool:
     """False for a tracking server whose /health does not answer (any other store: True)."""
     if not tracking_uri.startswith(("http://", "https://")):
         return True
-    import urllib.request
-
     try:
         with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout) as response:
             return response.status == 200

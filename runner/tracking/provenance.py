@@ -11,6 +11,8 @@ import logging
 import os
 import platform
 
+import runner
+
 log = logging.getLogger("runner")
 
 GIT_DIRTY_TAG = "git_dirty"  # "true" when tracked files of the runner's checkout differ from its commit
@@ -37,8 +39,6 @@ CPU_FLAGS = (
 
 
 def _package_dir() -> str:
-    import runner
-
     return os.path.dirname(os.path.abspath(runner.__file__))
 
 

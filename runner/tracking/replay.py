@@ -16,7 +16,11 @@ import urllib.request
 
 from runner.config.settings import refuse_credentials_in_uri
 from runner.errors import RunnerError
+from runner.run_lock import hold
 from runner.tracking import journal
+from runner.tracking.run_writer import RunWriter
+from runner.tracking.store import open_client
+from runner.verbosity import configure
 
 
 def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
@@ -30,15 +34,10 @@ def replay_run_dir(run_dir: str, tracking_uri: str | None = None) -> int:
     if header is None:
         print(f"{run_dir}: no {journal.JOURNAL_FILE}, nothing to deliver")
         return 0
-    from runner.run_lock import hold
-
     hold(os.path.abspath(run_dir))  # not while a run trains there: it delivers the journal itself
     uri = tracking_uri or header.tracking_uri
     refuse_credentials_in_uri("--tracking-uri", uri)
     _check_answers(uri, run_dir)
-    from runner.tracking.run_writer import RunWriter
-    from runner.tracking.store import open_client
-
     # Only the store and the run matter here: the journal holds the run's own records (no new run, no params).
     writer = RunWriter(open_client(uri))
     try:
@@ -92,8 +91,6 @@ def main(argv: list[str] | None = None) -> int:
         "--tracking-uri", default=None, help="the store to deliver to (default: the one the run was tracked in)"
     )
     args = parser.parse_args(argv)
-    from runner.verbosity import configure
-
     configure(verbose=False)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -15,14 +15,18 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from mlflow.data.schema import TensorDatasetSchema
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.types import Schema, TensorSpec
 
 from runner.tracking import journal, operations
 from runner.tracking.lifecycle import ERROR_TAG, RESUMABLE_TAG
 from runner.tracking.operations import End, LogArtifact, LogInputs, LogMetrics, LogText, Operation, SystemMetrics
 from runner.tracking.session import millis
+from runner.tracking.store import open_client
 
 log = logging.getLogger("runner")
 
@@ -178,8 +182,6 @@ def fail_run(tracking_uri: str | None, run_dir: str, run_id: str, message: str, 
     """End run_dir's run `run_id` FAILED with `message` for the process that tracked it, which is gone and cannot (a
     local cluster's chief): what that process left in the run directory's journal is delivered first. With
     `only_if_running`, a run that process ended itself (KILLED and resumable after a SIGTERM) keeps its end."""
-    from runner.tracking.store import open_client
-
     writer = RunWriter(open_client(tracking_uri))
     if only_if_running and writer.client.get_run(run_id).info.status != RunStatus.to_string(RunStatus.RUNNING):
         return
@@ -199,10 +201,6 @@ def _lost_an_insert_race(error: MlflowException) -> bool:
 def _dataset_entity(description: Mapping[str, Any]) -> Dataset:
     """An MLflow dataset entity from a description, as mlflow.data.from_numpy would make it from the arrays
     (same schema and profile fields), without the arrays."""
-    import numpy as np
-    from mlflow.data.schema import TensorDatasetSchema
-    from mlflow.types import Schema, TensorSpec
-
     features, targets = description["features"], description["targets"]
 
     def spec(part: Mapping[str, Any]) -> Schema:

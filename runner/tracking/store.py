@@ -16,6 +16,7 @@ import os
 from filelock import FileLock, Timeout
 from mlflow import get_tracking_uri
 from mlflow.tracking import MlflowClient
+from sqlalchemy.engine.url import make_url
 
 from runner.errors import RunnerError
 
@@ -27,8 +28,6 @@ def sqlite_file(tracking_uri: str) -> str | None:
     """The database file of a sqlite:/// URI (None for any other store, or an in-memory database)."""
     if not tracking_uri.startswith("sqlite:"):
         return None
-    from sqlalchemy.engine.url import make_url
-
     database = make_url(tracking_uri).database
     return None if not database or database == ":memory:" else os.path.abspath(database)
 
