@@ -6,7 +6,7 @@ from __future__ import annotations
 def _pyplot():
     """matplotlib's pyplot on the file-only Agg backend, imported when a picture is drawn: the import
     takes half a second, which training should not wait for."""
-    import matplotlib
+    import matplotlib  # matplotlib takes seconds to import: only where curves are drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 def cnn(input_shape: Sequence[int], num_classes: int, weight_decay: float = 1e-5):
     """The tutorial's CNN: two 3x3 conv layers with max pooling, dense 64, dense logits; L2 on the kernels."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     regularizer = tf.keras.regularizers.L2(weight_decay) if weight_decay else None
     model = tf.keras.Sequential(
@@ -36,7 +36,7 @@ def resnet(
 ):
     """A small ResNet (He et al.'s CIFAR layout): a 3x3 conv stem, one stage of `blocks_per_stage` residual
     blocks per width (each stage after the first halves the resolution), global average pooling, logits."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     layers = tf.keras.layers
     regularizer = tf.keras.regularizers.L2(weight_decay) if weight_decay else None

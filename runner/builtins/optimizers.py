@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def adam(learning_rate, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7, amsgrad: bool = False):
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     return tf.keras.optimizers.Adam(
         learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, amsgrad=amsgrad
@@ -13,7 +13,7 @@ def adam(learning_rate, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: flo
 
 
 def sgd(learning_rate, momentum: float = 0.0, nesterov: bool = False):
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     return tf.keras.optimizers.SGD(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov)
 
@@ -27,7 +27,7 @@ def adamw(
     amsgrad: bool = False,
 ):
     """Adam with weight decay decoupled from the gradient (Loshchilov and Hutter)."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     return tf.keras.optimizers.AdamW(
         learning_rate=learning_rate,

@@ -11,6 +11,6 @@ def constant(learning_rate: float, total_steps: int) -> float:
 
 def cosine(learning_rate: float, total_steps: int, alpha: float = 0.0):
     """From learning_rate down to alpha x learning_rate along half a cosine over the run's steps."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     return tf.keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=total_steps, alpha=alpha)

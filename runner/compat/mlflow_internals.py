@@ -18,6 +18,9 @@ from typing import Any
 import psutil
 from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+from mlflow.tracking.context.git_context import GitRunContext
+from mlflow.tracking.context.registry import resolve_tags
+from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
 
 log = logging.getLogger("runner")
 
@@ -105,16 +108,11 @@ def system_metrics_monitor(
 def context_tags_without_git() -> dict[str, str]:
     """MLflow's context tags as its fluent start_run resolves them (`mlflow.user`, `mlflow.source.name` and
     `.type`), without the git ones: GitRunContext would look at sys.argv[0]'s directory."""
-    from mlflow.tracking.context.git_context import GitRunContext
-    from mlflow.tracking.context.registry import resolve_tags
-
     return resolve_tags(ignore=[GitRunContext])  # type: ignore[list-item]  # MLflow types instances; it takes classes
 
 
 def git_source(path: str) -> tuple[str | None, str | None, str | None]:
     """The commit, branch and remote URL of the git checkout `path` lies in; (None, None, None) outside one."""
-    from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
-
     commit = get_git_commit(path)
     if commit is None:
         return None, None, None

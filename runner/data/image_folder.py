@@ -47,7 +47,7 @@ def image_folder(
         )
     train_files, train_labels = _listing(where, root, "train", classes)
     test_files, test_labels = _listing(where, root, "test", classes)
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     try:
         first = tf.io.decode_image(tf.io.read_file(train_files[0]), expand_animations=False, dtype=tf.uint8)

@@ -45,7 +45,7 @@ def tfrecord(
             "pass e.g. dataset.shuffle_buffer=10000."
         )
     train, test = _glob("train_files", train_files), _glob("test_files", test_files)
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     train_where, test_where = f"dataset.train_files={train_files!r}", f"dataset.test_files={test_files!r}"
     for where, files in ((train_where, train), (test_where, test)):
@@ -145,7 +145,7 @@ def _check_first_record(
     where: str, file: str, image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
 ) -> None:
     """The first record has both keys, of the right kinds, and an image of the configured shape."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     try:
         first = next(iter(tf.data.TFRecordDataset(file).take(1)), None)
@@ -209,7 +209,7 @@ def _scan(
 ) -> tuple[list[int], tuple[int, int, str]]:
     """Each file's record count and the labels' range (with a file holding the extreme), in one streaming
     pass that parses only the label (and, for raw images, the image's byte count)."""
-    import tensorflow as tf
+    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
 
     raw = encoding == "raw"
     features = {label_key: tf.io.FixedLenFeature([], tf.int64)}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
+from runner.entry import prepare_for_tensorflow
+
 # Set by conf/hydra/launcher/ray.yaml's runtime_env: the sweep command's working directory.
 COMMAND_DIR_VARIABLE = "RUNNER_COMMAND_DIR"
 RAY_NODE_ID_TAG = "ray_node_id"
@@ -18,8 +20,6 @@ def enter_command_directory() -> None:
     Ray starts workers in the directory of whoever started the raylet (`ray start`), not the command's, and
     Hydra places a job's directory relative to the worker's: without this the sweep directory, a
     sqlite:///mlflow.db and a relative dataset.dir would all mean other places on the worker."""
-    from runner.entry import prepare_for_tensorflow
-
     prepare_for_tensorflow()
     directory = os.environ.get(COMMAND_DIR_VARIABLE)
     if directory:

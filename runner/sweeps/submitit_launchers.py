@@ -68,7 +68,7 @@ class _Sweep:
         self.hydra_context = launcher.hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import submitit
+        import submitit  # an optional extra: hydra-tf-runner[slurm]
 
         assert self.config is not None
         params = dict(self.params)
@@ -167,7 +167,7 @@ class _Sweep:
         return f"it reached its time limit, hydra.launcher.timeout_min={self.params.get('timeout_min')}"
 
     def _lost(self, job, number: int, overrides: list[str], how: str) -> JobReturn:
-        from runner.sweeps.job import record_lost_job
+        from runner.sweeps.job import record_lost_job  # MLflow: only for a job submitit lost
 
         assert self.hydra_context is not None and self.config is not None
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)

@@ -23,7 +23,7 @@ def opened_tracker(mlflow: MlflowSettings, *, tracks: bool, in_process: bool = F
 
         yield MlflowTracker(mlflow)
         return
-    from runner.tracking.tracker_process import TrackerProcess
+    from runner.tracking.tracker_process import TrackerProcess  # only the chief starts one
 
     process = TrackerProcess(mlflow)
     try:

@@ -45,6 +45,7 @@ def _package_dir() -> str:
 def source_tags() -> dict[str, str]:
     """MLflow's context tags (user, source name and type, as its fluent start_run resolves them), with the
     git tags taken from the checkout the runner package lives in, wherever the command ran from."""
+    # MLflow: train.py imports this module for GPU_TAG
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_REPO_URL
 
     from runner.compat.mlflow_internals import context_tags_without_git, git_source
@@ -67,7 +68,7 @@ def source_tags() -> dict[str, str]:
 def _dirty(path: str) -> str | None:
     """Uncommitted changes to tracked files (untracked files, such as outputs/ or mlflow.db, do not count)."""
     try:
-        from git import Repo
+        from git import Repo  # GitPython: only for a source in a git checkout
 
         return str(Repo(path, search_parent_directories=True).is_dirty(untracked_files=False)).lower()
     except Exception as error:  # no git executable, a damaged repository: leave the tag out, say why

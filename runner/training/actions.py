@@ -113,7 +113,7 @@ class RegisterModel:
         self.run_id = run_id
 
     def __call__(self, history: list[EpochResult]) -> None:
-        from mlflow.tracking import MlflowClient
+        from mlflow.tracking import MlflowClient  # MLflow: only a run that registers its model
 
         from runner.tracking.registry import register_run_model
 

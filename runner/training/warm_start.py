@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import tensorflow as tf
+import yaml
+from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
 
 from runner.config.schema import InitSettings
 from runner.errors import RunnerError
@@ -118,8 +120,6 @@ def _readable_checkpoint(source: str) -> str:
 def _checkpoint_keys(path: str, model: tf.keras.Model, root: str = "model") -> dict[int, str]:
     """id(variable) -> its key in the checkpoint, for the model's variables the checkpoint holds under `root`: the
     model's trackable children walked alongside the checkpoint's object graph (the matching a restore does)."""
-    from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
-
     graph = TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     keys: dict[int, str] = {}
@@ -147,7 +147,7 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     SavedModel (runner.tracking.model_export) holds the trained network under `network`: restored by object path
     from its variables/ checkpoint. A tf_keras model logged before (the raw-input wrapper of
     ClassificationTask.export_model): its inner trained network's variables are copied in order."""
-    import mlflow.artifacts
+    import mlflow.artifacts  # MLflow: only for a runs:/ or models:/ source
     import mlflow.tensorflow
     from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 
@@ -208,8 +208,6 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
 
 def _variables_under(path: str, child: str) -> int:
     """How many variables the checkpoint's object graph holds below the root's child `child`."""
-    from tensorflow.core.protobuf.trackable_object_graph_pb2 import TrackableObjectGraph
-
     graph = TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     start = [node.node_id for node in graph.nodes[0].children if node.local_name == child]
@@ -229,8 +227,6 @@ def _variables_under(path: str, child: str) -> int:
 def _saved_model_dir(local: str) -> str | None:
     """The SavedModel directory of a downloaded MLflow Model in the TensorFlow flavor's `tf2-module` form (what
     the runner logs), or None for a tf_keras model (what it logged before)."""
-    import yaml
-
     with open(os.path.join(local, "MLmodel")) as handle:
         flavor = (yaml.safe_load(handle).get("flavors") or {}).get("tensorflow") or {}
     if flavor.get("model_type") != "tf2-module":
@@ -242,7 +238,7 @@ def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
     """The variables of `model` from the checkpoint `path` of a logged SavedModel, matched by object path under
     its `network` (the trained network): every variable must be found there with its shape, and the source
     network must have no more variables than this model."""
-    from runner.tracking.model_export import NETWORK
+    from runner.tracking.model_export import NETWORK  # MLflow: only for a logged model
 
     keys = _checkpoint_keys(path, model, root=NETWORK)
     shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
@@ -273,7 +269,7 @@ def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
 
 def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
     """The artifact location of the model a runs:/ or models:/ URI names, its description and tags."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # MLflow: only for a runs:/ or models:/ source
 
     store = client.tracking_uri
     try:
