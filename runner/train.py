@@ -29,7 +29,7 @@ from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
-from runner.training.controller import Controller, EpochResult, make_evaluate
+from runner.training.controller import Controller, EpochResult, make_evaluate, make_validate
 from runner.training.determinism import make_deterministic
 from runner.training.loop import CoordinatorLoop, ForInLoop, InFunctionLoop, IteratorLoop, MultiStepLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
@@ -109,6 +109,7 @@ class Trainer:
     done_epochs: int  # epochs restored from the run directory's checkpoints (0: a fresh run)
     plan: BatchPlan
     origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
+    validate: Callable[[], tuple[float, float]] | None = None  # the validation split's pass, if the data has one
 
     @classmethod
     def build(cls, settings: Settings, run_dir: str, task: Task) -> Trainer:
@@ -156,6 +157,7 @@ class Trainer:
             done_epochs=done_epochs,
             plan=plan,
             origin_tags=origin.tags if origin else {},
+            validate=_validation(settings, strategy, steps, state, training_data, global_batch),
         )
 
     def end_actions(self, tracker: Tracker, run_id: str | None) -> list[EndAction]:
@@ -202,6 +204,7 @@ class Trainer:
                 self.settings.epochs,
                 guard,
                 end_actions=actions,
+                validate=self.validate,
             )
             ending = _RunEnding(self, tracker, run_id, actions, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):
@@ -404,6 +407,23 @@ def _loop_and_evaluation(
         int(checkpointer.partial.steps.numpy()),
     )
     return loop, make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+
+
+def _validation(
+    settings: Settings,
+    strategy: tf.distribute.Strategy,
+    steps: ReplicaSteps,
+    state: TrainingState,
+    training_data: TrainingData,
+    global_batch: int,
+) -> Callable[[], tuple[float, float]] | None:
+    """The validation split's pass after each epoch (dataset.validation_fraction), or None without one."""
+    batches = training_data.validation_dataset(global_batch)
+    if batches is None:
+        return None
+    if settings.strategy.name == "parameter_server":
+        return make_validate(steps, state, batches, inline=True)
+    return make_validate(steps, state, strategy.experimental_distribute_dataset(batches))
 
 
 def _input_workers(settings: Settings, task: Task) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from runner.config.checks import Address, Bool, Check, Choice, Devices, Int, Number, Text, Unchecked
+from runner.config.checks import Address, Bool, Check, Choice, Devices, Fraction, Int, Number, Text, Unchecked
 from runner.config.components import Component
 from runner.outcome import RESULT_KEYS
 
@@ -146,7 +146,21 @@ class DatasetSettings:
         Number(positive=True),
         "pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1",
     )
-    component: Component = open_group("_target_", "name", "train_examples", "test_examples", "scale")
+    # Hold out this fraction of the training examples (whole files, for file data) as a validation split,
+    # stratified by label, evaluated every epoch (val_loss, val_accuracy). null: none (a sweep job's default: 0.1).
+    validation_fraction: float | None = key(
+        None,
+        Fraction(nullable=True),
+        "pass a fraction of the training examples to hold out, e.g. dataset.validation_fraction=0.1, or null for none",
+    )
+    # The seed the validation split is drawn from (null: the run's seed). A sweep sets it to the sweep's seed, so
+    # every configuration and seed replicate is validated on the same examples.
+    split_seed: int | None = key(
+        None, Int(minimum=0, nullable=True), "pass a seed >= 0 for the validation split, e.g. dataset.split_seed=42"
+    )
+    component: Component = open_group(
+        "_target_", "name", "train_examples", "test_examples", "scale", "validation_fraction", "split_seed"
+    )
 
 
 @dataclass(frozen=True)
