@@ -176,7 +176,7 @@ class Trainer:
             export = self.experiment.export_model
             actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id, settings.epochs))
         if settings.mlflow.register:
-            objective = settings.sweep.objective
+            objective = settings.sweep.objective or ("val_accuracy" if self.validate is not None else "test_accuracy")
             name = settings.mlflow.registered_model_name
             actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
         return actions

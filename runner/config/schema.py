@@ -281,10 +281,17 @@ class MlflowSettings:
 class SweepSettings:
     """Sweeps (python -m runner -m batch=32,64 ...)."""
 
-    objective: str = key(  # what each job returns to the sweeper
-        "test_accuracy",
-        Choice(RESULT_KEYS, why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}"),
-        "pass e.g. sweep.objective=test_accuracy.",
+    # What each job returns to the sweeper and the sweep chooses its best configuration by. null: val_accuracy, on
+    # a validation split the sweep's jobs hold out (dataset.validation_fraction, 0.1 unless set); test_accuracy
+    # where the data cannot be split (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
+    objective: str | None = key(
+        None,
+        Choice(
+            RESULT_KEYS,
+            nullable=True,
+            why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}",
+        ),
+        "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
     )
     # Train every point with this many seeds (seed, seed+1, ...), one run each; a point's objective is their mean.
     seeds: int = key(

@@ -24,7 +24,9 @@ from runner.sweeps.terms import (
     SEED_TAG,
     SWEEP_DIR_TAG,
     WALL_SECONDS,
+    chosen_on_test,
     run_name_for,
+    what_chose,
 )
 from runner.tracking.lifecycle import ERROR_TAG
 
@@ -107,6 +109,7 @@ class Summary:
     best: JobRow | None  # the best job of the best configuration: the run whose model stands for the sweep
     configurations: list[ConfigurationRow] = field(default_factory=list)
     best_configuration: ConfigurationRow | None = None  # the best mean objective among complete configurations
+    asked: bool = True  # sweep.objective named the objective (False: the default, or its fallback on test)
 
     @property
     def failed(self) -> list[JobRow]:
@@ -149,6 +152,14 @@ class Summary:
                     f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
                     f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
                 )
+            lines += ["", what_chose(self.objective, self.asked)]
+            if not chosen_on_test(self.objective):
+                reported = [
+                    f"{key} {_mean_std(key, best.mean(key), best.std(key))}"
+                    for key in ("test_accuracy", "test_loss")
+                    if best.mean(key) is not None
+                ]
+                lines.append("the winner's test metrics: " + ", ".join(reported))
         for job in self.failed:
             lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
         return "\n".join(lines) + "\n"
@@ -219,9 +230,18 @@ def _configuration_of(run) -> str:
     return ",".join(item for item in items if not item.startswith(f"{SEED_KEY}=")) or (run.info.run_name or "")
 
 
-def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_better: bool) -> Summary:
+def collect(
+    client: MlflowClient,
+    parent_id: str,
+    objective: str,
+    lower_is_better: bool,
+    fallback: str | None = None,
+    asked: bool = True,
+) -> Summary:
     """One row per (job number, seed); if one has several children (its overrides changed between re-runs
-    of the sweep directory), the most recently started one is the job. Configurations group the rows."""
+    of the sweep directory), the most recently started one is the job. Configurations group the rows.
+    `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data that
+    could not be split: the test set chooses, and the summary says so). `asked`: sweep.objective named it."""
     latest: dict[tuple[int, str], Run] = {}
     for run in _children(client, parent_id):
         key = (
@@ -251,6 +271,8 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
                 configuration=_configuration_of(run),
             )
         )
+    if fallback is not None and not any(objective in row.metrics for row in rows if row.finished):
+        objective, asked = fallback, False
     grouped: dict[str, list[JobRow]] = {}
     for row in rows:
         grouped.setdefault(row.configuration, []).append(row)
@@ -269,7 +291,7 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
     if best_configuration is not None:
         best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
     sweep = run_name_for(client.get_run(parent_id).data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
-    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration)
+    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked)
 
 
 def _seed_order(seed: str):
