@@ -6,6 +6,7 @@ with the MLflow tracker and the progress display as listeners on the controller'
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
+from runner.data.validation import VALIDATION_SPLIT_FILE
 from runner.errors import Preempted, RunnerError
 from runner.outcome import lower_is_better
 from runner.tracking.lifecycle import RunLifecycle
@@ -211,6 +213,9 @@ class Trainer:
                 with guard.deferred():
                     tracker.log_text(_to_yaml(self.settings.composed), "config.yaml")
                     tracker.log_inputs(self.data.inputs())
+                    held_out = self.data.validation_split()  # a fraction or a fold: what it was, to check or reuse
+                    if held_out is not None:
+                        tracker.log_text(json.dumps(held_out), VALIDATION_SPLIT_FILE)
                     tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
                 history = controller.run()
                 histories = tracker.metric_histories() if self.task.chief else {}

@@ -131,6 +131,8 @@ def test_any_positive_batch_is_accepted(batch):
         ("dataset.validation_fraction=some", "dataset.validation_fraction='some'"),
         ("dataset.validation_fraction=true", "dataset.validation_fraction=True"),
         ("dataset.split_seed=-1", "dataset.split_seed=-1"),
+        ("dataset.folds=1", "dataset.folds=1"),
+        ("dataset.fold=-1", "dataset.fold=-1"),
         ("model.weight_decay=-1", "model.weight_decay=-1"),
         ("model.weight_decay=nan", "model.weight_decay=nan"),
         ("model.weight_decay=", "model.weight_decay=''"),
@@ -244,6 +246,9 @@ def test_cpu_replicas_and_explicit_devices_conflict():
         ("sweep=5", "sweep=5"),
         ("sweep.objective=", "sweep.objective=''"),
         ("sweep.objective=speed", "sweep.objective='speed'"),
+        ("sweep.folds=1", "sweep.folds=1"),
+        ("sweep.folds=0", "sweep.folds=0"),
+        ("sweep.folds=two", "sweep.folds='two'"),
     ],
 )
 def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):

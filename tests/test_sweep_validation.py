@@ -45,13 +45,14 @@ def test_a_sweep_job_holds_out_the_default_fraction_from_one_split_seed_unless_t
     )
 
 
-def _sweep(tmp_path, *overrides):
+def _sweep(tmp_path, *overrides, without: str = "~"):
+    """The sweep, from DEFAULT_OBJECTIVE_JOB less its items that start with `without` (its dataset, say)."""
     command = [
         sys.executable,
         "-m",
         "runner",
         "-m",
-        *DEFAULT_OBJECTIVE_JOB,
+        *(item for item in DEFAULT_OBJECTIVE_JOB if not item.startswith(without)),
         f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         *overrides,
@@ -105,3 +106,44 @@ def test_a_sweep_over_data_it_cannot_split_chooses_on_test_and_says_so(tmp_path)
     assert parent.data.metrics["best_test_accuracy"] == job.data.metrics["test_accuracy"]
     said = "The test set chose the winner (test_accuracy), because the data has no validation split"
     assert said in (tmp_path / "sweep" / MARKDOWN_FILE).read_text() and said in result.stdout
+
+
+@pytest.mark.slow
+def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinished_fold(tmp_path):
+    import json
+    import statistics
+
+    from test_data_kinds import write_npz
+
+    from helpers.sweeps import summary_rows
+    from runner.sweeps.summary import CSV_FILE
+
+    write_npz(tmp_path / "data.npz", train=90, test=20)
+    npz = ["dataset=npz", f"dataset.path={tmp_path / 'data.npz'}", "dataset.name=npz"]
+    overrides = [*npz, "sweep.folds=2", "optimizer.lr=0.001"]
+    result = _sweep(tmp_path, *overrides, without="dataset=")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(tmp_path / "sweep")
+    folds = sorted(children(client, parent_id), key=lambda run: run.data.tags["fold"])
+    assert [run.data.tags["fold"] for run in folds] == ["0", "1"]
+    assert [run.info.run_name.rpartition(",")[2] for run in folds] == ["fold=0", "fold=1"]
+    held = []
+    for run in folds:
+        assert run.data.params["dataset.folds"] == "2" and run.data.params["dataset.split_seed"] == "42"
+        path = client.download_artifacts(run.info.run_id, "validation_split.json", str(tmp_path))
+        held.append(json.loads(open(path).read())["examples"])
+    assert sorted(held[0] + held[1]) == list(range(90))  # the folds partition the training examples
+    mean = statistics.fmean(run.data.metrics["val_accuracy"] for run in folds)
+    [row] = summary_rows(tmp_path / "sweep", CSV_FILE)
+    assert row["n"] == "2" and float(row["val_accuracy_mean"]) == mean
+    assert client.get_run(parent_id).data.metrics["best_val_accuracy_mean"] == mean
+
+    # Fold 1 killed: the re-run trains it alone.
+    client.set_terminated(folds[1].info.run_id, "KILLED")
+    again = _sweep(tmp_path, *overrides, without="dataset=")
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = again.stdout + again.stderr
+    assert f",fold=0) already FINISHED as MLflow run {folds[0].info.run_id}: skipped" in said
+    assert f",fold=1): continuing MLflow run {folds[1].info.run_id}" in said
+    assert client.get_run(folds[1].info.run_id).info.status == "FINISHED"

@@ -118,3 +118,45 @@ def test_every_epoch_logs_val_loss_and_val_accuracy_and_the_split_is_a_validatio
     assert contexts == {"training", "evaluation", "validation"}
     # 512 training examples less a fifth, each of the 10 labels' share rounded to a whole example.
     assert abs(result.history[0].examples - 0.8 * 512) <= 5
+
+
+# ---- k-fold cross-validation (sweep.folds sets dataset.folds and dataset.fold for each run) ----------------
+
+
+def test_the_folds_partition_the_training_examples_stratified_and_fixed_by_the_split_seed(tmp_path):
+    whole = load_data(_npz(tmp_path), seed=0)
+    folds = [load_data(_npz(tmp_path, folds=3, fold=fold, split_seed=9), seed=fold) for fold in range(3)]
+    held = [data.validation_indices for data in folds]
+    np.testing.assert_array_equal(np.sort(np.concatenate(held)), np.arange(whole.train_examples))
+    assert max(map(len, held)) - min(map(len, held)) <= 1
+    for data in folds:
+        assert data.train_examples + len(data.validation_indices) == whole.train_examples
+        np.testing.assert_array_equal(data.validation_labels, whole.train_labels[data.validation_indices])
+        assert data.validation_split() == {"examples": data.validation_indices.tolist()}
+        for label in np.unique(whole.train_labels):
+            members = int(np.sum(whole.train_labels == label))
+            assert abs(int(np.sum(data.validation_labels == label)) - members / 3) <= 1
+    again = load_data(_npz(tmp_path, folds=3, fold=1, split_seed=9), seed=5)
+    np.testing.assert_array_equal(again.validation_indices, held[1])
+    with pytest.raises(RunnerError, match=r"^dataset.validation_fraction=0.1 is not valid with dataset.folds=3 .*Fix:"):
+        load_data(_npz(tmp_path, folds=3, validation_fraction=0.1), seed=0)
+    with pytest.raises(RunnerError, match=r"^dataset.fold=3 is not valid: dataset.folds=3 has folds 0 to 2\. Fix:"):
+        load_data(_npz(tmp_path, folds=3, fold=3), seed=0)
+
+
+def test_file_data_folds_by_whole_files_and_too_few_files_or_a_stream_is_one_paragraph(tmp_path):
+    write_tfrecords(tmp_path, "train", files=3, per_file=10)
+    write_tfrecords(tmp_path, "test", files=1, per_file=4)
+    data = tfrecord_data(tmp_path, folds=3, fold=2, split_seed=0)
+    assert len(data.train_files) == 2 and len(data.validation_split()["files"]) == 1
+    assert not set(data.train_files) & set(data.validation_split()["files"]) and data.train_examples == 20
+    with pytest.raises(RunnerError) as raised:
+        tfrecord_data(tmp_path, folds=5)
+    message = str(raised.value)
+    assert message.startswith("dataset.folds=5 (sweep.folds) is not valid for dataset._target_=")
+    assert "3 files" in message and "Fix: use sweep.folds=3 or fewer" in message and "\n" not in message
+    stream = dataset_settings(
+        "synthetic", _target_="test_validation_split.stream_with_validation", name="stream", folds=2
+    )
+    with pytest.raises(RunnerError, match=r"^dataset.folds=2 \(sweep.folds\) is not valid .* cannot split into folds"):
+        load_data(stream, seed=0)

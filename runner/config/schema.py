@@ -158,8 +158,22 @@ class DatasetSettings:
     split_seed: int | None = key(
         None, Int(minimum=0, nullable=True), "pass a seed >= 0 for the validation split, e.g. dataset.split_seed=42"
     )
+    # k-fold cross-validation (set by a sweep with sweep.folds): fold `fold` of `folds` of the training examples
+    # (whole files, for file data), stratified and drawn from the split seed, is the validation split.
+    folds: int | None = key(
+        None, Int(minimum=2, nullable=True), "pass a number of folds >= 2, or null (a sweep sets it from sweep.folds)"
+    )
+    fold: int = key(0, Int(minimum=0), "pass the fold held out, from 0 to dataset.folds - 1")
     component: Component = open_group(
-        "_target_", "name", "train_examples", "test_examples", "scale", "validation_fraction", "split_seed"
+        "_target_",
+        "name",
+        "train_examples",
+        "test_examples",
+        "scale",
+        "validation_fraction",
+        "split_seed",
+        "folds",
+        "fold",
     )
 
 
@@ -292,6 +306,13 @@ class SweepSettings:
             why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}",
         ),
         "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
+    )
+    # k-fold cross-validation: train every point (and seed) K times, fold k of the training data held out as the
+    # validation split, one run each; a point's objective is the mean over its folds and seeds. null: no folds.
+    folds: int | None = key(
+        None,
+        Int(minimum=2, nullable=True),
+        "pass a number of folds >= 2, e.g. sweep.folds=5, or null for one validation split",
     )
     # Train every point with this many seeds (seed, seed+1, ...), one run each; a point's objective is their mean.
     seeds: int = key(

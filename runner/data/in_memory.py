@@ -93,6 +93,11 @@ class InMemoryData:
         dataset = tf.data.Dataset.from_tensor_slices((self.test_images, self.test_labels))
         return with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE), "DATA")
 
+    def validation_split(self) -> dict[str, list] | None:
+        if self.validation_indices is None:
+            return None
+        return {"examples": [int(index) for index in self.validation_indices]}
+
     def validation_dataset(self, batch_size: int) -> tf.data.Dataset | None:
         if self.validation_images is None:
             return None

@@ -13,7 +13,7 @@ from runner.config.schema import DatasetSettings
 from runner.data.describe import describe_arrays, source_of
 from runner.data.in_memory import InMemoryData, to_model_input
 from runner.data.source import DataSplits, TrainingData, describe_spec
-from runner.data.validation import split_examples
+from runner.data.validation import check_one_way, fold_split, split_examples
 from runner.errors import RunnerError
 
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
@@ -142,6 +142,11 @@ def _validation_arrays(
     """The validation split's (inputs, labels): the callable's own, or dataset.validation_fraction of the training
     examples; and, when held out here, the (training, validation) indices into the training examples."""
     target = settings.component.target
+    check_one_way(settings.validation_fraction, settings.folds)
+    split_seed = settings.split_seed if settings.split_seed is not None else seed
+    if settings.folds is not None:  # cross-validation: the fold is the validation split, whatever the callable gives
+        training, held = fold_split(train_y, settings.folds, settings.fold, split_seed, target)
+        return (train_x[held], train_y[held]), (training, held)
     if splits.validation is not None:
         if not _is_arrays(splits.validation):
             raise RunnerError(
@@ -159,6 +164,5 @@ def _validation_arrays(
         return (inputs, labels), None
     if settings.validation_fraction is None:
         return None, None
-    split_seed = settings.split_seed if settings.split_seed is not None else seed
     training, validation = split_examples(train_y, settings.validation_fraction, split_seed, target)
     return (train_x[validation], train_y[validation]), (training, validation)

@@ -20,7 +20,14 @@ import tensorflow as tf
 from runner.data.describe import describe_stream, file_digest, source_of
 from runner.data.in_memory import with_options
 from runner.data.source import DataSpec, DataSplits, FileRecords, describe_spec
-from runner.data.validation import cannot_split, split_files, validation_optional
+from runner.data.validation import (
+    cannot_fold,
+    cannot_split,
+    check_one_way,
+    fold_split,
+    split_files,
+    validation_optional,
+)
 from runner.errors import RunnerError
 
 # Files read at once by one input pipeline: a fixed number (not AUTOTUNE, which follows the machine's cores),
@@ -139,6 +146,11 @@ class StreamingData:
 
     def test_dataset(self, batch_size: int) -> tf.data.Dataset:
         return with_options(self._batches(self.test, self.test.read(self.test.source()), batch_size), self._test_policy)
+
+    def validation_split(self) -> dict[str, list] | None:
+        if self.validation is None or self.validation.records is None:
+            return None  # none, or the callable's own dataset
+        return {"files": list(self.validation.files)}
 
     def validation_dataset(self, batch_size: int) -> tf.data.Dataset | None:
         split = self.validation
@@ -264,6 +276,14 @@ def _validation_split(settings, splits: DataSplits, train: Split, seed: int) -> 
     """(the training split, the validation split): the callable's own, or dataset.validation_fraction of the
     training files, whole files each (a tf.data stream cannot be split)."""
     target, fraction = settings.component.target, settings.validation_fraction
+    check_one_way(fraction, settings.folds)
+    split_seed = settings.split_seed if settings.split_seed is not None else seed
+    if settings.folds is not None:  # cross-validation: fold k of the training files is the validation split
+        if train.records is None:
+            raise cannot_fold(target, settings.folds)
+        by_label = np.asarray(train.per_file if not train.by_file else np.zeros(len(train.files), np.int64))
+        kept, held = fold_split(by_label, settings.folds, settings.fold, split_seed, target, what="files")
+        return _subset(train, kept), _subset(train, held)
     if splits.validation is not None:
         return train, _split("validation", splits.validation, None, target, "validation_fraction")
     if fraction is None:
@@ -272,7 +292,6 @@ def _validation_split(settings, splits: DataSplits, train: Split, seed: int) -> 
         if validation_optional():  # a sweep's default: it chooses on the test set instead, and says so
             return train, None
         raise cannot_split(target, fraction)
-    split_seed = settings.split_seed if settings.split_seed is not None else seed
     labels = None if train.by_file else train.per_file
     kept, held = split_files(train.files, labels, fraction, split_seed, target)
     return _subset(train, kept), _subset(train, held)

@@ -19,6 +19,8 @@ from runner.errors import RunnerError
 # and the sweep chooses on the test set and says so.
 OPTIONAL_VARIABLE = "RUNNER_VALIDATION_OPTIONAL"
 KEY = "dataset.validation_fraction"
+# The run's artifact naming what was held out: {"examples": indices into the training examples} or {"files": [...]}.
+VALIDATION_SPLIT_FILE = "validation_split.json"
 
 
 def validation_optional(environ=os.environ) -> bool:
@@ -78,6 +80,66 @@ def split_files(
             key=KEY,
         )
     return training, validation
+
+
+# ---- k-fold cross-validation (sweep.folds): fold k of K held out as the validation split ----
+FOLDS_KEY = "dataset.folds"
+
+
+def fold_assignment(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Each example's fold: each label's examples, in an order drawn from `seed` alone, dealt to the folds in turn
+    (continuing from one label to the next), so each fold holds every label's share within one example and the
+    folds' sizes differ by at most one."""
+    rng = np.random.default_rng([int(seed), 0xF01D5])
+    assignment = np.zeros(len(labels), np.int64)
+    dealt = 0
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        assignment[members] = (dealt + np.arange(len(members))) % folds
+        dealt += len(members)
+    return assignment
+
+
+def fold_split(
+    labels: np.ndarray, folds: int, fold: int, seed: int, target: str, what: str = "examples"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(training indices, validation indices) of fold `fold` of `folds`, both ascending; `what`: "examples", or
+    "files" for file data split by whole files."""
+    if not 0 <= fold < folds:
+        raise RunnerError(
+            f"dataset.fold={fold!r} is not valid: {FOLDS_KEY}={folds} has folds 0 to {folds - 1}. Fix: pick a fold "
+            f"from 0 to {folds - 1} (a sweep with sweep.folds sets it for each of its runs).",
+            key="dataset.fold",
+        )
+    if len(labels) < folds:
+        raise RunnerError(
+            f"{FOLDS_KEY}={folds} (sweep.folds) is not valid for dataset._target_={target!r}: its training data is "
+            f"{len(labels)} {what}, and each of {folds} folds needs at least one"
+            + (", split by whole files" if what == "files" else "")
+            + f". Fix: use sweep.folds={len(labels)} or fewer"
+            + (", or write the training data as more files." if what == "files" else ", or more training examples."),
+            key=FOLDS_KEY,
+        )
+    assignment = fold_assignment(labels, folds, seed)
+    return np.flatnonzero(assignment != fold), np.flatnonzero(assignment == fold)
+
+
+def check_one_way(fraction: float | None, folds: int | None) -> None:
+    if fraction is not None and folds is not None:
+        raise RunnerError(
+            f"{KEY}={fraction!r} is not valid with {FOLDS_KEY}={folds} (sweep.folds): cross-validation holds out "
+            f"one fold as the validation split. Fix: leave {KEY} null with sweep.folds, or drop sweep.folds.",
+            key=KEY,
+        )
+
+
+def cannot_fold(target: str, folds: int) -> RunnerError:
+    return RunnerError(
+        f"{FOLDS_KEY}={folds} (sweep.folds) is not valid for dataset._target_={target!r}: it returns its training data "
+        "as a tf.data dataset, which the runner cannot split into folds without reading it all. Fix: return NumPy "
+        "arrays or FileRecords, or drop sweep.folds (a sweep then chooses on a validation split).",
+        key=FOLDS_KEY,
+    )
 
 
 def cannot_split(target: str, fraction: float) -> RunnerError:

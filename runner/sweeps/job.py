@@ -50,6 +50,8 @@ from runner.sweeps.terms import (
     CONFIGURATION_TAG,
     DEFAULT_VALIDATION_FRACTION,
     FALLBACK_OBJECTIVE,
+    FOLD_KEY,
+    FOLD_TAG,
     JOB_NUMBER_TAG,
     LAUNCHER_TAG,
     OVERRIDES_TAG,
@@ -97,25 +99,31 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     )
     job.validation = validation_of_job(cfg, swept)
     seeds = job_seeds(cfg)
-    if len(seeds) == 1:  # the job is one run in its own directory, as without sweep.seeds
+    folds = sweep_settings(cfg).folds
+    if len(seeds) == 1 and folds is None:  # the job is one run in its own directory, as without sweep.seeds
         return job.train_seed(seeds[0], job_dir, overrides, name)
-    values = [
-        job.train_seed(
-            seed,
-            os.path.join(job_dir, f"seed-{seed}"),
-            with_seed(overrides, seed),
-            f"{configuration},{SEED_KEY}={seed}",
-        )
-        for seed in seeds
-    ]
-    mean = statistics.fmean(values)  # a failed seed's worst value makes the whole point the worst
+    values = []
+    for seed in seeds:
+        seed_dir, seed_overrides, seed_name = job_dir, overrides, name
+        if len(seeds) > 1:
+            seed_dir = os.path.join(job_dir, f"seed-{seed}")
+            seed_overrides, seed_name = with_seed(overrides, seed), f"{configuration},{SEED_KEY}={seed}"
+        if folds is None:
+            values.append(job.train_seed(seed, seed_dir, seed_overrides, seed_name))
+            continue
+        # k-fold: one run per fold, in its own directory (a re-run trains only the folds that did not finish).
+        for fold in range(folds):
+            fold_dir, fold_name = os.path.join(seed_dir, f"fold-{fold}"), f"{seed_name},{FOLD_KEY}={fold}"
+            values.append(job.train_seed(seed, fold_dir, seed_overrides, fold_name, fold=(fold, folds)))
+    mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
     log.info(
-        "job %d (%s): %s %s over seeds %s, mean %.4f",
+        "job %d (%s): %s %s over seeds %s%s, mean %.4f",
         number,
         configuration,
         objective,
         ", ".join(f"{value:.4f}" for value in values),
         ", ".join(map(str, seeds)),
+        f" and {folds} folds" if folds else "",
         mean,
     )
     return mean
@@ -175,8 +183,11 @@ class _Job:
         self.cwd = str(hydra_config.runtime.cwd)
         self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
 
-    def train_seed(self, seed: int, run_dir: str, overrides: list[str], name: str) -> float:
-        """Train one seed in run_dir under its own child run (skipped if that run already FINISHED)."""
+    def train_seed(
+        self, seed: int, run_dir: str, overrides: list[str], name: str, fold: tuple[int, int] | None = None
+    ) -> float:
+        """Train one seed in run_dir under its own child run (skipped if that run already FINISHED); `fold`:
+        (k, K), fold k of K held out as the validation split (sweep.folds)."""
         client, overrides_tag = self.client, ",".join(overrides)
         label = f"job {self.number} ({name})"
         os.makedirs(run_dir, exist_ok=True)
@@ -192,6 +203,7 @@ class _Job:
             *searchpath_overrides(self.hydra_config),
             *overrides,
             *self.validation.overrides,
+            *((f"dataset.folds={fold[1]}", f"dataset.fold={fold[0]}") if fold else ()),
             f"hydra.run.dir={quoted(run_dir)}",
             # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
             # directory's .hydra/ stays the one the sweep wrote.
@@ -225,7 +237,12 @@ class _Job:
                 name,
                 self.number,
                 overrides_tag,
-                {**where, CONFIGURATION_TAG: self.configuration, SEED_TAG: str(seed)},
+                {
+                    **where,
+                    CONFIGURATION_TAG: self.configuration,
+                    SEED_TAG: str(seed),
+                    **({FOLD_TAG: str(fold[0])} if fold else {}),
+                },
             )
             log.info("%s: MLflow run %s", label, run_id)
         # The training process continues the run this file names instead of creating its own.
@@ -270,13 +287,14 @@ def validation_of_job(cfg: DictConfig, swept: str) -> ValidationOfJob:
     examples."""
     fraction = OmegaConf.select(cfg, "dataset.validation_fraction")
     overrides, environ = [], {}
-    fallback = FALLBACK_OBJECTIVE if objective_is_default(cfg) else None
-    if fraction is None and objective_name(cfg).startswith("val_"):
+    folds = sweep_settings(cfg).folds  # then each run holds out its fold instead (train_seed)
+    fallback = FALLBACK_OBJECTIVE if objective_is_default(cfg) and folds is None else None
+    if fraction is None and folds is None and objective_name(cfg).startswith("val_"):
         overrides.append(f"dataset.validation_fraction={DEFAULT_VALIDATION_FRACTION}")
         fraction = DEFAULT_VALIDATION_FRACTION
         if fallback is not None:
             environ[OPTIONAL_VARIABLE] = "1"
-    if fraction is not None and OmegaConf.select(cfg, "dataset.split_seed") is None:
+    if (fraction is not None or folds is not None) and OmegaConf.select(cfg, "dataset.split_seed") is None:
         seed = SCHEMA_SEED if SEED_KEY in swept.split(",") else cfg.seed
         overrides.append(f"dataset.split_seed={seed}")
     return ValidationOfJob(tuple(overrides), environ, fallback)

@@ -18,6 +18,7 @@ from runner.outcome import RESULT_KEYS
 from runner.plots import plot_sweep_curves
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
+    FOLD_TAG,
     JOB_NUMBER_TAG,
     OVERRIDES_TAG,
     SEED_KEY,
@@ -137,7 +138,10 @@ class Summary:
             walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
             cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "Each cell: mean ± sample standard deviation over the n seeds that finished."]
+        lines += [
+            "",
+            "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and folds).",
+        ]
         best = self.best_configuration
         if best is not None:
             spread = best.std(self.objective)
@@ -242,16 +246,18 @@ def collect(
     of the sweep directory), the most recently started one is the job. Configurations group the rows.
     `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data that
     could not be split: the test set chooses, and the summary says so). `asked`: sweep.objective named it."""
-    latest: dict[tuple[int, str], Run] = {}
+    latest: dict[tuple[int, str, str], Run] = {}
     for run in _children(client, parent_id):
         key = (
             int(run.data.tags.get(JOB_NUMBER_TAG, -1)),
             run.data.tags.get(SEED_TAG, run.data.params.get(SEED_KEY, "")),
+            run.data.tags.get(FOLD_TAG, ""),  # with sweep.folds, a run per fold
         )
         if key not in latest or run.info.start_time > latest[key].info.start_time:
             latest[key] = run
     rows = []
-    for (number, seed), run in sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]))):
+    ordered = sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]), _seed_order(item[0][2])))
+    for (number, seed, _), run in ordered:
         metrics = run.data.metrics
         wall = metrics.get(WALL_SECONDS)
         if wall is None and run.info.end_time:
