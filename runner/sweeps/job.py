@@ -4,7 +4,9 @@ TensorFlow's logical-device split and distribution strategies are process-wide, 
 trains in the sweep's process: it runs `python -m runner <its overrides>` with the job directory as run
 directory and reads how it ended, the objective included, from the outcome.json that process writes
 (runner.outcome). With `sweep.seeds=N` a job trains N seeds, one child run, process and sub-directory
-(`seed-<seed>/`) each, and returns the mean of their objectives. The child run is created here, before that
+(`seed-<seed>/`) each, and returns the mean of their objectives; with `sweep.folds=K`, each seed K times, one
+child run per fold (`fold-<k>/`). By default a job holds out a validation split and answers with its val_accuracy
+(validation_of_job). The child run is created here, before that
 process starts, so a job that fails before reaching MLflow (a config error) is still recorded as FAILED under
 the sweep's parent run.
 
