@@ -160,3 +160,14 @@ def test_file_data_folds_by_whole_files_and_too_few_files_or_a_stream_is_one_par
     )
     with pytest.raises(RunnerError, match=r"^dataset.folds=2 \(sweep.folds\) is not valid .* cannot split into folds"):
         load_data(stream, seed=0)
+
+
+def test_an_image_folder_is_split_by_whole_files_stratified_by_class(tmp_path):
+    from test_data_kinds import write_image_folder
+
+    write_image_folder(tmp_path / "images", per_class=4, classes=("cat", "dog"))
+    data = load_data(dataset_settings("image_folder", dir=tmp_path / "images", validation_fraction=0.25), seed=0)
+    held = data.validation_split()["files"]
+    assert sorted(file.split("/")[-2] for file in held) == ["cat", "dog"]  # one of each class's four files
+    assert data.train_examples == 6 and not set(held) & set(data.train_files)
+    assert sorted(int(label) for _, labels in data.validation_dataset(8) for label in labels) == [0, 1]
