@@ -77,7 +77,7 @@ def main(cfg: DictConfig) -> float:
         sys.exit(ended.exit_code)
     if not ended.metrics:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
-    return ended.metrics[sweep_settings(cfg).objective]
+    return ended.metrics.get(sweep_settings(cfg).objective or "val_accuracy", float("nan"))
 
 
 class _Task:

@@ -24,6 +24,8 @@ STATUSES = (FINISHED, FAILED, KILLED)
 RESULT_KEYS = (
     "train_loss",
     "train_accuracy",
+    "val_loss",  # only a run with a validation split (dataset.validation_fraction) has these two
+    "val_accuracy",
     "test_loss",
     "test_accuracy",
     "eval_accuracy",
@@ -55,7 +57,11 @@ def finished(result: Any, task: str | None = None) -> Outcome:
     """The outcome of a training that finished: a runner.train.RunResult's final numbers. They come from the
     run's last logged value of each metric, so a resumed run that had no epoch left to train still reports the
     numbers of its last epoch."""
-    metrics = {key: float(result.final_metrics[key]) for key in RESULT_KEYS if key != "eval_accuracy"}
+    metrics = {
+        key: float(result.final_metrics[key])
+        for key in RESULT_KEYS
+        if key != "eval_accuracy" and (key in result.final_metrics or not key.startswith("val_"))
+    }
     metrics["eval_accuracy"] = float(result.eval_accuracy)
     return Outcome(FINISHED, metrics=metrics, run_id=result.run_id, task=task)
 

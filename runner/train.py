@@ -6,6 +6,7 @@ with the MLflow tracker and the progress display as listeners on the controller'
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -22,6 +23,7 @@ from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
+from runner.data.validation import VALIDATION_SPLIT_FILE
 from runner.errors import Preempted, RunnerError
 from runner.outcome import lower_is_better
 from runner.tracking.lifecycle import RunLifecycle
@@ -31,7 +33,7 @@ from runner.tracking.provenance import GPU_TAG
 from runner.tracking.run_id_file import read_run_id
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
-from runner.training.controller import Controller, EpochResult, make_evaluate
+from runner.training.controller import Controller, EpochResult, make_evaluate, make_validate
 from runner.training.determinism import make_deterministic
 from runner.training.loop import CoordinatorLoop, ForInLoop, InFunctionLoop, IteratorLoop, MultiStepLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
@@ -111,6 +113,7 @@ class Trainer:
     done_epochs: int  # epochs restored from the run directory's checkpoints (0: a fresh run)
     plan: BatchPlan
     origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
+    validate: Callable[[], tuple[float, float]] | None = None  # the validation split's pass, if the data has one
 
     @classmethod
     def build(cls, settings: Settings, run_dir: str, task: Task) -> Trainer:
@@ -158,6 +161,7 @@ class Trainer:
             done_epochs=done_epochs,
             plan=plan,
             origin_tags=origin.tags if origin else {},
+            validate=_validation(settings, strategy, steps, state, training_data, global_batch),
         )
 
     def end_actions(self, tracker: Tracker, run_id: str | None) -> list[EndAction]:
@@ -176,7 +180,7 @@ class Trainer:
             export = self.experiment.export_model
             actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id, settings.epochs))
         if settings.mlflow.register:
-            objective = settings.sweep.objective
+            objective = settings.sweep.objective or ("val_accuracy" if self.validate is not None else "test_accuracy")
             name = settings.mlflow.registered_model_name
             actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
         return actions
@@ -204,12 +208,16 @@ class Trainer:
                 self.settings.epochs,
                 guard,
                 end_actions=actions,
+                validate=self.validate,
             )
             ending = _RunEnding(self, tracker, run_id, actions, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):
                 with guard.deferred():
                     tracker.log_text(_to_yaml(self.settings.composed), "config.yaml")
                     tracker.log_inputs(self.data.inputs())
+                    held_out = self.data.validation_split()  # a fraction or a fold: what it was, to check or reuse
+                    if held_out is not None:
+                        tracker.log_text(json.dumps(held_out), VALIDATION_SPLIT_FILE)
                     tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
                 history = controller.run()
                 histories = tracker.metric_histories() if self.task.chief else {}
@@ -406,6 +414,23 @@ def _loop_and_evaluation(
         int(checkpointer.partial.steps.numpy()),
     )
     return loop, make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+
+
+def _validation(
+    settings: Settings,
+    strategy: tf.distribute.Strategy,
+    steps: ReplicaSteps,
+    state: TrainingState,
+    training_data: TrainingData,
+    global_batch: int,
+) -> Callable[[], tuple[float, float]] | None:
+    """The validation split's pass after each epoch (dataset.validation_fraction), or None without one."""
+    batches = training_data.validation_dataset(global_batch)
+    if batches is None:
+        return None
+    if settings.strategy.name == "parameter_server":
+        return make_validate(steps, state, batches, inline=True)
+    return make_validate(steps, state, strategy.experimental_distribute_dataset(batches))
 
 
 def _input_workers(settings: Settings, task: Task) -> int:

@@ -312,6 +312,7 @@ def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_c
         "model.hidden=16,64",
         "optimizer=adam,sgd",
         "sweep.seeds=2",
+        "sweep.objective=test_accuracy",  # chosen on test, as this test was written for (the default: val_accuracy)
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
         f"hydra.sweep.dir={sweep_dir.relative_to(project)}",

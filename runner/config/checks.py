@@ -67,6 +67,26 @@ class Number:
 
 
 @dataclass(frozen=True)
+class Fraction:
+    """A number strictly between 0 and 1 (or null where `nullable`)."""
+
+    nullable: bool = False
+    holds: Any = Any
+
+    def __call__(self, key: str, value: Any, fix: str) -> float | None:
+        if value is None and self.nullable:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise refusal(
+                key,
+                value,
+                "it must be a number between 0 and 1, both excluded" + (" or null" if self.nullable else ""),
+                fix,
+            )
+        return float(value)
+
+
+@dataclass(frozen=True)
 class Bool:
     nullable: bool = False
     holds: Any = Any
@@ -149,4 +169,4 @@ class Unchecked:
         return value
 
 
-Check = Int | Number | Bool | Text | Choice | Devices | Address | Unchecked
+Check = Int | Number | Fraction | Bool | Text | Choice | Devices | Address | Unchecked

@@ -23,7 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from runner.config.checks import Address, Bool, Check, Choice, Devices, Int, Number, Text, Unchecked
+from runner.config.checks import Address, Bool, Check, Choice, Devices, Fraction, Int, Number, Text, Unchecked
 from runner.config.components import Component
 from runner.outcome import RESULT_KEYS
 
@@ -147,7 +147,35 @@ class DatasetSettings:
         Number(positive=True),
         "pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1",
     )
-    component: Component = open_group("_target_", "name", "train_examples", "test_examples", "scale")
+    # Hold out this fraction of the training examples (whole files, for file data) as a validation split,
+    # stratified by label, evaluated every epoch (val_loss, val_accuracy). null: none (a sweep job's default: 0.1).
+    validation_fraction: float | None = key(
+        None,
+        Fraction(nullable=True),
+        "pass a fraction of the training examples to hold out, e.g. dataset.validation_fraction=0.1, or null for none",
+    )
+    # The seed the validation split is drawn from (null: the run's seed). A sweep sets it to the sweep's seed, so
+    # every configuration and seed replicate is validated on the same examples.
+    split_seed: int | None = key(
+        None, Int(minimum=0, nullable=True), "pass a seed >= 0 for the validation split, e.g. dataset.split_seed=42"
+    )
+    # k-fold cross-validation (set by a sweep with sweep.folds): fold `fold` of `folds` of the training examples
+    # (whole files, for file data), stratified and drawn from the split seed, is the validation split.
+    folds: int | None = key(
+        None, Int(minimum=2, nullable=True), "pass a number of folds >= 2, or null (a sweep sets it from sweep.folds)"
+    )
+    fold: int = key(0, Int(minimum=0), "pass the fold held out, from 0 to dataset.folds - 1")
+    component: Component = open_group(
+        "_target_",
+        "name",
+        "train_examples",
+        "test_examples",
+        "scale",
+        "validation_fraction",
+        "split_seed",
+        "folds",
+        "fold",
+    )
 
 
 @dataclass(frozen=True)
@@ -268,10 +296,24 @@ class MlflowSettings:
 class SweepSettings:
     """Sweeps (python -m runner -m batch=32,64 ...)."""
 
-    objective: str = key(  # what each job returns to the sweeper
-        "test_accuracy",
-        Choice(RESULT_KEYS, why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}"),
-        "pass e.g. sweep.objective=test_accuracy.",
+    # What each job returns to the sweeper and the sweep chooses its best configuration by. null: val_accuracy, on
+    # a validation split the sweep's jobs hold out (dataset.validation_fraction, 0.1 unless set); test_accuracy
+    # where the data cannot be split (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
+    objective: str | None = key(
+        None,
+        Choice(
+            RESULT_KEYS,
+            nullable=True,
+            why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}",
+        ),
+        "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
+    )
+    # k-fold cross-validation: train every point (and seed) K times, fold k of the training data held out as the
+    # validation split, one run each; a point's objective is the mean over its folds and seeds. null: no folds.
+    folds: int | None = key(
+        None,
+        Int(minimum=2, nullable=True),
+        "pass a number of folds >= 2, e.g. sweep.folds=5, or null for one validation split",
     )
     # Train every point with this many seeds (seed, seed+1, ...), one run each; a point's objective is their mean.
     seeds: int = key(

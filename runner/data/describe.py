@@ -36,9 +36,13 @@ def describe_arrays(
     source: Mapping[str, Any],
     train: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
+    validation: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
-    """Both splits held in memory; the digest is sha256 of the inputs and labels as loaded, so a different
-    prefix or seed is a different digest."""
+    """The splits held in memory (the validation split's context is `validation`); the digest is sha256 of the
+    inputs and labels as loaded, so a different prefix or seed is a different digest."""
+    splits = [("train", "training", train), ("test", "evaluation", test)]
+    if validation is not None:
+        splits.append(("validation", "validation", validation))
     return [
         {
             "name": f"{name}-{split}",
@@ -49,7 +53,7 @@ def describe_arrays(
             "features": spec(inputs),
             "targets": spec(labels),
         }
-        for split, context, (inputs, labels) in (("train", "training", train), ("test", "evaluation", test))
+        for split, context, (inputs, labels) in splits
     ]
 
 

@@ -26,6 +26,12 @@ class InMemoryData:
     # What they are, computed in the background (runner.data.describe): one description per split.
     descriptions: Future | None = field(default=None, compare=False, repr=False)
     shard_policy: str = "DATA"  # in-memory tensors have no files to shard by: workers shard by example
+    # The validation split (dataset.validation_fraction, or the callable's own), scaled like the others; None: none.
+    validation_images: np.ndarray | None = None
+    validation_labels: np.ndarray | None = None
+    # The training examples' indices in the data as loaded (after the prefix), when a validation split was held
+    # out of it (runner.data.validation): what a run logs so the split can be checked.
+    validation_indices: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def train_examples(self) -> int:
@@ -85,6 +91,17 @@ class InMemoryData:
 
     def test_dataset(self, batch_size: int) -> tf.data.Dataset:
         dataset = tf.data.Dataset.from_tensor_slices((self.test_images, self.test_labels))
+        return with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE), "DATA")
+
+    def validation_split(self) -> dict[str, list] | None:
+        if self.validation_indices is None:
+            return None
+        return {"examples": [int(index) for index in self.validation_indices]}
+
+    def validation_dataset(self, batch_size: int) -> tf.data.Dataset | None:
+        if self.validation_images is None:
+            return None
+        dataset = tf.data.Dataset.from_tensor_slices((self.validation_images, self.validation_labels))
         return with_options(dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE), "DATA")
 
 

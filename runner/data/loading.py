@@ -14,6 +14,7 @@ from runner.data.describe import describe_arrays, source_of
 from runner.data.in_memory import InMemoryData, to_model_input
 from runner.data.source import DataSplits, TrainingData, describe_spec
 from runner.data.streaming import streamed
+from runner.data.validation import check_one_way, fold_split, split_examples
 from runner.errors import RunnerError
 
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
@@ -100,8 +101,16 @@ def in_memory(settings: DatasetSettings, splits: DataSplits, seed: int) -> InMem
         )
     train_x, train_y = train_x[: settings.train_examples], train_y[: settings.train_examples]
     test_x, test_y = test_x[: settings.test_examples], test_y[: settings.test_examples]
-    num_classes = splits.num_classes if splits.num_classes is not None else int(max(train_y.max(), test_y.max())) + 1
-    for split, labels in (("training", train_y), ("test", test_y)):
+    validation, held_out = _validation_arrays(settings, splits, train_x, train_y, seed)
+    if held_out is not None:
+        train_x, train_y = train_x[held_out[0]], train_y[held_out[0]]
+    largest = max(int(labels.max()) for labels in (train_y, test_y, *(validation[1:] if validation else ())))
+    num_classes = splits.num_classes if splits.num_classes is not None else largest + 1
+    for split, labels in (
+        ("training", train_y),
+        ("test", test_y),
+        *((("validation", validation[1]),) if validation else ()),
+    ):
         check_labels(split, labels, num_classes, target)
     spec = describe_spec(settings.name, train_x.shape[1:], train_x.dtype, num_classes, settings.scale)
     # Hashing the raw bytes (sha256 releases the GIL) overlaps with building the model and the first steps.
@@ -111,6 +120,7 @@ def in_memory(settings: DatasetSettings, splits: DataSplits, seed: int) -> InMem
         *source_of(splits.source, settings.name, seed),
         (train_x, train_y),
         (test_x, test_y),
+        validation,
     )
     return InMemoryData(
         spec,
@@ -119,4 +129,39 @@ def in_memory(settings: DatasetSettings, splits: DataSplits, seed: int) -> InMem
         to_model_input(test_x, spec),
         test_y.astype(np.int64),
         descriptions,
+        validation_images=to_model_input(validation[0], spec) if validation else None,
+        validation_labels=validation[1].astype(np.int64) if validation else None,
+        validation_indices=held_out[1] if held_out is not None else None,
     )
+
+
+def _validation_arrays(
+    settings: DatasetSettings, splits: DataSplits, train_x: np.ndarray, train_y: np.ndarray, seed: int
+) -> tuple[tuple[np.ndarray, np.ndarray] | None, tuple[np.ndarray, np.ndarray] | None]:
+    """The validation split's (inputs, labels): the callable's own, or dataset.validation_fraction of the training
+    examples; and, when held out here, the (training, validation) indices into the training examples."""
+    target = settings.component.target
+    check_one_way(settings.validation_fraction, settings.folds)
+    split_seed = settings.split_seed if settings.split_seed is not None else seed
+    if settings.folds is not None:  # cross-validation: the fold is the validation split, whatever the callable gives
+        training, held = fold_split(train_y, settings.folds, settings.fold, split_seed, target)
+        return (train_x[held], train_y[held]), (training, held)
+    if splits.validation is not None:
+        if not _is_arrays(splits.validation):
+            raise RunnerError(
+                f"dataset._target_={target!r} returned arrays for the training split and a "
+                f"{type(splits.validation).__name__} as the validation split. Fix: return the validation split "
+                "as the training split is returned, (inputs, labels) NumPy arrays."
+            )
+        inputs, labels = splits.validation
+        if inputs.shape[1:] != train_x.shape[1:] or labels.ndim != 1 or len(inputs) != len(labels) or not len(labels):
+            raise RunnerError(
+                f"dataset._target_={target!r}: the validation split holds inputs of shape {inputs.shape} and labels "
+                f"of shape {labels.shape}; expected (n, {', '.join(map(str, train_x.shape[1:]))}) inputs and n > 0 "
+                "labels. Fix: give the validation split examples shaped like the training examples."
+            )
+        return (inputs, labels), None
+    if settings.validation_fraction is None:
+        return None, None
+    training, validation = split_examples(train_y, settings.validation_fraction, split_seed, target)
+    return (train_x[validation], train_y[validation]), (training, validation)

@@ -26,7 +26,11 @@ class DataSplits:
 
     train: Any  # (inputs, labels) arrays, a tf.data.Dataset of unbatched (input, label) pairs, or FileRecords
     test: Any
-    num_classes: int | None = None  # None: the largest label + 1 (arrays only)
+    num_classes: int | None = None
+    # A validation split of its own, held out of `train` and shaped like it: the runner evaluates it every epoch
+    # (val_loss, val_accuracy) instead of holding out dataset.validation_fraction itself. A callable returning
+    # tf.data datasets must give it for a validation split (the runner cannot split a stream).
+    validation: Any = None  # None: the largest label + 1 (arrays only)
     # Where the data came from, as MLflow records a dataset input's source: {"uri": "/path"} for files;
     # None: the callable that made it (code).
     source: Mapping[str, Any] | None = None
@@ -100,6 +104,15 @@ class TrainingData(Protocol):
     ) -> Any: ...
 
     def test_dataset(self, batch_size: int) -> Any: ...
+
+    def validation_dataset(self, batch_size: int) -> Any:
+        """Batches of the validation split, or None without one."""
+        ...
+
+    def validation_split(self) -> dict[str, list] | None:
+        """What the runner held out as the validation split (a fraction or a fold): {"examples": indices into the
+        training examples} or {"files": the files}; None where it held out nothing."""
+        ...
 
     def inputs(self) -> list[dict[str, Any]]: ...
 

@@ -20,6 +20,14 @@ import tensorflow as tf
 from runner.data.describe import describe_stream, file_digest, source_of
 from runner.data.in_memory import with_options
 from runner.data.source import DataSpec, DataSplits, FileRecords, describe_spec
+from runner.data.validation import (
+    cannot_fold,
+    cannot_split,
+    check_one_way,
+    fold_split,
+    split_files,
+    validation_optional,
+)
 from runner.errors import RunnerError
 
 # Files read at once by one input pipeline: a fixed number (not AUTOTUNE, which follows the machine's cores),
@@ -78,10 +86,19 @@ class Split:
 class StreamingData:
     """The TrainingData of runner.data.source, read from files or a dataset as the loop asks for batches."""
 
-    def __init__(self, spec: DataSpec, train: Split, test: Split, descriptions: list[dict[str, Any]], workers: int = 1):
+    def __init__(
+        self,
+        spec: DataSpec,
+        train: Split,
+        test: Split,
+        descriptions: list[dict[str, Any]],
+        workers: int = 1,
+        validation: Split | None = None,
+    ):
         self.spec = spec
         self.train = train
         self.test = test
+        self.validation = validation
         self.descriptions = descriptions
         self.train_examples = train.examples
         self.shard_policy = _policy(train, workers)
@@ -129,6 +146,17 @@ class StreamingData:
 
     def test_dataset(self, batch_size: int) -> tf.data.Dataset:
         return with_options(self._batches(self.test, self.test.read(self.test.source()), batch_size), self._test_policy)
+
+    def validation_split(self) -> dict[str, list] | None:
+        if self.validation is None or self.validation.records is None:
+            return None  # none, or the callable's own dataset
+        return {"files": list(self.validation.files)}
+
+    def validation_dataset(self, batch_size: int) -> tf.data.Dataset | None:
+        split = self.validation
+        if split is None:
+            return None
+        return with_options(self._batches(split, split.read(split.source()), batch_size), self._test_policy)
 
     def raw_examples(self, count: int) -> np.ndarray:
         """The first `count` test inputs as the files hold them (the served model's input)."""
@@ -200,17 +228,19 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
         train = Split(None, train.dataset, examples=_prefixed(splits.train_examples, settings.train_examples))
     if splits.test_examples is not None and test.records is None and test.examples is None:
         test = Split(None, test.dataset, examples=_prefixed(splits.test_examples, settings.test_examples))
+    train, validation = _validation_split(settings, splits, train, seed)
     (train_shape, train_dtype), (test_shape, _) = _example(train, target), _example(test, target)
-    if train_shape != test_shape:
+    shapes = [test_shape, *([_example(validation, target)[0]] if validation is not None else [])]
+    if any(shape != train_shape for shape in shapes):
         raise RunnerError(
-            f"dataset._target_={target!r}: training inputs are shaped {train_shape} and test inputs "
-            f"{test_shape}. Fix: give both splits examples of one shape."
+            f"dataset._target_={target!r}: training inputs are shaped {train_shape} and test (or validation) "
+            f"inputs {', '.join(map(str, shapes))}. Fix: give every split examples of one shape."
         )
     num_classes = splits.num_classes
     if num_classes is None:
         labels = [
             label
-            for split in (train, test)
+            for split in (train, test, *((validation,) if validation is not None else ()))
             if split.records is not None and not split.by_file
             for label in split.per_file
         ]
@@ -233,9 +263,56 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
             spec.raw_shape,
             spec.raw_dtype,
         )
-        for name, context, split in (("train", "training", train), ("test", "evaluation", test))
+        for name, context, split in (
+            ("train", "training", train),
+            ("test", "evaluation", test),
+            *((("validation", "validation", validation),) if validation is not None else ()),
+        )
     ]
-    return StreamingData(spec, train, test, descriptions, workers)
+    return StreamingData(spec, train, test, descriptions, workers, validation)
+
+
+def _validation_split(settings, splits: DataSplits, train: Split, seed: int) -> tuple[Split, Split | None]:
+    """(the training split, the validation split): the callable's own, or dataset.validation_fraction of the
+    training files, whole files each (a tf.data stream cannot be split)."""
+    target, fraction = settings.component.target, settings.validation_fraction
+    check_one_way(fraction, settings.folds)
+    split_seed = settings.split_seed if settings.split_seed is not None else seed
+    if settings.folds is not None:  # cross-validation: fold k of the training files is the validation split
+        if train.records is None:
+            raise cannot_fold(target, settings.folds)
+        by_label = np.asarray(train.per_file if not train.by_file else np.zeros(len(train.files), np.int64))
+        kept, held = fold_split(by_label, settings.folds, settings.fold, split_seed, target, what="files")
+        return _subset(train, kept), _subset(train, held)
+    if splits.validation is not None:
+        return train, _split("validation", splits.validation, None, target, "validation_fraction")
+    if fraction is None:
+        return train, None
+    if train.records is None:
+        if validation_optional():  # a sweep's default: it chooses on the test set instead, and says so
+            return train, None
+        raise cannot_split(target, fraction)
+    labels = None if train.by_file else train.per_file
+    kept, held = split_files(train.files, labels, fraction, split_seed, target)
+    return _subset(train, kept), _subset(train, held)
+
+
+def _subset(split: Split, indices) -> Split:
+    """The split's files at `indices` (in their order), with their limits or labels and their example count."""
+    files = tuple(split.files[int(index)] for index in indices)
+    per_file = tuple(split.per_file[int(index)] for index in indices)
+    records = split.records
+    assert records is not None
+    if not split.by_file:
+        examples: int | None = len(files)
+    elif records.counts is None:
+        examples = None
+    else:
+        examples = sum(
+            int(records.counts[int(index)]) if limit == -1 else limit
+            for index, limit in zip(indices, per_file, strict=True)
+        )
+    return Split(records, None, files, per_file, examples)
 
 
 def _split(name: str, data: Any, prefix: int | None, target: str, key: str) -> Split:

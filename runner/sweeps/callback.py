@@ -27,12 +27,15 @@ from runner.errors import RunnerError, report
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
+    CHOSEN_BY_TAG,
+    FALLBACK_OBJECTIVE,
     OVERRIDES_TAG,
     PARENT_RUN_ID_FILE,
     REGISTERED_VERSION_TAG,
     SWEEP_DIR_TAG,
     SWEPT_KEYS_TAG,
     lower_is_better,
+    objective_is_default,
     objective_name,
     read_parent_run_id,
     run_name_for,
@@ -166,12 +169,17 @@ def finish_parent_run(config: DictConfig) -> None:
     objective = objective_name(config)
     status = RunStatus.FAILED
     try:
+        default = objective_is_default(config)
         summary = sweep_summary.collect(
             client,
             parent_id,
             objective,
             lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")),
+            fallback=FALLBACK_OBJECTIVE if default else None,
+            asked=not default,
         )
+        objective = summary.objective  # the test set's, where the data could not be split
+        client.set_tag(parent_id, CHOSEN_BY_TAG, objective)
         for path in sweep_summary.write(summary, sweep_dir):
             client.log_artifact(parent_id, path)
         if summary.best is not None:

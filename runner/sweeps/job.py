@@ -4,7 +4,9 @@ TensorFlow's logical-device split and distribution strategies are process-wide, 
 trains in the sweep's process: it runs `python -m runner <its overrides>` with the job directory as run
 directory and reads how it ended, the objective included, from the outcome.json that process writes
 (runner.outcome). With `sweep.seeds=N` a job trains N seeds, one child run, process and sub-directory
-(`seed-<seed>/`) each, and returns the mean of their objectives. The child run is created here, before that
+(`seed-<seed>/`) each, and returns the mean of their objectives; with `sweep.folds=K`, each seed K times, one
+child run per fold (`fold-<k>/`). By default a job holds out a validation split and answers with its val_accuracy
+(validation_of_job). The child run is created here, before that
 process starts, so a job that fails before reaching MLflow (a config error) is still recorded as FAILED under
 the sweep's parent run.
 
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from mlflow.entities import Run, RunStatus
@@ -35,7 +38,9 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
 from runner import outcome
+from runner.config.schema import Settings
 from runner.config.settings import sweep_settings
+from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 from runner.outcome import FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
@@ -43,7 +48,12 @@ from runner.searchpath import searchpath_overrides
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.sweeps.terms import (
+    CHOSEN_BY_TAG,
     CONFIGURATION_TAG,
+    DEFAULT_VALIDATION_FRACTION,
+    FALLBACK_OBJECTIVE,
+    FOLD_KEY,
+    FOLD_TAG,
     JOB_NUMBER_TAG,
     LAUNCHER_TAG,
     OVERRIDES_TAG,
@@ -52,6 +62,7 @@ from runner.sweeps.terms import (
     SLURM_JOB_ID_TAG,
     SWEPT_KEYS_TAG,
     WALL_SECONDS,
+    objective_is_default,
     objective_name,
     read_parent_run_id,
     worst_value,
@@ -67,6 +78,7 @@ _FAILED = RunStatus.to_string(RunStatus.FAILED)
 # How long an interrupted job's training process may take to save and mark its run (submitit signals a
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
 STOP_GRACE_SECONDS = 60.0
+SCHEMA_SEED = Settings.seed  # the schema's default seed
 
 
 def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
@@ -87,26 +99,33 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     job = _Job(
         client, parent, number, configuration, objective, worst, hydra_config, progress_overrides(cfg.get("progress"))
     )
+    job.validation = validation_of_job(cfg, swept)
     seeds = job_seeds(cfg)
-    if len(seeds) == 1:  # the job is one run in its own directory, as without sweep.seeds
+    folds = sweep_settings(cfg).folds
+    if len(seeds) == 1 and folds is None:  # the job is one run in its own directory, as without sweep.seeds
         return job.train_seed(seeds[0], job_dir, overrides, name)
-    values = [
-        job.train_seed(
-            seed,
-            os.path.join(job_dir, f"seed-{seed}"),
-            with_seed(overrides, seed),
-            f"{configuration},{SEED_KEY}={seed}",
-        )
-        for seed in seeds
-    ]
-    mean = statistics.fmean(values)  # a failed seed's worst value makes the whole point the worst
+    values = []
+    for seed in seeds:
+        seed_dir, seed_overrides, seed_name = job_dir, overrides, name
+        if len(seeds) > 1:
+            seed_dir = os.path.join(job_dir, f"seed-{seed}")
+            seed_overrides, seed_name = with_seed(overrides, seed), f"{configuration},{SEED_KEY}={seed}"
+        if folds is None:
+            values.append(job.train_seed(seed, seed_dir, seed_overrides, seed_name))
+            continue
+        # k-fold: one run per fold, in its own directory (a re-run trains only the folds that did not finish).
+        for fold in range(folds):
+            fold_dir, fold_name = os.path.join(seed_dir, f"fold-{fold}"), f"{seed_name},{FOLD_KEY}={fold}"
+            values.append(job.train_seed(seed, fold_dir, seed_overrides, fold_name, fold=(fold, folds)))
+    mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
     log.info(
-        "job %d (%s): %s %s over seeds %s, mean %.4f",
+        "job %d (%s): %s %s over seeds %s%s, mean %.4f",
         number,
         configuration,
         objective,
         ", ".join(f"{value:.4f}" for value in values),
         ", ".join(map(str, seeds)),
+        f" and {folds} folds" if folds else "",
         mean,
     )
     return mean
@@ -164,22 +183,29 @@ class _Job:
         self.configuration, self.objective, self.worst = configuration, objective, worst
         self.hydra_config = hydra_config
         self.cwd = str(hydra_config.runtime.cwd)
+        self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
 
-    def train_seed(self, seed: int, run_dir: str, overrides: list[str], name: str) -> float:
-        """Train one seed in run_dir under its own child run (skipped if that run already FINISHED)."""
+    def train_seed(
+        self, seed: int, run_dir: str, overrides: list[str], name: str, fold: tuple[int, int] | None = None
+    ) -> float:
+        """Train one seed in run_dir under its own child run (skipped if that run already FINISHED); `fold`:
+        (k, K), fold k of K held out as the validation split (sweep.folds)."""
         client, overrides_tag = self.client, ",".join(overrides)
         label = f"job {self.number} ({name})"
         os.makedirs(run_dir, exist_ok=True)
         run = _existing_child(client, run_dir, self.parent.info.run_id, overrides_tag)
         if run is not None and run.info.status == _FINISHED:
             log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
-            return float(run.data.metrics.get(self.objective, self.worst))
+            chosen_by = self.validation.chosen_by(self.objective, run.data.metrics)
+            return float(run.data.metrics[chosen_by]) if chosen_by else self.worst
         command = [
             sys.executable,
             "-m",
             "runner",
             *searchpath_overrides(self.hydra_config),
             *overrides,
+            *self.validation.overrides,
+            *((f"dataset.folds={fold[1]}", f"dataset.fold={fold[0]}") if fold else ()),
             f"hydra.run.dir={quoted(run_dir)}",
             # A run, even if the config sets hydra.mode=MULTIRUN (hparams_search does); and the job
             # directory's .hydra/ stays the one the sweep wrote.
@@ -213,23 +239,67 @@ class _Job:
                 name,
                 self.number,
                 overrides_tag,
-                {**where, CONFIGURATION_TAG: self.configuration, SEED_TAG: str(seed)},
+                {
+                    **where,
+                    CONFIGURATION_TAG: self.configuration,
+                    SEED_TAG: str(seed),
+                    **({FOLD_TAG: str(fold[0])} if fold else {}),
+                },
             )
             log.info("%s: MLflow run %s", label, run_id)
         # The training process continues the run this file names instead of creating its own.
         write_run_id(run_dir, run_id)
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file)
+        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=self.validation.environ)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
         ended = outcome.read(outcome_file, returncode, who="the training process")
-        if ended.status == FINISHED and self.objective in ended.metrics:
-            return float(ended.metrics[self.objective])
+        chosen_by = self.validation.chosen_by(self.objective, ended.metrics)
+        if ended.status == FINISHED and chosen_by:
+            client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
+            return float(ended.metrics[chosen_by])
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
+
+
+# ---- the validation split a sweep chooses on (runner.data.validation) ----
+@dataclass(frozen=True)
+class ValidationOfJob:
+    """What a job adds to its training command for the validation split the sweep chooses on, and which metric
+    its training's outcome answers with."""
+
+    overrides: tuple[str, ...] = ()
+    environ: dict[str, str] = field(default_factory=dict)
+    fallback: str | None = None  # the metric answered with where the objective's is missing (data not split)
+
+    def chosen_by(self, objective: str, metrics) -> str | None:
+        if objective in metrics:
+            return objective
+        return self.fallback if self.fallback is not None and self.fallback in metrics else None
+
+
+def validation_of_job(cfg: DictConfig, swept: str) -> ValidationOfJob:
+    """With a val_ objective and no dataset.validation_fraction, the job holds out the default fraction; left to
+    the default objective, data the runner cannot split trains without one and answers with the test set's
+    metric (the summary says so). The split seed is the job's seed before its replicates (sweep.seeds), or the
+    schema's seed when the sweep varies `seed` itself, so every configuration and seed is validated on the same
+    examples."""
+    fraction = OmegaConf.select(cfg, "dataset.validation_fraction")
+    overrides, environ = [], {}
+    folds = sweep_settings(cfg).folds  # then each run holds out its fold instead (train_seed)
+    fallback = FALLBACK_OBJECTIVE if objective_is_default(cfg) and folds is None else None
+    if fraction is None and folds is None and objective_name(cfg).startswith("val_"):
+        overrides.append(f"dataset.validation_fraction={DEFAULT_VALIDATION_FRACTION}")
+        fraction = DEFAULT_VALIDATION_FRACTION
+        if fallback is not None:
+            environ[OPTIONAL_VARIABLE] = "1"
+    if (fraction is not None or folds is not None) and OmegaConf.select(cfg, "dataset.split_seed") is None:
+        seed = SCHEMA_SEED if SEED_KEY in swept.split(",") else cfg.seed
+        overrides.append(f"dataset.split_seed={seed}")
+    return ValidationOfJob(tuple(overrides), environ, fallback)
 
 
 # Launchers by the class their config's _target_ names; another launcher is named after its class.
@@ -290,7 +360,8 @@ def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | 
     parent = _parent_run(client, os.path.abspath(str(hydra_config.sweep.dir)))
     run = _existing_child(client, job_dir, parent.info.run_id, overrides_tag)
     if run is not None and run.info.status == _FINISHED:  # it finished; only its answer was lost
-        return float(run.data.metrics.get(objective, worst))
+        chosen_by = validation_of_job(cfg, "").chosen_by(objective, run.data.metrics)
+        return float(run.data.metrics[chosen_by]) if chosen_by else worst
     where = where_it_runs(hydra_config)
     if slurm_job:
         where[SLURM_JOB_ID_TAG] = slurm_job
@@ -360,7 +431,7 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     return ",".join(swept or overrides) or f"job {number}"
 
 
-def _train(command: list[str], cwd: str, outcome_file: str) -> int:
+def _train(command: list[str], cwd: str, outcome_file: str, environ: dict[str, str] | None = None) -> int:
     """Run the training process, which writes how it ended to `outcome_file` (an earlier outcome there is
     removed first); return its exit status. Its stdout and stderr are this job's (progress bars included).
 
@@ -374,7 +445,9 @@ def _train(command: list[str], cwd: str, outcome_file: str) -> int:
     submitit_signal = _submitit_signal()
     signal.pthread_sigmask(signal.SIG_BLOCK, {submitit_signal})
     try:
-        process = subprocess.Popen(command, cwd=cwd, env={**os.environ, OUTCOME_VARIABLE: outcome_file})
+        process = subprocess.Popen(
+            command, cwd=cwd, env={**os.environ, **(environ or {}), OUTCOME_VARIABLE: outcome_file}
+        )
     finally:  # a signal that came meanwhile is handled here, by submitit's handler
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {submitit_signal})
     try:

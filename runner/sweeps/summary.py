@@ -18,13 +18,16 @@ from runner.outcome import RESULT_KEYS
 from runner.plots import plot_sweep_curves
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
+    FOLD_TAG,
     JOB_NUMBER_TAG,
     OVERRIDES_TAG,
     SEED_KEY,
     SEED_TAG,
     SWEEP_DIR_TAG,
     WALL_SECONDS,
+    chosen_on_test,
     run_name_for,
+    what_chose,
 )
 from runner.tracking.lifecycle import ERROR_TAG
 
@@ -107,6 +110,7 @@ class Summary:
     best: JobRow | None  # the best job of the best configuration: the run whose model stands for the sweep
     configurations: list[ConfigurationRow] = field(default_factory=list)
     best_configuration: ConfigurationRow | None = None  # the best mean objective among complete configurations
+    asked: bool = True  # sweep.objective named the objective (False: the default, or its fallback on test)
 
     @property
     def failed(self) -> list[JobRow]:
@@ -134,7 +138,10 @@ class Summary:
             walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
             cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "Each cell: mean ± sample standard deviation over the n seeds that finished."]
+        lines += [
+            "",
+            "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and folds).",
+        ]
         best = self.best_configuration
         if best is not None:
             spread = best.std(self.objective)
@@ -149,6 +156,14 @@ class Summary:
                     f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
                     f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
                 )
+            lines += ["", what_chose(self.objective, self.asked)]
+            if not chosen_on_test(self.objective):
+                reported = [
+                    f"{key} {_mean_std(key, best.mean(key), best.std(key))}"
+                    for key in ("test_accuracy", "test_loss")
+                    if best.mean(key) is not None
+                ]
+                lines.append("the winner's test metrics: " + ", ".join(reported))
         for job in self.failed:
             lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
         return "\n".join(lines) + "\n"
@@ -219,19 +234,30 @@ def _configuration_of(run) -> str:
     return ",".join(item for item in items if not item.startswith(f"{SEED_KEY}=")) or (run.info.run_name or "")
 
 
-def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_better: bool) -> Summary:
+def collect(
+    client: MlflowClient,
+    parent_id: str,
+    objective: str,
+    lower_is_better: bool,
+    fallback: str | None = None,
+    asked: bool = True,
+) -> Summary:
     """One row per (job number, seed); if one has several children (its overrides changed between re-runs
-    of the sweep directory), the most recently started one is the job. Configurations group the rows."""
-    latest: dict[tuple[int, str], Run] = {}
+    of the sweep directory), the most recently started one is the job. Configurations group the rows.
+    `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data that
+    could not be split: the test set chooses, and the summary says so). `asked`: sweep.objective named it."""
+    latest: dict[tuple[int, str, str], Run] = {}
     for run in _children(client, parent_id):
         key = (
             int(run.data.tags.get(JOB_NUMBER_TAG, -1)),
             run.data.tags.get(SEED_TAG, run.data.params.get(SEED_KEY, "")),
+            run.data.tags.get(FOLD_TAG, ""),  # with sweep.folds, a run per fold
         )
         if key not in latest or run.info.start_time > latest[key].info.start_time:
             latest[key] = run
     rows = []
-    for (number, seed), run in sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]))):
+    ordered = sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]), _seed_order(item[0][2])))
+    for (number, seed, _), run in ordered:
         metrics = run.data.metrics
         wall = metrics.get(WALL_SECONDS)
         if wall is None and run.info.end_time:
@@ -251,6 +277,8 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
                 configuration=_configuration_of(run),
             )
         )
+    if fallback is not None and not any(objective in row.metrics for row in rows if row.finished):
+        objective, asked = fallback, False
     grouped: dict[str, list[JobRow]] = {}
     for row in rows:
         grouped.setdefault(row.configuration, []).append(row)
@@ -269,7 +297,7 @@ def collect(client: MlflowClient, parent_id: str, objective: str, lower_is_bette
     if best_configuration is not None:
         best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
     sweep = run_name_for(client.get_run(parent_id).data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
-    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration)
+    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked)
 
 
 def _seed_order(seed: str):

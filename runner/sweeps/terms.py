@@ -24,6 +24,9 @@ JOB_NUMBER_TAG = "job_number"
 CONFIGURATION_TAG = "configuration"
 SEED_TAG = "seed"
 SEED_KEY = "seed"
+# Each child's fold with sweep.folds (k of 0..K-1, held out as its validation split); `,fold=k` ends its name.
+FOLD_TAG = "fold"
+FOLD_KEY = "fold"
 BEST_CONFIGURATION_TAG = "best_configuration"
 LAUNCHER_TAG = "launcher"
 SLURM_JOB_ID_TAG = "slurm_job_id"
@@ -32,9 +35,50 @@ WALL_SECONDS = "wall_seconds"
 REGISTERED_VERSION_TAG = "registered_model_version"
 
 
+# ---- what chooses the winner (a validation split unless told otherwise) ----
+# The objective when sweep.objective is null, on the validation split a sweep job holds out by default; where the
+# data cannot be split (a tf.data callable without its own validation split), the test set's, said so.
+DEFAULT_OBJECTIVE = "val_accuracy"
+FALLBACK_OBJECTIVE = "test_accuracy"
+DEFAULT_VALIDATION_FRACTION = 0.1
+# On each child run and on the parent: the metric that chose (`test_accuracy` where the data could not be split).
+CHOSEN_BY_TAG = "chosen_by"
+
+
 def objective_name(config: Any) -> str:
-    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated."""
-    return sweep_settings(config).objective
+    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated (null: DEFAULT_OBJECTIVE)."""
+    return sweep_settings(config).objective or DEFAULT_OBJECTIVE
+
+
+def objective_is_default(config: Any) -> bool:
+    """sweep.objective was left null: the sweep chooses on validation, or on test where the data cannot be split."""
+    return sweep_settings(config).objective is None
+
+
+def chosen_on_test(objective: str) -> bool:
+    """Whether `objective` is measured on the test set (eval_accuracy is the test set, once more)."""
+    return objective.startswith("test_") or objective == "eval_accuracy"
+
+
+def what_chose(objective: str, asked: bool) -> str:
+    """The sentence the summary and the terminal say about what chose the winner. `asked`: the user set
+    sweep.objective to it (else the data could not be split)."""
+    if chosen_on_test(objective):
+        why = (
+            f"as sweep.objective={objective} asks"
+            if asked
+            else "because the data has no validation split (a tf.data dataset the runner cannot split)"
+        )
+        return (
+            f"The test set chose the winner ({objective}), {why}: its test score is optimistic, not an estimate of "
+            "how it does on new data. Fix: leave sweep.objective null to choose on a validation split."
+        )
+    if objective.startswith("val_"):
+        return (
+            f"The validation split chose the winner ({objective}); the test set was not used to choose, so the "
+            "winner's test metrics below are an honest estimate."
+        )
+    return f"{objective} chose the winner (a training metric); its test metrics are reported beside."
 
 
 def worst_value(objective: str, sweeper_direction: Any = None) -> float:

@@ -31,21 +31,17 @@ class EpochResult:
     steps: int
     examples: int
     train_seconds: float
+    # The validation split's (dataset.validation_fraction); None: the run has none.
+    val_loss: float | None = None
+    val_accuracy: float | None = None
 
     def metrics(self) -> dict[str, float]:
-        """The per-epoch metrics logged to MLflow."""
+        """The per-epoch metrics logged to MLflow (val_* only where the run has a validation split)."""
         values = asdict(self)
-        return {
-            key: values[key]
-            for key in (
-                "train_loss",
-                "train_accuracy",
-                "test_loss",
-                "test_accuracy",
-                "examples_per_second",
-                "learning_rate",
-            )
-        }
+        keys = ["train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate"]
+        if self.val_loss is not None:
+            keys[2:2] = ["val_loss", "val_accuracy"]
+        return {key: values[key] for key in keys}
 
 
 class Listener(Protocol):
@@ -87,9 +83,11 @@ class Controller:
         epochs: int,
         guard: PreemptionGuard | None = None,
         end_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
+        validate: Callable[[], tuple[float, float]] | None = None,
     ):
         """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
-        a SIGTERM waits for them."""
+        a SIGTERM waits for them. `validate`: the validation split's (loss, accuracy) after each epoch
+        (make_validate), or None without one."""
         self.state = state
         self.loop = loop
         self.evaluate = evaluate
@@ -99,6 +97,7 @@ class Controller:
         self.epochs = epochs
         self.guard = guard or PreemptionGuard()
         self.end_actions = list(end_actions)
+        self.validate = validate
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
@@ -143,6 +142,7 @@ class Controller:
         # uninterrupted run's.
         correct = tf.constant(done_correct, tf.float32) + state.train_accuracy.total.read_value()
         examples = tf.constant(done_examples, tf.float32) + state.train_accuracy.count.read_value()
+        validation = self.validate() if self.validate is not None else (None, None)
         self.evaluate()
         state.epoch.assign(epoch)
         self.checkpointer.partial.clear()
@@ -157,6 +157,8 @@ class Controller:
             steps=steps,
             examples=int(examples),
             train_seconds=train_seconds,
+            val_loss=validation[0],
+            val_accuracy=validation[1],
         )
         self.progress.end_epoch(result)
         return result
@@ -234,3 +236,18 @@ def make_evaluate(steps, dist_test_dataset, inline: bool = False):
             test_step(inputs)
 
     return evaluate
+
+
+def make_validate(steps, state: TrainingState, dist_validation_dataset, inline: bool = False):
+    """The validation split's pass, as the test pass (make_evaluate) but read at once: its (loss, accuracy), with
+    the test metrics reset for the test pass that follows."""
+    evaluate = make_evaluate(steps, dist_validation_dataset, inline)
+
+    def validate() -> tuple[float, float]:
+        evaluate()
+        result = float(state.test_loss.result()), float(state.test_accuracy.result())
+        state.test_loss.reset_state()
+        state.test_accuracy.reset_state()
+        return result
+
+    return validate

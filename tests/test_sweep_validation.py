@@ -1,0 +1,149 @@
+"""A sweep chooses on a validation split unless told otherwise: its jobs hold out dataset.validation_fraction (0.1
+by default) drawn from one split seed, the summary, the parent's best_* metrics and the registration follow
+val_accuracy, and the summary says what chose the winner (the test set, where asked or where the data cannot be
+split)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.config import compose
+from helpers.presets import SWEEP_JOB
+from helpers.sweeps import children, client_for, parent_id_of
+from runner.data.validation import OPTIONAL_VARIABLE
+from runner.sweeps.job import validation_of_job
+from runner.sweeps.summary import MARKDOWN_FILE
+from runner.sweeps.terms import CHOSEN_BY_TAG, what_chose
+
+CONTEXT = "mlflow.data.context"
+# SWEEP_JOB without its sweep.objective: the sweep's default.
+DEFAULT_OBJECTIVE_JOB = [item for item in SWEEP_JOB if not item.startswith("sweep.objective=")]
+
+
+def test_a_sweep_job_holds_out_the_default_fraction_from_one_split_seed_unless_told_otherwise():
+    default = validation_of_job(compose(["seed=7"]), swept="optimizer.lr")
+    assert default.overrides == ("dataset.validation_fraction=0.1", "dataset.split_seed=7")
+    assert default.environ == {OPTIONAL_VARIABLE: "1"} and default.fallback == "test_accuracy"
+    # A sweep over `seed` itself still validates every job on one split: the schema's seed draws it.
+    assert validation_of_job(compose(["seed=7"]), swept="seed,batch").overrides[-1] == "dataset.split_seed=42"
+    given = validation_of_job(compose(["dataset.validation_fraction=0.3", "dataset.split_seed=3"]), swept="batch")
+    assert given.overrides == () and given.environ == {}
+    on_test = validation_of_job(compose(["sweep.objective=test_accuracy"]), swept="batch")
+    assert on_test.overrides == () and on_test.fallback is None  # trains on every training example, as asked
+    # Asked for by name, a val_ objective over data that cannot be split is refused, not answered on test.
+    asked = validation_of_job(compose(["sweep.objective=val_loss"]), swept="batch")
+    assert asked.overrides[0] == "dataset.validation_fraction=0.1" and asked.environ == {} and asked.fallback is None
+    assert asked.chosen_by("val_loss", {"test_loss": 1.0}) is None
+    assert default.chosen_by("val_accuracy", {"test_accuracy": 0.5}) == "test_accuracy"
+    assert what_chose("test_accuracy", asked=True).startswith(
+        "The test set chose the winner (test_accuracy), as sweep.objective=test_accuracy asks"
+    )
+
+
+def _sweep(tmp_path, *overrides, without: str = "~"):
+    """The sweep, from DEFAULT_OBJECTIVE_JOB less its items that start with `without` (its dataset, say)."""
+    command = [
+        sys.executable,
+        "-m",
+        "runner",
+        "-m",
+        *(item for item in DEFAULT_OBJECTIVE_JOB if not item.startswith(without)),
+        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *overrides,
+    ]
+    # The jobs' training processes import the tests' own dataset callables.
+    tests = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_a_sweep_chooses_on_one_validation_split_and_says_so(tmp_path):
+    result = _sweep(tmp_path, "optimizer.lr=0.001,0.003")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(tmp_path / "sweep")
+    jobs = children(client, parent_id)
+    assert len(jobs) == 2
+    digests = set()
+    for run in jobs:
+        assert run.data.params["dataset.validation_fraction"] == "0.1" and run.data.params["dataset.split_seed"] == "42"
+        assert run.data.tags[CHOSEN_BY_TAG] == "val_accuracy"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1]
+        inputs = run.inputs.dataset_inputs
+        validation = [item for item in inputs if any(t.value == "validation" for t in item.tags if t.key == CONTEXT)]
+        assert len(validation) == 1
+        digests.add(validation[0].dataset.digest)
+    assert len(digests) == 1  # both configurations were validated on the same examples
+    parent = client.get_run(parent_id)
+    best = max(jobs, key=lambda run: run.data.metrics["val_accuracy"])
+    assert parent.data.tags[CHOSEN_BY_TAG] == "val_accuracy"
+    assert parent.data.metrics["best_val_accuracy"] == best.data.metrics["val_accuracy"]
+    assert "best_test_accuracy" not in parent.data.metrics
+    markdown = (tmp_path / "sweep" / MARKDOWN_FILE).read_text()
+    assert markdown in result.stdout
+    assert f"best val_accuracy: {best.data.metrics['val_accuracy']:.4f}" in markdown
+    assert "The validation split chose the winner (val_accuracy); the test set was not used to choose" in markdown
+    assert f"the winner's test metrics: test_accuracy {best.data.metrics['test_accuracy']:.4f}" in markdown
+
+
+@pytest.mark.slow
+def test_a_sweep_over_data_it_cannot_split_chooses_on_test_and_says_so(tmp_path):
+    stream = ["dataset._target_=test_validation_split.stream_with_validation", "dataset.name=stream"]
+    result = _sweep(tmp_path, *stream, "dataset.with_validation=false", "optimizer.lr=0.001")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent = client.get_run(parent_id_of(tmp_path / "sweep"))
+    [job] = children(client, parent.info.run_id)
+    assert "val_accuracy" not in job.data.metrics and job.data.tags[CHOSEN_BY_TAG] == "test_accuracy"
+    assert parent.data.tags[CHOSEN_BY_TAG] == "test_accuracy"
+    assert parent.data.metrics["best_test_accuracy"] == job.data.metrics["test_accuracy"]
+    said = "The test set chose the winner (test_accuracy), because the data has no validation split"
+    assert said in (tmp_path / "sweep" / MARKDOWN_FILE).read_text() and said in result.stdout
+
+
+@pytest.mark.slow
+def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinished_fold(tmp_path):
+    import json
+    import statistics
+
+    from test_data_kinds import write_npz
+
+    from helpers.sweeps import summary_rows
+    from runner.sweeps.summary import CSV_FILE
+
+    write_npz(tmp_path / "data.npz", train=90, test=20)
+    npz = ["dataset=npz", f"dataset.path={tmp_path / 'data.npz'}", "dataset.name=npz"]
+    overrides = [*npz, "sweep.folds=2", "optimizer.lr=0.001"]
+    result = _sweep(tmp_path, *overrides, without="dataset=")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(tmp_path / "sweep")
+    folds = sorted(children(client, parent_id), key=lambda run: run.data.tags["fold"])
+    assert [run.data.tags["fold"] for run in folds] == ["0", "1"]
+    assert [run.info.run_name.rpartition(",")[2] for run in folds] == ["fold=0", "fold=1"]
+    held = []
+    for run in folds:
+        assert run.data.params["dataset.folds"] == "2" and run.data.params["dataset.split_seed"] == "42"
+        path = client.download_artifacts(run.info.run_id, "validation_split.json", str(tmp_path))
+        held.append(json.loads(open(path).read())["examples"])
+    assert sorted(held[0] + held[1]) == list(range(90))  # the folds partition the training examples
+    mean = statistics.fmean(run.data.metrics["val_accuracy"] for run in folds)
+    [row] = summary_rows(tmp_path / "sweep", CSV_FILE)
+    assert row["n"] == "2" and float(row["val_accuracy_mean"]) == mean
+    assert client.get_run(parent_id).data.metrics["best_val_accuracy_mean"] == mean
+
+    # Fold 1 killed: the re-run trains it alone.
+    client.set_terminated(folds[1].info.run_id, "KILLED")
+    again = _sweep(tmp_path, *overrides, without="dataset=")
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = again.stdout + again.stderr
+    assert f",fold=0) already FINISHED as MLflow run {folds[0].info.run_id}: skipped" in said
+    assert f",fold=1): continuing MLflow run {folds[1].info.run_id}" in said
+    assert client.get_run(folds[1].info.run_id).info.status == "FINISHED"
