@@ -4,6 +4,10 @@
 experimental_distribute_dataset, `for x in dist_dataset` calling a tf.function distributed step, model
 and optimizer built under strategy.scope() before the first step. No Hydra, no MLflow, no runner code.
 
+With `--fit`, the same model, data, batch and strategy train with tf_keras `model.fit` instead
+(`--steps-per-execution` steps per call of its train function, `verbose=0`): the yardstick a user who
+compares a custom loop with Keras would use.
+
 Prints one JSON object per line, prefixed with `BENCH `: `first_step` when the first training step has
 completed, and `epoch` with the epoch's training examples/second (the test pass is not timed).
 """
@@ -80,6 +84,56 @@ def make_strategy(name: str, replicas: int) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
 
 
+class FitReport(tf.keras.callbacks.Callback):
+    """`model.fit`'s epochs as the loop's `BENCH` lines: the first step, then each epoch's examples/s.
+
+    An epoch is timed from the end of the one before (the start of training for the first), as the loops
+    time theirs: fit makes the epoch's iterator before `on_epoch_begin`, and the loops count making theirs."""
+
+    def __init__(self, examples: int):
+        super().__init__()
+        self._supports_tf_logs = True  # logs stay tensors: the batch hook reads nothing from the device
+        self.examples = examples
+        self.first_step_reported = False
+        self.started = 0.0
+
+    def on_train_begin(self, logs=None):
+        self.started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.first_step_reported:
+            float(logs["loss"])  # wait for the step itself, not only its dispatch
+            report("first_step")
+            self.first_step_reported = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self.started  # fit has read the epoch's logs back from the device
+        report(
+            "epoch",
+            epoch=epoch + 1,
+            examples_per_second=self.examples / seconds,
+            train_seconds=seconds,
+            train_loss=float(logs["loss"]),
+            train_accuracy=float(logs["accuracy"]),
+        )
+        self.started = time.perf_counter()
+
+
+def train_with_fit(strategy, train_dataset, examples: int, epochs: int, steps_per_execution: int) -> None:
+    """The same model, optimizer and loss (the mean over the global batch, plus the regularisation losses,
+    which `fit` adds itself), compiled under the strategy's scope and trained with `model.fit`."""
+    with strategy.scope():
+        model = create_model()
+        model.build((None, 28, 28, 1))
+        model.compile(
+            optimizer=tf.keras.optimizers.Adam(),
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=steps_per_execution,
+        )
+    model.fit(train_dataset, epochs=epochs, verbose=0, callbacks=[FitReport(examples)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None, help="directory of the four Fashion-MNIST IDX .gz files")
@@ -95,6 +149,8 @@ def main() -> None:
     parser.add_argument("--train-examples", type=int, default=60000)
     parser.add_argument("--test-examples", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--fit", action="store_true", help="train with tf_keras model.fit instead of the loop")
+    parser.add_argument("--steps-per-execution", type=int, default=1, help="with --fit: steps per call")
     args = parser.parse_args()
 
     tf.keras.utils.set_random_seed(args.seed)
@@ -110,6 +166,9 @@ def main() -> None:
         .batch(global_batch)
         .prefetch(tf.data.AUTOTUNE)
     )
+    if args.fit:
+        train_with_fit(strategy, train_dataset, len(train_labels), args.epochs, args.steps_per_execution)
+        return
     test_dataset = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(global_batch)
     train_dist_dataset = strategy.experimental_distribute_dataset(train_dataset)
     test_dist_dataset = strategy.experimental_distribute_dataset(test_dataset)

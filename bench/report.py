@@ -2,7 +2,9 @@
 
 Ratios are taken round by round (a variant against the baseline run in the same round, minutes apart)
 and then summarised, so slow drifts of the machine's speed cancel out. The baseline is the reference
-script unless another variant is named (`reference+heap`: the reference with the runner's heap setting).
+script unless another variant is named (`reference+heap`: the reference with the runner's heap setting);
+`against` gives some variants a baseline of their own (`multi_step` against `fit20`, model.fit with as
+many steps per call).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from bench.variants import REFERENCE
+from bench.variants import REFERENCE, is_script
 
 
 @dataclass(frozen=True)
@@ -57,16 +59,21 @@ class Row:
     speed_ratio: Spread  # examples/second over the baseline's, round by round
     first_step_seconds: Spread
     first_step_ratio: Spread
+    baseline: str = REFERENCE  # the variant of the ratios
+    # The slowest round's examples/s over the baseline's slowest round's: how far the worst run falls.
+    slowest_ratio: float = 1.0
 
 
-def summarise(samples: list[Sample], baseline: str = REFERENCE) -> list[Row]:
-    reference = {(s.replicas, s.round): s for s in samples if s.variant == baseline}
-    if not reference:
-        raise ValueError(f"no runs of the baseline {baseline!r} among the samples")
+def summarise(samples: list[Sample], baseline: str = REFERENCE, against: dict[str, str] | None = None) -> list[Row]:
+    """One row per (replicas, variant), its ratios taken against `baseline`, or `against[variant]`."""
     rows = []
     for replicas, variant in dict.fromkeys((s.replicas, s.variant) for s in samples):
+        own_baseline = (against or {}).get(variant, baseline)
+        reference = {s.round: s for s in samples if (s.variant, s.replicas) == (own_baseline, replicas)}
+        if not reference:
+            raise ValueError(f"no runs of the baseline {own_baseline!r} among the samples")
         runs = [s for s in samples if (s.replicas, s.variant) == (replicas, variant)]
-        paired = [(s, reference[(replicas, s.round)]) for s in runs if (replicas, s.round) in reference]
+        paired = [(s, reference[s.round]) for s in runs if s.round in reference]
         rows.append(
             Row(
                 variant=variant,
@@ -76,6 +83,9 @@ def summarise(samples: list[Sample], baseline: str = REFERENCE) -> list[Row]:
                 speed_ratio=Spread.of([s.examples_per_second / r.examples_per_second for s, r in paired]),
                 first_step_seconds=Spread.of([s.first_step_seconds for s in runs]),
                 first_step_ratio=Spread.of([s.first_step_seconds / r.first_step_seconds for s, r in paired]),
+                baseline=own_baseline,
+                slowest_ratio=min(s.examples_per_second for s in runs)
+                / min(r.examples_per_second for r in reference.values()),
             )
         )
     return rows
@@ -88,18 +98,37 @@ def markdown_table(rows: list[Row], baseline: str = REFERENCE) -> str:
     ]
     for row in rows:
         overrides = " ".join(f"`{item}`" for item in row.overrides)
-        if row.variant.startswith(REFERENCE):
+        if is_script(row.variant):
             overrides = f"bench/reference.py {overrides}".strip()
+        # A row with a baseline of its own names it.
+        against = "" if row.baseline == baseline else f" x {row.baseline}"
         lines.append(
-            f"| {row.replicas} | {row.variant} | {row.examples_per_second} | {row.speed_ratio} | "
-            f"{row.first_step_seconds} | {row.first_step_ratio} | {overrides} |"
+            f"| {row.replicas} | {row.variant} | {row.examples_per_second} | {row.speed_ratio}{against} | "
+            f"{row.first_step_seconds} | {row.first_step_ratio}{against} | {overrides} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def slowest_rounds_table(rows: list[Row]) -> str:
+    """Each runner variant's slowest round against its baseline's slowest round: the worst a run fell to."""
+    measured = [row for row in rows if not is_script(row.variant)]
+    if not measured:
+        return ""
+    lines = [
+        "| replicas | variant | slowest round (examples/s) | x the slowest round of |",
+        "| ---: | --- | ---: | --- |",
+    ]
+    for row in measured:
+        lines.append(
+            f"| {row.replicas} | {row.variant} | {row.examples_per_second.low:.0f} | "
+            f"{row.slowest_ratio:.2f} {row.baseline} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def memory_table(samples: list[Sample]) -> str:
     """Each variant's peak resident memory (MB) over its runs: median (min-max)."""
-    measured = [s for s in samples if s.peak_rss_mb is not None and not s.variant.startswith(REFERENCE)]
+    measured = [s for s in samples if s.peak_rss_mb is not None and not is_script(s.variant)]
     if not measured:
         return ""
     lines = [
@@ -119,7 +148,9 @@ def plot(rows: list[Row], path: str, title: str, baseline: str = REFERENCE) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{row.variant} ({row.replicas}r)" for row in rows]
+    labels = [
+        f"{row.variant} ({row.replicas}r)" + ("" if row.baseline == baseline else f", x {row.baseline}") for row in rows
+    ]
     positions = range(len(rows))
     figure, (speed, startup) = plt.subplots(1, 2, figsize=(12, 0.45 * len(rows) + 1.8), sharey=True)
     for axis, key, marks, xlabel in (
@@ -127,7 +158,7 @@ def plot(rows: list[Row], path: str, title: str, baseline: str = REFERENCE) -> N
         (startup, "first_step_ratio", (1.2,), f"start-up to first step, x {baseline}"),
     ):
         spreads = [getattr(row, key) for row in rows]
-        colors = ["0.6" if row.variant.startswith(REFERENCE) else f"C{row.replicas - 1}" for row in rows]
+        colors = ["0.6" if is_script(row.variant) else f"C{row.replicas - 1}" for row in rows]
         axis.barh(
             list(positions),
             [s.median for s in spreads],

@@ -7,6 +7,7 @@ one). Results: a Markdown table (stdout, and --markdown), raw samples (--json), 
 
     python -m bench --train-examples 20000 --epochs 3 --repeats 3 --json bench.json
     python -m bench --from-json bench.json --baseline reference+heap
+    python -m bench --variants fit fit20 for_in multi_step --baseline fit --against multi_step=fit20
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from pathlib import Path
 
 from bench.measure import run_timed
 from bench.records import write as write_files
-from bench.report import Sample, markdown_table, memory_table, plot, summarise
+from bench.report import Sample, markdown_table, memory_table, plot, slowest_rounds_table, summarise
 from bench.tracker_cost import measure_tracker
-from bench.variants import REFERENCE, Variant, Workload, parse_variant
+from bench.variants import REFERENCE, Variant, Workload, is_script, parse_variant
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "fashion-mnist"
@@ -80,10 +81,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline", default=REFERENCE, help="the variant every ratio is taken against (default: reference)"
     )
+    parser.add_argument(
+        "--against",
+        nargs="+",
+        default=[],
+        metavar="VARIANT=BASELINE",
+        help="a baseline of its own for a variant, e.g. multi_step=fit20 (model.fit with 20 steps per execution)",
+    )
     parser.add_argument("--from-json", help="run nothing: report the samples a --json file holds")
     args = parser.parse_args(argv)
-    if not args.from_json and args.baseline not in [spec.partition("=")[0] for spec in args.variants]:
-        parser.error(f"--variants must include the baseline `{args.baseline}`: every ratio is taken against it")
+    malformed = [item for item in args.against if not all(item.partition("=")[::2])]
+    if malformed:
+        parser.error(f"--against takes VARIANT=BASELINE pairs, not {' '.join(malformed)}")
+    args.against = dict(item.split("=", 1) for item in args.against)
+    names = [spec.partition("=")[0] for spec in args.variants]
+    for baseline in {args.baseline, *args.against.values()}:
+        if not args.from_json and baseline not in names:
+            parser.error(f"--variants must include the baseline `{baseline}`: ratios are taken against it")
     return args
 
 
@@ -123,7 +137,7 @@ def tracker_section(tracking_uri: str, workdir: str, runner_run_dir: str, rows, 
         f"| log one epoch's metrics | {cost.epoch_ms:.1f} |",
         f"| log one checkpoint ({cost.checkpoint_bytes / 1e6:.1f} MB) as artifacts | {cost.checkpoint_ms:.1f} |",
     ]
-    row = next(row for row in rows if not row.variant.startswith(REFERENCE))
+    row = next(row for row in rows if not is_script(row.variant))
     epoch_seconds = train_examples / row.examples_per_second.median
     per_epoch_seconds = (cost.epoch_ms + cost.checkpoint_ms / 2) / 1000  # checkpoint.every_epochs=2
     lines.append(
@@ -169,7 +183,10 @@ def load(path: str) -> tuple[dict[str, str], list[Sample]]:
 
 def report(args: argparse.Namespace, about: dict[str, str], rows, tracker_text: str = "", samples=()) -> None:
     text = f"Machine: {about['machine']}.\n\nWorkload: {about['workload']}.\n\n"
-    text += markdown_table(rows, args.baseline) + (f"\n{tracker_text}" if tracker_text else "")
+    text += markdown_table(rows, args.baseline)
+    slowest = slowest_rounds_table(rows)
+    text += f"\n{slowest}" if slowest else ""
+    text += f"\n{tracker_text}" if tracker_text else ""
     memory = memory_table(list(samples))
     text += f"\n{memory}" if memory else ""
     print(text)
@@ -184,7 +201,7 @@ def main(argv=None) -> None:
     if args.from_json:
         about, samples = load(args.from_json)
         try:
-            rows = summarise(samples, args.baseline)
+            rows = summarise(samples, args.baseline, args.against)
         except ValueError as error:
             sys.exit(f"error: {error} in {args.from_json}; pick one of its variants as --baseline")
         report(args, about, rows, samples=samples)
@@ -217,7 +234,7 @@ def main(argv=None) -> None:
                 )
                 if args.json:
                     save(args.json, about, samples)
-        rows = summarise(samples, args.baseline)
+        rows = summarise(samples, args.baseline, args.against)
         tracker_text = (
             tracker_section(tracking_uri, workdir, runner_run_dir, rows, args.train_examples) if runner_run_dir else ""
         )

@@ -1,4 +1,5 @@
-"""What is benchmarked: the reference script or the runner with some overrides, for a number of replicas.
+"""What is benchmarked: the reference script (its loop, or tf_keras `model.fit`) or the runner with some
+overrides, for a number of replicas.
 
 A variant knows its command line, its extra environment, and how to read back its per-epoch training
 examples/second: the reference prints them (`BENCH {...}` lines), the runner logs them to MLflow as
@@ -22,6 +23,21 @@ REFERENCE_SCRIPT = Path(__file__).with_name("reference.py")
 REFERENCE_MARKER = '"event": "first_step"'
 RUNNER_MARKER = "first training step done"  # runner.training.progress.FIRST_STEP_MESSAGE, without importing TensorFlow
 REFERENCE = "reference"  # the variant every ratio is taken against
+# `fit`, `fit20`, `fit20+heap`: the reference script's model.fit, with that many steps per execution (1 if none).
+_FIT = re.compile(r"^fit(\d*)(\+.*)?$")
+
+
+def is_script(name: str) -> bool:
+    """A variant of the reference script (its loop, or model.fit), not of the runner."""
+    return name.startswith(REFERENCE) or _FIT.match(name) is not None
+
+
+def fit_steps_per_execution(name: str) -> int | None:
+    """`model.fit`'s steps_per_execution for a `fit` variant's name; None for any other variant."""
+    match = _FIT.match(name)
+    return None if match is None else int(match.group(1) or 1)
+
+
 _ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")  # Hydra keys here are lower case
 
 
@@ -51,8 +67,9 @@ class Variant:
 
     @property
     def is_reference(self) -> bool:
-        """The reference script (the variant named `reference`, or a variant of it such as `reference+heap`)."""
-        return self.name.startswith(REFERENCE)
+        """The reference script (the variant named `reference`, or a variant of it such as `reference+heap`),
+        training with its loop or (`fit`, `fit20`) with model.fit."""
+        return is_script(self.name)
 
     @property
     def marker(self) -> str:
@@ -70,6 +87,9 @@ class Variant:
                 f"--epochs={work.epochs}",
                 f"--train-examples={work.train_examples}",
             ]
+            steps_per_execution = fit_steps_per_execution(self.name)
+            if steps_per_execution is not None:
+                command += ["--fit", f"--steps-per-execution={steps_per_execution}"]
             return command + ([f"--data-dir={work.data_dir}"] if work.data_dir else [])
         if self.data is not None:  # files holding exactly the examples to train on
             dataset = self.data.overrides(os.path.dirname(run_dir))
@@ -120,9 +140,10 @@ NAMED = {
 
 
 def parse_variant(spec: str, replicas: int) -> Variant:
-    """`name` (a loop style, one of NAMED, or `reference`) or `name=item item ...`, each item a runner override,
-    an environment variable (`NAME=value`, upper case) or the files to read the workload from (`data:tfrecord`,
-    `data:npz*10`: bench.records). A name starting with `reference` runs the reference."""
+    """`name` (a loop style, one of NAMED, `reference`, or `fit`/`fitN`: model.fit with N steps per execution) or
+    `name=item item ...`, each item a runner override, an environment variable (`NAME=value`, upper case) or the
+    files to read the workload from (`data:tfrecord`, `data:npz*10`: bench.records). A name starting with
+    `reference`, or `fitN+...`, runs the reference script."""
     name, _, rest = spec.partition("=")
     if not rest and name in NAMED:
         return Variant(name, replicas, NAMED[name])
@@ -131,7 +152,7 @@ def parse_variant(spec: str, replicas: int) -> Variant:
     items = [item for item in items if not item.startswith("data:")]
     env = tuple(item for item in items if _ENV_ASSIGNMENT.match(item))
     overrides = tuple(item for item in items if item not in env)
-    if name.startswith(REFERENCE):
+    if is_script(name):
         if overrides:
             raise ValueError(f"{spec!r}: the reference script takes no runner overrides")
         return Variant(name, replicas, (), env)

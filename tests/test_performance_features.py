@@ -111,6 +111,50 @@ def test_bench_variants_parse_overrides_and_environment():
         parse_variant("reference=loop=for_in", 1)
 
 
+def test_bench_fit_variants_run_the_reference_script_with_model_fit():
+    from bench.variants import Workload, parse_variant
+
+    work = Workload(None, 1000, 3)
+    fit, fit20 = parse_variant("fit", 1), parse_variant("fit20", 1)
+    assert fit.is_reference and fit20.is_reference and fit.marker == fit20.marker
+    assert fit.command(work, "/tmp/x", "sqlite:///x.db")[-2:] == ["--fit", "--steps-per-execution=1"]
+    assert fit20.command(work, "/tmp/x", "sqlite:///x.db")[-2:] == ["--fit", "--steps-per-execution=20"]
+    assert "--fit" not in parse_variant("reference", 1).command(work, "/tmp/x", "sqlite:///x.db")
+    assert parse_variant("fitness=loop=multi_step", 1).overrides == ("loop=multi_step",)  # a runner variant
+    with pytest.raises(ValueError):
+        parse_variant("fit20=loop=for_in", 1)
+
+
+def test_bench_ratios_take_a_variant_against_its_own_baseline():
+    from bench.report import Sample, markdown_table, slowest_rounds_table, summarise
+
+    def sample(variant, round_, speed):
+        return Sample(variant, 1, round_, (), (1.0, speed, speed), 5.0, 10.0)
+
+    samples = [
+        sample("fit", 0, 100),
+        sample("fit20", 0, 200),
+        sample("for_in", 0, 110),
+        sample("multi_step", 0, 180),
+        sample("fit", 1, 50),
+        sample("fit20", 1, 100),
+        sample("for_in", 1, 60),
+        sample("multi_step", 1, 110),
+    ]
+    rows = {row.variant: row for row in summarise(samples, "fit", {"multi_step": "fit20"})}
+    assert rows["for_in"].baseline == "fit" and rows["for_in"].speed_ratio.low == pytest.approx(1.1)
+    assert rows["multi_step"].baseline == "fit20"
+    assert (rows["multi_step"].speed_ratio.low, rows["multi_step"].speed_ratio.high) == pytest.approx((0.9, 1.1))
+    # The slowest round of each against the slowest round of its baseline: 60/50, 110/100.
+    assert rows["for_in"].slowest_ratio == pytest.approx(1.2)
+    assert rows["multi_step"].slowest_ratio == pytest.approx(1.1)
+    table = markdown_table(list(rows.values()), "fit")
+    assert "| 1 | multi_step | 145 (110-180) | 1.00 (0.90-1.10) x fit20 |" in table
+    assert "| 1 | for_in | 85.00 (60.00-110.00) | 1.15 (1.10-1.20) |" in table
+    slowest = slowest_rounds_table(list(rows.values()))
+    assert "| 1 | for_in | 60 | 1.20 fit |" in slowest and "| 1 | multi_step | 110 | 1.10 fit20 |" in slowest
+
+
 def test_bench_ratios_pair_each_run_with_the_reference_of_its_round():
     from bench.report import Sample, markdown_table, summarise
 
@@ -162,8 +206,9 @@ def test_bench_reports_saved_samples_against_another_baseline(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_the_reference_script_trains_and_reports(tmp_path):
-    """The tutorial's loop, standalone: no runner, Hydra or MLflow is imported."""
+@pytest.mark.parametrize("fit", [[], ["--fit", "--steps-per-execution=2"]], ids=["loop", "fit"])
+def test_the_reference_script_trains_and_reports(tmp_path, fit):
+    """The tutorial's loop (or model.fit on the same model), standalone: no runner, Hydra or MLflow is imported."""
     done = subprocess.run(
         [
             sys.executable,
@@ -172,6 +217,7 @@ def test_the_reference_script_trains_and_reports(tmp_path):
             "--test-examples=64",
             "--epochs=2",
             "--strategy=one_device",
+            *fit,
         ],
         capture_output=True,
         text=True,

@@ -4,6 +4,7 @@ prefetch."""
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,7 @@ class InMemoryData:
         `input_context` (distribute_datasets_from_function), each input pipeline takes its shard.
         """
         count = len(self.train_labels)
-        images, labels = tf.constant(self.train_images), tf.constant(self.train_labels)
+        images, labels = self._train_tensors if tf.executing_eagerly() else self._fresh_train_tensors()
 
         def epoch_batches(epoch):
             order = tf.random.experimental.index_shuffle(
@@ -88,6 +89,16 @@ class InMemoryData:
             deterministic=True,
         )
         return with_options(dataset.prefetch(tf.data.AUTOTUNE), "DATA")
+
+    def _fresh_train_tensors(self) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.constant(self.train_images), tf.constant(self.train_labels)
+
+    @functools.cached_property
+    def _train_tensors(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """The training arrays as tensors, copied once: `loop=for_in` builds a dataset every epoch, and copied
+        every epoch they cost that epoch a copy of the whole training set. (A dataset built inside a function,
+        a ParameterServer worker's, takes constants of its own.)"""
+        return self._fresh_train_tensors()
 
     def test_dataset(self, batch_size: int) -> tf.data.Dataset:
         dataset = tf.data.Dataset.from_tensor_slices((self.test_images, self.test_labels))

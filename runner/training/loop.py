@@ -6,6 +6,9 @@ the loss `total`) were trained before a preemption, and returns the sum of the e
 (replica-summed) losses and how many steps it sums, those included. After each step (or call of steps)
 it reports `progress.advance(steps, loss, total)`, total being the running sum, the state a preemption
 checkpoint keeps. `make_dataset(first_epoch, epochs, skip_batches)` gives a distributed training dataset.
+
+The running sum stays on the device (LossSum): each call of the step function adds its losses there, so a
+step costs no eager op of its own, and the host reads the sum only when it needs the value.
 """
 
 from __future__ import annotations
@@ -26,22 +29,66 @@ class Progress(Protocol):
     def advance(self, steps: int, loss, total) -> None: ...
 
 
+class LossSum:
+    """The running sum of an epoch's per-step losses, a variable the step functions add to on the device.
+
+    The additions are the ones an eager `total += loss` after each step would make, in the same order and in
+    float32, so the sum is bit for bit the same; only the host's per-step eager op is gone. A plain variable,
+    created outside any strategy scope: the loss it adds is already summed over the replicas."""
+
+    def __init__(self):
+        self.variable = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="epoch_loss_sum")
+
+    def start(self, total) -> tf.Variable:
+        """Start an epoch from `total`, the sum of the steps trained before a preemption (0 for a fresh one)."""
+        self.variable.assign(tf.constant(total, tf.float32))
+        return self.variable
+
+    def add(self, loss):
+        """Inside a step function: add the step's loss; returns it."""
+        self.variable.assign_add(loss)
+        return loss
+
+    def value(self) -> tf.Tensor:
+        return self.variable.read_value()
+
+
+def iterator_step(steps: ReplicaSteps, loss_sum: LossSum):
+    """One step per call of a tf.function that takes the distributed iterator and draws the step's batch
+    inside the call (as model.fit's train function does), then adds the step's loss to `loss_sum`.
+
+    Drawing the batch in Python (`for x in dist_dataset`, `next(iterator)`) runs the distributed iterator's
+    Python on every step, while the device waits; inside the function it is one op. Same batches, same order.
+    At the end of the data the call raises tf.errors.OutOfRangeError, before the step touches anything."""
+
+    @tf.function
+    def train_step(iterator):
+        return loss_sum.add(steps.distributed_train_step(next(iterator)))
+
+    return train_step
+
+
 class ForInLoop:
-    """The tutorial: `for x in dist_dataset`, one tf.function call per step, a dataset per epoch."""
+    """The tutorial's epoch: one pass over a distributed dataset made for the epoch, one tf.function call per
+    step, until the dataset ends (`for x in dist_dataset`, with the batch drawn inside the call)."""
 
     def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int):
         self.make_dataset = make_dataset
         self.steps_per_epoch = steps_per_epoch
-        self.step = tf.function(steps.distributed_train_step)
+        self.loss_sum = LossSum()
+        self.step = iterator_step(steps, self.loss_sum)
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
-        total, count = tf.constant(total, tf.float32), done_steps
-        for inputs in self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps):
-            loss = self.step(inputs)
-            total += loss
+        total, count = self.loss_sum.start(total), done_steps
+        batches = iter(self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps))
+        while True:
+            try:
+                loss = self.step(batches)
+            except tf.errors.OutOfRangeError:  # the epoch's dataset has ended
+                break
             count += 1
             progress.advance(1, loss, total)
-        return total, count
+        return self.loss_sum.value(), count
 
 
 class InFunctionLoop:
@@ -73,7 +120,7 @@ class InFunctionLoop:
 
 
 class IteratorLoop:
-    """Explicit iter/next for `steps_per_epoch` steps, over one endless dataset and iterator per run.
+    """`steps_per_epoch` steps per epoch, one call each, from one endless dataset and iterator per run.
 
     A run resumed after `done_epochs` and `done_steps` steps of the next epoch skips the batches they
     consumed, so it continues exactly where an uninterrupted run would be.
@@ -89,7 +136,8 @@ class IteratorLoop:
     ):
         self.dataset = make_dataset(first_epoch=1, epochs=None, skip_batches=done_epochs * steps_per_epoch + done_steps)
         self.steps_per_epoch = steps_per_epoch
-        self.step = tf.function(steps.distributed_train_step)
+        self.loss_sum = LossSum()
+        self.step = iterator_step(steps, self.loss_sum)
         self._iterator: Iterator[Any] | None = None
 
     @property
@@ -99,12 +147,11 @@ class IteratorLoop:
         return self._iterator
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
-        total = tf.constant(total, tf.float32)
+        total = self.loss_sum.start(total)
         for _ in range(done_steps, self.steps_per_epoch):
-            loss = self.step(next(self.iterator))
-            total += loss
+            loss = self.step(self.iterator)
             progress.advance(1, loss, total)
-        return total, self.steps_per_epoch
+        return self.loss_sum.value(), self.steps_per_epoch
 
 
 class MultiStepLoop(IteratorLoop):
@@ -124,25 +171,28 @@ class MultiStepLoop(IteratorLoop):
         self.steps_per_call = steps_per_call
         step = steps.distributed_train_step
 
+        loss_sum = self.loss_sum
+
         @tf.function
         def train_steps(iterator, count):
+            """`count` steps: the sum of their losses joins the epoch's (one addition per call); returns their mean."""
             total = tf.constant(0.0)
             for _ in tf.range(count):
                 total += step(next(iterator))
-            return total
+            loss_sum.add(total)
+            return total / tf.cast(count, tf.float32)
 
         self.train_steps = train_steps
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         # A preemption stops between calls, so a resumed epoch's calls cover the same steps as an uninterrupted one's.
-        total, done = tf.constant(total, tf.float32), done_steps
+        total, done = self.loss_sum.start(total), done_steps
         while done < self.steps_per_epoch:
             count = min(self.steps_per_call, self.steps_per_epoch - done)
-            chunk = self.train_steps(self.iterator, tf.constant(count))
-            total += chunk
+            mean = self.train_steps(self.iterator, tf.constant(count))
             done += count
-            progress.advance(count, chunk / count, total)
-        return total, done
+            progress.advance(count, mean, total)
+        return self.loss_sum.value(), done
 
 
 class CoordinatorLoop:
