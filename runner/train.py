@@ -30,7 +30,7 @@ from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
-from runner.training.controller import Controller, EpochResult, make_evaluate
+from runner.training.controller import Controller, EpochResult, Listener, make_evaluate
 from runner.training.determinism import make_deterministic
 from runner.training.loop import CoordinatorLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
@@ -75,6 +75,9 @@ def run(
     chief's (a runner.tracking.tracker_process.TrackerProcess started before TensorFlow was imported, which the
     caller closes); None: an MlflowTracker in this process.
     """
+    from runner.sweeps.pruning import trial_reporter
+
+    reporter = trial_reporter(config, task.chief)  # an Optuna trial's: refuses a pruner without a sweep
     os.makedirs(run_dir, exist_ok=True)
     trainer = Trainer.build(settings, run_dir, task)
     if not task.chief:
@@ -84,7 +87,7 @@ def run(
         from runner.tracking.mlflow_tracker import MlflowTracker
 
         tracker = MlflowTracker(settings.mlflow)
-    return trainer.train(settings, config, overrides, tracker)
+    return trainer.train(settings, config, overrides, tracker, [reporter] if reporter else [])
 
 
 @dataclass
@@ -232,7 +235,12 @@ class Trainer:
         return actions
 
     def train(
-        self, settings: Settings, config: Mapping[str, Any], overrides: Sequence[str], tracker: Tracker
+        self,
+        settings: Settings,
+        config: Mapping[str, Any],
+        overrides: Sequence[str],
+        tracker: Tracker,
+        listeners: Sequence[Listener] = (),
     ) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
         task, checkpointer, replicas = self.task, self.checkpointer, self.strategy.num_replicas_in_sync
@@ -290,10 +298,12 @@ class Trainer:
                 self.evaluate,
                 checkpointer,
                 EpochProgress(settings.epochs, settings.progress if task.chief else False),
-                [tracker],
+                [tracker, *listeners],
                 settings.epochs,
                 guard,
                 end_actions=actions,
+                # Stopped early (a pruned trial): its curves, but no final evaluation and no model.
+                stop_actions=[action for action in actions if isinstance(action, PlotCurves)],
             )
             if coordinated is not None:
                 coordinated.save = controller.save_for_preemption

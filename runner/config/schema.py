@@ -34,7 +34,7 @@ from omegaconf import MISSING, OmegaConf
 
 SCHEMA_NAME = "runner_schema"
 # The groups whose keys are a `_target_` callable's arguments: open to any key (runner.config.components checks them).
-TARGET_GROUPS = ("dataset", "model", "optimizer", "schedule", "loss")
+TARGET_GROUPS = ("dataset", "model", "optimizer", "schedule", "loss", "pruner")
 
 
 @dataclass
@@ -196,6 +196,9 @@ class RunnerConfig:
     init: dict[str, Any] = field(default_factory=lambda: {"from": None})
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    # An Optuna sweep's pruner (conf/pruner/): `_target_` (null = none) and its arguments, checked by
+    # runner.sweeps.pruning against its signature before the sweep starts.
+    pruner: dict[str, Any] = field(default_factory=lambda: {"_target_": None})
 
 
 def schema_node():

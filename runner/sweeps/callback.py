@@ -72,6 +72,7 @@ class SweepCallback(Callback):
             objective_name(config)
             sweep_seeds(config)
             check_sweep_config(config)
+            check_optuna_sweep(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
             tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
@@ -111,6 +112,19 @@ def check_sweep_config(config: DictConfig) -> None:
     )
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in groups}
     check_targets(target_components(plain, groups))
+
+
+def check_optuna_sweep(config: DictConfig) -> None:
+    """A pruner the sweep can use (runner.sweeps.pruning) and, for an Optuna sweep, a study storage that opens."""
+    from runner.sweeps.pruning import check_pruner
+    from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
+
+    check_pruner(config)
+    if is_optuna_sweep(config):
+        from runner.sweeps.optuna_sweeper import check_settings
+
+        check_settings(config)
+        open_storage(storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir_of(config)))
 
 
 def parent_ui_link(config: DictConfig, parent_id: str) -> str:

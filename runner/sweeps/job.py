@@ -164,6 +164,7 @@ class _Job:
         self.configuration, self.objective, self.worst = configuration, objective, worst
         self.hydra_config = hydra_config
         self.cwd = str(hydra_config.runtime.cwd)
+        self.trial = trial_link(hydra_config)  # an Optuna sweep's trial, which the training process reports to
 
     def train_seed(self, seed: int, run_dir: str, overrides: list[str], name: str) -> float:
         """Train one seed in run_dir under its own child run (skipped if that run already FINISHED)."""
@@ -220,16 +221,30 @@ class _Job:
         write_run_id(run_dir, run_id)
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file)
+        trial = self.trial.to_environment() if self.trial else {}
+        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environment=trial)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
         ended = outcome.read(outcome_file, returncode, who="the training process")
         if ended.status == FINISHED and self.objective in ended.metrics:
+            self._tag_if_pruned(run_id, label)
             return float(ended.metrics[self.objective])
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
+
+    def _tag_if_pruned(self, run_id: str, label: str) -> None:
+        """An Optuna trial that its pruner stopped: its run gets the tag `pruned_at_epoch` (the trial holds it)."""
+        if self.trial is None:
+            return
+        from runner.sweeps.study import PRUNED_TAG
+
+        _, trial = self.trial.open()
+        epoch = trial.user_attrs.get(PRUNED_TAG)
+        if epoch is not None:
+            self.client.set_tag(run_id, PRUNED_TAG, str(epoch))
+            log.info("%s pruned at epoch %s (MLflow run %s)", label, epoch, run_id)
 
 
 # Launchers by the class their config's _target_ names; another launcher is named after its class.
@@ -360,7 +375,18 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     return ",".join(swept or overrides) or f"job {number}"
 
 
-def _train(command: list[str], cwd: str, outcome_file: str) -> int:
+def trial_link(hydra_config: DictConfig):
+    """The Optuna trial this job is (runner.sweeps.optuna_sweeper launches trial N as job N), or None."""
+    from runner.sweeps.study import SWEEPER_TARGET, TrialLink, storage_of
+
+    sweeper = hydra_config.get("sweeper")
+    if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:
+        return None
+    storage = storage_of(sweeper.get("storage"), str(hydra_config.sweep.dir))
+    return TrialLink(storage, str(sweeper.get("study_name") or "runner"), int(hydra_config.job.num))
+
+
+def _train(command: list[str], cwd: str, outcome_file: str, environment: dict[str, str] | None = None) -> int:
     """Run the training process, which writes how it ended to `outcome_file` (an earlier outcome there is
     removed first); return its exit status. Its stdout and stderr are this job's (progress bars included).
 
@@ -374,7 +400,9 @@ def _train(command: list[str], cwd: str, outcome_file: str) -> int:
     submitit_signal = _submitit_signal()
     signal.pthread_sigmask(signal.SIG_BLOCK, {submitit_signal})
     try:
-        process = subprocess.Popen(command, cwd=cwd, env={**os.environ, OUTCOME_VARIABLE: outcome_file})
+        process = subprocess.Popen(
+            command, cwd=cwd, env={**os.environ, **(environment or {}), OUTCOME_VARIABLE: outcome_file}
+        )
     finally:  # a signal that came meanwhile is handled here, by submitit's handler
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {submitit_signal})
     try:

@@ -59,8 +59,8 @@ def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
 
 
 def worst_value(objective: str, sweeper_direction: Any = None) -> float:
-    """What a failed job returns. optuna 2.10 rejects NaN (and hydra-optuna-sweeper then stops the
-    whole study), while an infinite value is a completed trial that can never be the best one."""
+    """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
+    such a trial as FAIL)."""
     return float("inf") if lower_is_better(objective, sweeper_direction) else float("-inf")
 
 
