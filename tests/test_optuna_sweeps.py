@@ -28,11 +28,11 @@ def _study(sweep_dir, name="fashion_mnist") -> optuna.Study:
 
 @pytest.mark.slow
 def test_a_pruned_study_on_two_slots(tmp_path):
-    """Six trials on two joblib slots, queued in this order: three that learn (the third for many epochs), then
+    """Six trials on two joblib slots, queued in this order: three that learn (the third for more epochs), then
     three that cannot. The median pruner (after two complete trials) stops each that cannot after its first epoch;
     the slot it frees takes the next trial while the other slot's long trial is still training."""
     sweep_dir = tmp_path / "sweep"
-    queued = [f"{GOOD} epochs=2", f"{GOOD} epochs=2", f"{GOOD} epochs=12", *[f"{BAD} epochs=2"] * 3]
+    queued = [f"{GOOD} epochs=2", f"{GOOD} epochs=2", f"{GOOD} epochs=8", *[f"{BAD} epochs=2"] * 3]
     result = sweep(
         tmp_path,
         sweep_dir,
@@ -41,12 +41,12 @@ def test_a_pruned_study_on_two_slots(tmp_path):
         "pruner.n_startup_trials=2",
         "hydra.sweeper.n_trials=6",
         f"optimizer.lr=choice({GOOD.split('=')[1]},{BAD.split('=')[1]})",
-        "epochs=choice(2,12)",
+        "epochs=choice(2,8)",
         "batch=64",
         "hydra.sweeper.enqueue=[" + ",".join(f'"{item}"' for item in queued) + "]",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
-        "dataset.train_examples=1024",
+        "dataset.train_examples=512",
         # A loss moves at every step (an accuracy over few examples may not yet after one epoch).
         "sweep.objective=test_loss",
         "hydra.sweeper.direction=minimize",
@@ -72,7 +72,7 @@ def test_a_pruned_study_on_two_slots(tmp_path):
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
         assert "eval_accuracy" not in run.data.metrics
         assert (sweep_dir / run.data.tags["job_number"] / "checkpoints" / "checkpoint").exists()  # kept
-    for run, epochs in zip(runs[:3], (2, 2, 12), strict=True):
+    for run, epochs in zip(runs[:3], (2, 2, 8), strict=True):
         assert PRUNED_TAG not in run.data.tags
         assert len(client.get_metric_history(run.info.run_id, "test_accuracy")) == epochs
     experiment = runs[0].info.experiment_id
@@ -90,7 +90,7 @@ def test_a_pruned_study_on_two_slots(tmp_path):
     assert configurations in result.stdout
     assert result.stdout.count("| pruned at epoch 1 |") == 4  # the configuration, and each of its three jobs
 
-    # Trial 2 (12 epochs and a model) and trial 3 (pruned after 1) ran side by side; trial 4 took trial 3's slot
+    # Trial 2 (8 epochs and a model) and trial 3 (pruned after 1) ran side by side; trial 4 took trial 3's slot
     # while trial 2 was still training.
     ends = {int(run.data.tags["job_number"]): run.info.end_time for run in runs}
     starts = {int(run.data.tags["job_number"]): run.info.start_time for run in runs}
@@ -101,7 +101,8 @@ def test_a_pruned_study_on_two_slots(tmp_path):
 @pytest.mark.slow
 def test_a_killed_study_continues_to_n_trials_without_repeating_a_trial(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=3")
+    # Two slots on the basic launcher, which runs its jobs in this process: the trials go in batches of two.
+    overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2")
     process = subprocess.Popen(
         sweep_command(tmp_path, sweep_dir, overrides),
         cwd=tmp_path,

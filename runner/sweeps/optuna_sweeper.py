@@ -159,8 +159,12 @@ class OptunaSweep:
             trials = [trial for trial in (state.next_trial() for _ in range(slots)) if trial is not None]
             if not trials:
                 return
-            for trial in trials:  # one launch per trial: its job number is its trial number
-                [ret] = self.launcher.launch([state.overrides(trial)], initial_job_idx=trial.number)
+            numbers = [trial.number for trial in trials]
+            if numbers == list(range(numbers[0], numbers[0] + len(numbers))):  # job numbers are trial numbers
+                batch = list(self.launcher.launch([state.overrides(t) for t in trials], initial_job_idx=numbers[0]))
+            else:  # a re-run's unfinished trials, or trials of another sweep on the same storage, in between
+                batch = [self.launcher.launch([state.overrides(t)], initial_job_idx=t.number)[0] for t in trials]
+            for trial, ret in zip(trials, batch, strict=True):
                 returns.append(ret)
                 state.tell(trial, ret)
 
