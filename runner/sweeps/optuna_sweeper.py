@@ -286,8 +286,9 @@ def check_settings(config: DictConfig) -> None:
     is one a study has."""
     settings = config.hydra.sweeper
     arguments = [str(item) for item in config.hydra.overrides.task]
+    params = settings.get("params")
     try:
-        space = SearchSpace.parse(OmegaConf.to_container(settings.get("params") or {}), arguments)  # type: ignore[arg-type]
+        space = SearchSpace.parse(params if params is not None else {}, arguments)
     except (ValueError, TypeError) as error:
         raise RunnerError(
             f"hydra.sweeper.params is not valid: {error}. Fix: give each searched key as choice(a, b), range(a, b), "
