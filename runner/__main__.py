@@ -32,6 +32,7 @@ from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
+from runner.sweeps.pruning import trial_reporter
 from runner.tracking.opening import opened_tracker
 from runner.tracking.run_id_file import read_run_id
 from runner.tracking.server_access import check_server
@@ -125,6 +126,9 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
         return launch(settings, hydra_config)
     # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile. In a cluster
     # only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
+    # An Optuna trial's training process reports each epoch to its study, whose pruner may stop it (None outside a
+    # study; a pruner outside a sweep is refused here, before TensorFlow loads).
+    reporter = trial_reporter(settings.composed, tracks_the_run(settings))
     with opened_tracker(settings.mlflow, tracks=tracks_the_run(settings)) as tracker:
         # Imported after validation: a mistyped override fails before TensorFlow loads.
         load_tensorflow(verbose)
@@ -135,7 +139,8 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
         from runner.train import run  # TensorFlow's import, after the config is known to be good
 
         with telling_servers_the_end(task, settings, run_dir):
-            result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task)
+            listeners = [reporter] if reporter is not None else []
+            result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task, listeners)
     if not task.chief:
         return Outcome(FINISHED, task=ending.task)
     ended = outcome.finished(result, task=ending.task)

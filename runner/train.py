@@ -33,7 +33,7 @@ from runner.tracking.provenance import GPU_TAG
 from runner.tracking.run_id_file import read_run_id
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
-from runner.training.controller import Controller, EpochResult, make_evaluate, make_validate
+from runner.training.controller import Controller, EpochResult, Listener, make_evaluate, make_validate
 from runner.training.determinism import make_deterministic
 from runner.training.loop import CoordinatorLoop, ForInLoop, InFunctionLoop, IteratorLoop, MultiStepLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
@@ -68,16 +68,18 @@ def run(
     tracker: Tracker,
     overrides: Sequence[str] = (),
     task: Task = SINGLE_PROCESS,
+    listeners: Sequence[Listener] = (),
 ) -> RunResult:
     """Train as configured, outputs in run_dir, tracked by `tracker` (runner.tracking.opening.open_tracker: the
-    chief's MLflow run, a NullTracker elsewhere); `overrides` are the command line's, logged with the run.
+    chief's MLflow run, a NullTracker elsewhere); `overrides` are the command line's, logged with the run;
+    `listeners` hear of each epoch besides the tracker (an Optuna trial's reporter, which may stop training).
 
     A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run. In a cluster
     every MultiWorkerMirrored worker trains, and only the chief tracks, keeps checkpoints and evaluates the
     restored model; a non-chief's result has no run id.
     """
     os.makedirs(run_dir, exist_ok=True)
-    return Trainer.build(settings, run_dir, task).train(tracker, overrides)
+    return Trainer.build(settings, run_dir, task).train(tracker, overrides, listeners)
 
 
 # How an epoch's steps are driven (runner.training.loop).
@@ -185,7 +187,7 @@ class Trainer:
             actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
         return actions
 
-    def train(self, tracker: Tracker, overrides: Sequence[str]) -> RunResult:
+    def train(self, tracker: Tracker, overrides: Sequence[str], listeners: Sequence[Listener] = ()) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
         guard = self._guard()
         with guard.installed():
@@ -204,11 +206,13 @@ class Trainer:
                 self.evaluate,
                 self.checkpointer,
                 progress,
-                [tracker],
+                [tracker, *listeners],
                 self.settings.epochs,
                 guard,
                 end_actions=actions,
                 validate=self.validate,
+                # A trial its pruner stopped keeps its curves and its checkpoint, and logs no model.
+                stop_actions=[action for action in actions if isinstance(action, PlotCurves)],
             )
             ending = _RunEnding(self, tracker, run_id, actions, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):

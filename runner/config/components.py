@@ -204,6 +204,7 @@ _SUPPLIED = {
     "schedule": (SCHEDULE_ARGUMENTS, 0),
     "loss": ((), LOSS_POSITIONAL),
     "dataset": ((), 0),
+    "pruner": ((), 0),
 }
 
 

@@ -29,7 +29,7 @@ from runner.outcome import RESULT_KEYS
 
 SCHEMA_NAME = "runner_schema"
 # The groups whose other keys are a `_target_` callable's arguments: open to any key.
-TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset")
+TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset", "pruner")
 STRATEGIES = (
     "default",
     "one_device",
@@ -58,8 +58,11 @@ def group(kind: type) -> Any:
     return field(default_factory=kind, metadata={"group": True})
 
 
-def open_group(*declared: str) -> Any:
-    """A `_target_` group: the callable and its arguments, with `declared` the keys the runner applies itself."""
+def open_group(*declared: str, optional: bool = False) -> Any:
+    """A `_target_` group: the callable and its arguments, with `declared` the keys the runner applies itself;
+    `optional`: a null `_target_` means none (the group's default)."""
+    if optional:
+        return field(default=None, metadata={"target": True, "declared": declared, "optional": True})
     return field(default_factory=lambda: Component("", ""), metadata={"target": True, "declared": declared})
 
 
@@ -365,6 +368,8 @@ class Settings:
     schedule: Component = open_group("_target_")
     # loss: loss(labels, logits, **arguments): one loss per example (averaged over the global batch).
     loss: Component = open_group("_target_")
+    # pruner: an Optuna pruner (runner.sweeps.pruning) stopping a sweep's hopeless trials; null: none.
+    pruner: Component | None = open_group("_target_", optional=True)
     lr_scaling: LrScalingSettings = group(LrScalingSettings)
     loop: LoopSettings = group(LoopSettings)
     checkpoint: CheckpointSettings = group(CheckpointSettings)
@@ -402,6 +407,8 @@ def _config_class(kind: type) -> type:
         if "target" in item.metadata:
             if kind is not Settings:  # dataset, optimizer: the callable first, then the runner's own keys
                 fields.insert(0, ("_target_", str, field(default=MISSING)))
+            elif item.metadata.get("optional"):  # pruner: none unless an option names one
+                fields.append((name, dict[str, Any], field(default_factory=lambda: {"_target_": None})))
             else:  # model, schedule, loss: nothing but the callable and its arguments, all set by the option
                 fields.append((name, dict[str, Any], field(default_factory=dict)))
         elif "group" in item.metadata:

@@ -63,7 +63,8 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
 
 def target_components(config: Mapping[str, Any], groups: tuple[str, ...] = TARGET_GROUPS) -> list[Component]:
     """The `_target_` callables of a composed config with the arguments it gives them, without validating the rest."""
-    return [_component(name, _section(config, name), _own_keys(name)) for name in groups]
+    found = [_component(name, _section(config, name), _own_keys(name), _optional(name)) for name in groups]
+    return [component for component in found if component is not None]
 
 
 def checked_targets(settings: Settings) -> Settings:
@@ -92,12 +93,18 @@ def _group(kind: type[Kind], node: Mapping[str, Any], prefix: str) -> Kind:
         if "group" in item.metadata:
             values[item.name] = _group(group_class(kind, item), _section(node, name, prefix), f"{prefix}{name}.")
         elif "target" in item.metadata:
-            own = item.metadata["declared"]
-            values[item.name] = _component(prefix.rstrip(".") or name, node if prefix else _section(node, name), own)
+            own, optional = item.metadata["declared"], item.metadata.get("optional", False)
+            section = node if prefix else _section(node, name)
+            values[item.name] = _component(prefix.rstrip(".") or name, section, own, optional)
         else:
             key = item.metadata["shown_as"] or prefix + name
             values[item.name] = item.metadata["check"](key, node.get(name), item.metadata["fix"])
     return kind(**values)
+
+
+def _optional(name: str) -> bool:
+    """Whether a top-level `_target_` group may be null (pruner)."""
+    return any(item.name == name and item.metadata.get("optional") for item in declared(Settings))
 
 
 def _own_keys(name: str) -> tuple[str, ...]:
@@ -124,9 +131,14 @@ def _section(config: Mapping[str, Any], key: str, parent: str = "") -> Mapping[s
     return node
 
 
-def _component(group: str, node: Mapping[str, Any], own_keys: tuple[str, ...]) -> Component:
-    """A `_target_` node: the callable's dotted path and the arguments the config gives it."""
+def _component(
+    group: str, node: Mapping[str, Any], own_keys: tuple[str, ...], optional: bool = False
+) -> Component | None:
+    """A `_target_` node: the callable's dotted path and the arguments the config gives it (None: an optional
+    group's null `_target_`)."""
     target = node.get("_target_")
+    if target is None and optional:
+        return None
     if not isinstance(target, str) or not target.strip() or "." not in target:
         raise refusal(
             f"{group}._target_",

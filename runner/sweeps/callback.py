@@ -75,6 +75,7 @@ class SweepCallback(Callback):
         try:
             sweep_settings(config)
             check_sweep_points(config)
+            check_optuna_sweep(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
             tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
@@ -96,6 +97,19 @@ class SweepCallback(Callback):
             finish_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 1)
+
+
+def check_optuna_sweep(config: DictConfig) -> None:
+    """A pruner the sweep can use (runner.sweeps.pruning) and, for an Optuna sweep, a study storage that opens."""
+    from runner.sweeps.pruning import check_pruner
+    from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
+
+    check_pruner(config)
+    if is_optuna_sweep(config):
+        from runner.sweeps.optuna_sweeper import check_settings
+
+        check_settings(config)
+        open_storage(storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir_of(config)))
 
 
 def parent_ui_link(config: DictConfig, parent_id: str) -> str:

@@ -184,6 +184,7 @@ class _Job:
         self.hydra_config = hydra_config
         self.cwd = str(hydra_config.runtime.cwd)
         self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
+        self.trial = trial_link(hydra_config)  # an Optuna sweep's trial, which the training process reports to
 
     def train_seed(
         self, seed: int, run_dir: str, overrides: list[str], name: str, fold: tuple[int, int] | None = None
@@ -251,18 +252,33 @@ class _Job:
         write_run_id(run_dir, run_id)
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=self.validation.environ)
+        trial = self.trial.to_environment() if self.trial else {}
+        environ = {**self.validation.environ, **trial}
+        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
         ended = outcome.read(outcome_file, returncode, who="the training process")
         chosen_by = self.validation.chosen_by(self.objective, ended.metrics)
         if ended.status == FINISHED and chosen_by:
             client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
+            self._tag_if_pruned(run_id, label)
             return float(ended.metrics[chosen_by])
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
+
+    def _tag_if_pruned(self, run_id: str, label: str) -> None:
+        """An Optuna trial that its pruner stopped: its run gets the tag `pruned_at_epoch` (the trial holds it)."""
+        if self.trial is None:
+            return
+        from runner.sweeps.study import PRUNED_TAG
+
+        _, trial = self.trial.open()
+        epoch = trial.user_attrs.get(PRUNED_TAG)
+        if epoch is not None:
+            self.client.set_tag(run_id, PRUNED_TAG, str(epoch))
+            log.info("%s pruned at epoch %s (MLflow run %s)", label, epoch, run_id)
 
 
 # ---- the validation split a sweep chooses on (runner.data.validation) ----
@@ -429,6 +445,17 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     parsed = OverridesParser.create().parse_overrides(overrides)
     swept = [text for text, override in zip(overrides, parsed, strict=True) if override.key_or_group in keys]
     return ",".join(swept or overrides) or f"job {number}"
+
+
+def trial_link(hydra_config: DictConfig):
+    """The Optuna trial this job is (runner.sweeps.optuna_sweeper launches trial N as job N), or None."""
+    from runner.sweeps.study import SWEEPER_TARGET, TrialLink, storage_of
+
+    sweeper = hydra_config.get("sweeper")
+    if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:
+        return None
+    storage = storage_of(sweeper.get("storage"), str(hydra_config.sweep.dir))
+    return TrialLink(storage, str(sweeper.get("study_name") or "runner"), int(hydra_config.job.num))
 
 
 def _train(command: list[str], cwd: str, outcome_file: str, environ: dict[str, str] | None = None) -> int:

@@ -16,6 +16,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.outcome import RESULT_KEYS
 from runner.plots import plot_sweep_curves
+from runner.sweeps.study import PRUNED_TAG
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
     FOLD_TAG,
@@ -53,10 +54,25 @@ class JobRow:
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     seed: str = ""  # the seed the run trained with
     configuration: str = ""  # its swept values without the seed: what it shares with the other seeds' runs
+    pruned_at_epoch: int | None = None  # an Optuna trial its pruner stopped after this epoch
+
+    @property
+    def ended(self) -> bool:
+        """FINISHED, whether it trained every epoch or was pruned."""
+        return self.status == _FINISHED
 
     @property
     def finished(self) -> bool:
-        return self.status == _FINISHED
+        """Trained every epoch: a pruned trial's numbers are never compared with these."""
+        return self.ended and self.pruned_at_epoch is None
+
+    @property
+    def pruned(self) -> bool:
+        return self.ended and self.pruned_at_epoch is not None
+
+    @property
+    def shown_status(self) -> str:
+        return f"pruned at epoch {self.pruned_at_epoch}" if self.pruned else self.status
 
 
 @dataclass(frozen=True)
@@ -76,7 +92,13 @@ class ConfigurationRow:
 
     @property
     def complete(self) -> bool:
-        return bool(self.jobs) and self.n == len(self.jobs)
+        """Every job ended and at least one trained every epoch (a pruned job is not waited for)."""
+        return self.n > 0 and all(job.ended for job in self.jobs)
+
+    @property
+    def pruned(self) -> bool:
+        """Every job was pruned: listed as such, never compared."""
+        return bool(self.jobs) and all(job.pruned for job in self.jobs)
 
     def values(self, metric: str) -> list[float]:
         return [job.metrics[metric] for job in self.finished if metric in job.metrics]
@@ -114,13 +136,18 @@ class Summary:
 
     @property
     def failed(self) -> list[JobRow]:
-        return [row for row in self.rows if not row.finished]
+        return [row for row in self.rows if not row.ended]
+
+    @property
+    def pruned(self) -> list[JobRow]:
+        return [row for row in self.rows if row.pruned]
 
     def _heading(self) -> str:
+        finished = len(self.rows) - len(self.failed) - len(self.pruned)
         return (
-            f"Sweep {self.sweep} (MLflow parent run {self.parent_id}): {len(self.rows)} jobs, "
-            f"{len(self.rows) - len(self.failed)} finished, {len(self.failed)} failed, in "
-            f"{len(self.configurations)} configurations"
+            f"Sweep {self.sweep} (MLflow parent run {self.parent_id}): {len(self.rows)} jobs, {finished} finished, "
+            + (f"{len(self.pruned)} pruned, " if self.pruned else "")
+            + f"{len(self.failed)} failed, in {len(self.configurations)} configurations"
         )
 
     def markdown(self) -> str:
@@ -133,7 +160,12 @@ class Summary:
             "|---|---:|" + "|".join("---:" for _ in header[2:]) + "|",
         ]
         for row in self.configurations:
-            cells = [_cell(row.configuration), f"{row.n}" + ("" if row.complete else f" of {len(row.jobs)}")]
+            if row.pruned:
+                epochs = sorted({job.pruned_at_epoch for job in row.jobs if job.pruned_at_epoch is not None})
+                shown = "pruned at epoch " + ", ".join(map(str, epochs))
+                lines.append("| " + " | ".join([_cell(row.configuration), shown] + [""] * (len(header) - 2)) + " |")
+                continue
+            cells = [_cell(row.configuration), f"{row.n}" + ("" if row.n == len(row.jobs) else f" of {len(row.jobs)}")]
             cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
             walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
             cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
@@ -142,6 +174,13 @@ class Summary:
             "",
             "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and folds).",
         ]
+        if self.pruned:
+            lines += [
+                "",
+                f"{len(self.pruned)} pruned: "
+                + "; ".join(f"job {job.job} ({job.overrides}) at epoch {job.pruned_at_epoch}" for job in self.pruned)
+                + " (stopped early by the study's pruner, never the best)",
+            ]
         best = self.best_configuration
         if best is not None:
             spread = best.std(self.objective)
@@ -180,7 +219,7 @@ class Summary:
             + "|",
         ]
         for row in self.rows:
-            cells = [str(row.job), _cell(row.overrides), row.status]
+            cells = [str(row.job), _cell(row.overrides), row.shown_status]
             cells += [_format(key, row.metrics.get(key)) for key in RESULT_KEYS]
             cells.append(_format(WALL_SECONDS, row.wall_seconds))
             lines.append("| " + " | ".join(cells) + " |")
@@ -275,6 +314,7 @@ def collect(
                 curves={metric: _curve(client, run.info.run_id, metric) for metric in CURVE_METRICS},
                 seed=seed,
                 configuration=_configuration_of(run),
+                pruned_at_epoch=_pruned_at(run),
             )
         )
     if fallback is not None and not any(objective in row.metrics for row in rows if row.finished):
@@ -298,6 +338,11 @@ def collect(
         best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
     sweep = run_name_for(client.get_run(parent_id).data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
     return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked)
+
+
+def _pruned_at(run) -> int | None:
+    value = run.data.tags.get(PRUNED_TAG, "")
+    return int(value) if value.isdigit() else None
 
 
 def _seed_order(seed: str):
@@ -331,6 +376,7 @@ def write(summary: Summary, directory: str) -> list[str]:
         "configuration",
         "overrides",
         "status",
+        PRUNED_TAG,
         *RESULT_KEYS,
         WALL_SECONDS,
         "run_id",
@@ -348,6 +394,7 @@ def write(summary: Summary, directory: str) -> list[str]:
                     "configuration": job.configuration,
                     "overrides": job.overrides,
                     "status": job.status,
+                    PRUNED_TAG: job.pruned_at_epoch,
                     **job.metrics,
                     WALL_SECONDS: job.wall_seconds,
                     "run_id": job.run_id,

@@ -82,8 +82,8 @@ def what_chose(objective: str, asked: bool) -> str:
 
 
 def worst_value(objective: str, sweeper_direction: Any = None) -> float:
-    """What a failed job returns. optuna 2.10 rejects NaN (and hydra-optuna-sweeper then stops the
-    whole study), while an infinite value is a completed trial that can never be the best one."""
+    """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
+    such a trial as FAIL)."""
     return float("inf") if lower_is_better(objective, sweeper_direction) else float("-inf")
 
 

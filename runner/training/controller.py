@@ -49,6 +49,11 @@ class Listener(Protocol):
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None: ...
 
 
+def _stop_requested(listener: Listener) -> bool:
+    """A listener may end training early at an epoch boundary (a sweep's pruned trial): its `stop_requested`."""
+    return bool(getattr(listener, "stop_requested", False))
+
+
 class Diverged(RunnerError):
     """The loss became NaN or infinite; training stopped before the bad step touched the weights."""
 
@@ -84,10 +89,12 @@ class Controller:
         guard: PreemptionGuard | None = None,
         end_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
         validate: Callable[[], tuple[float, float]] | None = None,
+        stop_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
     ):
         """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
         a SIGTERM waits for them. `validate`: the validation split's (loss, accuracy) after each epoch
-        (make_validate), or None without one."""
+        (make_validate), or None without one. `stop_actions`: called instead when a listener stopped training
+        early (a pruned trial)."""
         self.state = state
         self.loop = loop
         self.evaluate = evaluate
@@ -98,6 +105,8 @@ class Controller:
         self.guard = guard or PreemptionGuard()
         self.end_actions = list(end_actions)
         self.validate = validate
+        self.stop_actions = list(stop_actions)
+        self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
@@ -211,8 +220,12 @@ class Controller:
                     history.append(result)
                     for listener in self.listeners:
                         listener.on_epoch_end(result)
-                    if self.checkpointer.due(epoch):
+                    stopping = any(_stop_requested(listener) for listener in self.listeners)
+                    if self.checkpointer.due(epoch) or stopping:  # a run stopped early keeps its last epoch
                         self._save_checkpoint(epoch)
+                if stopping:
+                    self.stopped_at = epoch
+                    break
         except Preempted as stop:
             if not isinstance(stop, AgreedStop):  # which comes after its save (save_for_preemption)
                 with self.guard.deferred():
@@ -220,7 +233,7 @@ class Controller:
             raise
         self.guard.training_done()
         with self.guard.deferred():
-            for action in self.end_actions:
+            for action in self.end_actions if self.stopped_at is None else self.stop_actions:
                 action(history)
         return history
 

@@ -1,0 +1,138 @@
+"""What pruning and free slots buy an Optuna study: the same study (search space, sampler seed, trials) with
+`pruner=none` and `pruner=median`, serial and on two joblib slots, each a real `python -m runner hparams_search=optuna`
+sweep in a fresh directory. Read back from its MLflow runs and its study:
+
+- epochs trained in all, the study's wall time and its best objective;
+- idle slot time: slots x wall time minus the time the trials' runs were open, over slots x wall time;
+- each trial's fixed cost: process start to first step (the runner logs it) and last epoch to the run's end.
+
+    python -m bench.sweeps --trials 16 --epochs 4 --json docs/performance-sweeps.json
+    python -m bench.sweeps --trials 4 --epochs 2 --train-examples 2000    # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data" / "fashion-mnist"
+# (name, overrides): the four studies, in the order they run.
+STUDIES = (
+    ("none, serial", ["pruner=none"]),
+    ("median, serial", ["pruner=median"]),
+    ("none, 2 slots", ["pruner=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]),
+    ("median, 2 slots", ["pruner=median", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]),
+)
+FIRST_STEP = re.compile(r"first training step done, ([0-9.]+) s after the process started")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.sweeps", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--train-examples", type=int, default=None, help="a subset of Fashion-MNIST (default: all)")
+    parser.add_argument("--seed", type=int, default=42, help="the sampler's seed, the same for every study")
+    parser.add_argument("--startup-trials", type=int, default=4, help="complete trials before the median pruner prunes")
+    parser.add_argument("--data", default=str(SHARED_DATA))
+    parser.add_argument("--json", default=None, help="write the rows here")
+    return parser.parse_args(argv)
+
+
+def command(args: argparse.Namespace, workdir: Path, extra: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "runner",
+        "hparams_search=optuna",
+        f"hydra.sweeper.n_trials={args.trials}",
+        f"hydra.sweeper.sampler.seed={args.seed}",
+        "optimizer.lr=tag(log, interval(1e-5, 1e-1))",
+        "batch=choice(32, 64, 128)",
+        *([f"pruner.n_startup_trials={args.startup_trials}"] if "pruner=median" in extra else []),
+        f"epochs={args.epochs}",
+        "strategy=one_device",
+        "progress=false",
+        "mlflow.log_model=false",
+        f"dataset.dir={args.data}",
+        *([f"dataset.train_examples={args.train_examples}"] if args.train_examples else []),
+        f"mlflow.tracking_uri=sqlite:///{workdir}/mlflow.db",
+        f"hydra.sweep.dir={workdir}/sweep",
+        *extra,
+    ]
+
+
+def measure(args: argparse.Namespace, name: str, extra: list[str]) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-sweeps-"))
+    started = time.monotonic()
+    done = subprocess.run(command(args, workdir, extra), cwd=workdir, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: the sweep failed:\n{done.stderr[-3000:]}")
+    client = MlflowClient(f"sqlite:///{workdir}/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
+    trials = [run for run in runs if "job_number" in run.data.tags]
+    epochs = sum(len(client.get_metric_history(run.info.run_id, "test_accuracy")) for run in trials)
+    open_seconds = sum((run.info.end_time - run.info.start_time) / 1000 for run in trials)
+    slots = 2 if "hydra.launcher.n_jobs=2" in extra else 1
+    tails = []
+    for run in trials:
+        last_epoch = max(point.timestamp for point in client.get_metric_history(run.info.run_id, "test_accuracy"))
+        tails.append((run.info.end_time - last_epoch) / 1000)
+    first_steps = [
+        float(match.group(1))
+        for log in (workdir / "sweep").glob("*/runner.log")
+        for match in [FIRST_STEP.search(log.read_text())]
+        if match
+    ]
+    finished = [run for run in trials if "pruned_at_epoch" not in run.data.tags]
+    return {
+        "study": name,
+        "trials": len(trials),
+        "pruned": len(trials) - len(finished),
+        "epochs": epochs,
+        "wall_seconds": wall,
+        "best_test_accuracy": max(run.data.metrics["test_accuracy"] for run in finished),
+        "idle_fraction": max(0.0, 1 - open_seconds / (slots * wall)),
+        "first_step_seconds": statistics.median(first_steps) if first_steps else None,
+        "last_epoch_to_end_seconds": statistics.median(tails),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| study | trials (pruned) | epochs trained | wall s | best test_accuracy | idle slot time | "
+        "start to first step s | last epoch to end s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['study']} | {row['trials']} ({row['pruned']}) | {row['epochs']} | {row['wall_seconds']:.0f} | "
+            f"{row['best_test_accuracy']:.4f} | {row['idle_fraction']:.1%} | {row['first_step_seconds']:.1f} | "
+            f"{row['last_epoch_to_end_seconds']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    rows = []
+    for name, extra in STUDIES:
+        rows.append(measure(args, name, extra))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

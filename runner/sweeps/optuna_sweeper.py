@@ -1,0 +1,304 @@
+"""`hparams_search=optuna`: the sweeper that asks Optuna for trials, launches each as one sweep job through Hydra's
+launcher, and tells Optuna how it ended (COMPLETE with its objective, PRUNED, or FAIL), on Optuna's ask/tell API.
+
+Each of `slots` threads asks for a trial, launches it as a batch of one (its job number is the trial number, so
+job directory N is trial N) and tells its result, so a slot that frees gets the next trial at once: no trial waits
+for the slowest of a batch. That needs a launcher that can launch from several threads (joblib's and submitit's:
+each launch is its own pool call or submission); with another (the basic launcher runs jobs in this process,
+Ray's starts its own cluster state), the trials run in batches of `slots`, as Hydra's Optuna sweeper did.
+
+The study lives in storage every job reaches (runner.sweeps.study); re-running the command with the same sweep
+directory continues it: the trials it left RUNNING run again in their own job directories (each resumes from its
+checkpoint and continues its MLflow run), and new trials are asked only until the study holds n_trials in all.
+Hydra finds the class in hydra_plugins/runner_optuna_sweeper.py, which delegates here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+from runner.errors import RunnerError
+from runner.sweeps.study import (
+    PRUNED_TAG,
+    RESULTS_FILE,
+    SWEEP_DIR_ATTR,
+    SearchSpace,
+    open_storage,
+    storage_of,
+)
+
+log = logging.getLogger("runner")
+
+# Launchers whose launch() may run in several threads at once: each call is its own joblib pool call or submitit
+# submission and wait (runner.sweeps.submitit_launchers), sharing nothing but the read-only config.
+THREAD_SAFE_LAUNCHERS = (
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+    "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
+    "hydra_plugins.runner_submitit_launchers.LocalLauncher",
+)
+
+
+def launcher_parallelism(launcher: Any) -> int:
+    """How many jobs the launcher runs at once: joblib's n_jobs (-1: every CPU), submitit's array_parallelism;
+    1 for any other launcher."""
+    joblib = getattr(launcher, "joblib", None)
+    if isinstance(joblib, Mapping) and "n_jobs" in joblib:
+        jobs = int(joblib["n_jobs"] or 1)
+        return os.cpu_count() or 1 if jobs < 0 else max(jobs, 1)
+    params = getattr(launcher, "params", None)
+    if isinstance(params, Mapping) and "array_parallelism" in params:
+        return max(int(params["array_parallelism"]), 1)
+    return 1
+
+
+def _class_path(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+class OptunaSweep:
+    """One sweep: the sweeper's settings (conf/hydra/sweeper/optuna.yaml), its launcher, its study."""
+
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        config: DictConfig,
+        launcher: Any,
+    ):
+        self.settings = settings
+        self.config = config
+        self.launcher = launcher
+        self.sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        self.lock = threading.Lock()
+
+    def run(self, arguments: list[str]) -> list[JobReturn]:
+        import optuna
+        from hydra.utils import instantiate
+
+        os.makedirs(self.sweep_dir, exist_ok=True)
+        OmegaConf.save(self.config, os.path.join(self.sweep_dir, "multirun.yaml"))
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        space = SearchSpace.parse(self.settings.get("params"), arguments)
+        storage = storage_of(self.settings.get("storage"), self.sweep_dir)
+        sampler = self.settings.get("sampler")  # Hydra instantiates the sweeper's nested _target_s itself
+        if isinstance(sampler, Mapping):
+            sampler = instantiate(sampler)
+        study = optuna.create_study(
+            study_name=str(self.settings.get("study_name") or "runner"),
+            storage=open_storage(storage),
+            sampler=sampler,
+            direction=_direction(self.settings.get("direction")),
+            load_if_exists=True,
+        )
+        n_trials = int(self.settings.get("n_trials") or 1)
+        if not study.trials:  # queued once: a re-run of the command finds them among the study's trials
+            for text in self.settings.get("enqueue") or []:
+                study.enqueue_trial(_enqueued_params(text, space))
+        slots = self._slots(n_trials)
+        state = _Progress(study, space, n_trials, self.sweep_dir)
+        log.info(
+            "Optuna study %r in %s: %d of %d trials done, %d slot(s); sampler %s",
+            study.study_name,
+            storage if "://" not in storage else storage.split("://")[0] + "://...",
+            state.done(),
+            n_trials,
+            slots,
+            type(study.sampler).__name__,
+        )
+        returns: list[JobReturn] = []
+        if slots > 1 and _class_path(self.launcher) not in THREAD_SAFE_LAUNCHERS:
+            log.info("%s launches from one thread: trials run in batches of %d", _class_path(self.launcher), slots)
+            self._in_batches(state, slots, returns)
+        else:
+            self._in_slots(state, slots, returns)
+        self._report_best(study)
+        return returns
+
+    def _slots(self, n_trials: int) -> int:
+        requested = self.settings.get("n_jobs")
+        slots = launcher_parallelism(self.launcher) if requested is None else int(requested)
+        return max(1, min(slots, n_trials))
+
+    def _in_slots(self, state: _Progress, slots: int, returns: list[JobReturn]) -> None:
+        errors: list[BaseException] = []
+
+        def slot() -> None:
+            try:
+                while True:
+                    with self.lock:
+                        trial = state.next_trial()
+                    if trial is None:
+                        return
+                    [ret] = self.launcher.launch([state.overrides(trial)], initial_job_idx=trial.number)
+                    with self.lock:
+                        returns.append(ret)
+                        state.tell(trial, ret)
+            except BaseException as error:  # re-raised in the sweep's thread below
+                errors.append(error)
+
+        if slots == 1:
+            slot()
+        else:
+            threads = [threading.Thread(target=slot, name=f"optuna-slot-{n}", daemon=True) for n in range(slots)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if errors:
+            raise errors[0]
+
+    def _in_batches(self, state: _Progress, slots: int, returns: list[JobReturn]) -> None:
+        while True:
+            trials = [trial for trial in (state.next_trial() for _ in range(slots)) if trial is not None]
+            if not trials:
+                return
+            numbers = [trial.number for trial in trials]
+            if numbers == list(range(numbers[0], numbers[0] + len(numbers))):  # job numbers are trial numbers
+                batch = list(self.launcher.launch([state.overrides(t) for t in trials], initial_job_idx=numbers[0]))
+            else:  # a re-run's unfinished trials, or trials of another sweep on the same storage, in between
+                batch = [self.launcher.launch([state.overrides(t)], initial_job_idx=t.number)[0] for t in trials]
+            for trial, ret in zip(trials, batch, strict=True):
+                returns.append(ret)
+                state.tell(trial, ret)
+
+    def _report_best(self, study) -> None:
+        from optuna.trial import TrialState
+
+        completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+        failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        log.info(
+            "Optuna study %r: %d complete, %d pruned, %d failed",
+            study.study_name,
+            len(completed),
+            len(pruned),
+            len(failed),
+        )
+        if not completed:
+            return
+        best = study.best_trial
+        results = {"name": "optuna", "best_params": best.params, "best_value": best.value, "best_trial": best.number}
+        with open(os.path.join(self.sweep_dir, RESULTS_FILE), "w") as handle:
+            handle.write(OmegaConf.to_yaml(OmegaConf.create(results)))
+        log.info("Best parameters: %s", best.params)
+        log.info("Best value: %s", best.value)
+
+
+class _Progress:
+    """The study as this sweep goes through it: which trial runs next, and how each ended."""
+
+    def __init__(self, study, space: SearchSpace, n_trials: int, sweep_dir: str):
+        from optuna.trial import TrialState
+
+        self.study, self.space, self.n_trials, self.sweep_dir = study, space, n_trials, sweep_dir
+        # Trials this sweep directory's last command left RUNNING (it was killed): they run again first.
+        self.unfinished = [
+            trial
+            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if trial.user_attrs.get(SWEEP_DIR_ATTR) == sweep_dir
+        ]
+
+    def done(self) -> int:
+        from optuna.trial import TrialState
+
+        ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        return len(self.study.get_trials(deepcopy=False, states=ended))
+
+    def next_trial(self):
+        """The next trial to launch (a live optuna Trial), or None once the study holds n_trials."""
+        import optuna
+        from optuna.trial import TrialState
+
+        if self.unfinished:
+            frozen = self.unfinished.pop(0)
+            log.info("trial %d was left running by an earlier command: it runs again", frozen.number)
+            return optuna.trial.Trial(self.study, frozen._trial_id)
+        started = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        if len(self.study.get_trials(deepcopy=False, states=started)) >= self.n_trials:
+            return None
+        trial = self.study.ask(fixed_distributions=self.space.distributions)
+        trial.set_user_attr(SWEEP_DIR_ATTR, self.sweep_dir)
+        return trial
+
+    def overrides(self, trial) -> list[str]:
+        return self.space.overrides(trial.params)
+
+    def tell(self, trial, ret: JobReturn) -> None:
+        from optuna.trial import TrialState
+
+        frozen = self.study._storage.get_trial(trial._trial_id)
+        if ret.status != JobStatus.COMPLETED:
+            log.error("trial %d failed: %s", trial.number, ret._return_value)
+            self.study.tell(trial, state=TrialState.FAIL)
+        elif PRUNED_TAG in frozen.user_attrs:
+            log.info("trial %d pruned at epoch %s", trial.number, frozen.user_attrs[PRUNED_TAG])
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            value = ret.return_value
+            if isinstance(value, int | float) and math.isfinite(value):
+                self.study.tell(trial, float(value))
+            else:  # the job failed (its child run says why) or returned nothing usable
+                self.study.tell(trial, state=TrialState.FAIL)
+
+
+def _direction(value: Any) -> Literal["minimize", "maximize"]:
+    name = getattr(value, "name", value)  # Hydra's Direction enum, or its name
+    if name == "minimize":
+        return "minimize"
+    if name in ("maximize", None):
+        return "maximize"
+    raise RunnerError(
+        f"hydra.sweeper.direction={value!r} is not valid: a study maximizes or minimizes sweep.objective. "
+        "Fix: pass hydra.sweeper.direction=maximize (accuracies) or minimize (losses)."
+    )
+
+
+def _enqueued_params(text: Any, space: SearchSpace) -> dict[str, Any]:
+    """One `hydra.sweeper.enqueue` item ("optimizer.lr=0.01 batch=64") as the trial's params."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not isinstance(text, str):
+        raise RunnerError(
+            f"hydra.sweeper.enqueue item {text!r} is not valid: each item is one trial's values as overrides. "
+            "Fix: write e.g. hydra.sweeper.enqueue=['optimizer.lr=0.01 batch=64']."
+        )
+    params: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(text.split()):
+        key = override.get_key_element()
+        if key not in space.distributions:
+            raise RunnerError(
+                f"hydra.sweeper.enqueue item {text!r} is not valid: {key} is not in the search space "
+                f"({', '.join(space.distributions) or 'empty'}). Fix: give values of the searched keys only."
+            )
+        params[key] = override.value()
+    return params
+
+
+def check_settings(config: DictConfig) -> None:
+    """Before the sweep's parent run exists: the search space parses, the queued trials lie in it, the direction
+    is one a study has."""
+    settings = config.hydra.sweeper
+    arguments = [str(item) for item in config.hydra.overrides.task]
+    params = settings.get("params")
+    try:
+        space = SearchSpace.parse(params if params is not None else {}, arguments)
+    except (ValueError, TypeError) as error:
+        raise RunnerError(
+            f"hydra.sweeper.params is not valid: {error}. Fix: give each searched key as choice(a, b), range(a, b), "
+            "interval(a, b) or tag(log, interval(a, b)), e.g. hydra.sweeper.params.batch='choice(32, 64)'."
+        ) from None
+    for text in settings.get("enqueue") or []:
+        _enqueued_params(text, space)
+    _direction(settings.get("direction"))
+
+
+def sweep(sweeper: Any, arguments: list[str], settings: Callable[[], Mapping[str, Any]]) -> list[JobReturn]:
+    """The plugin's sweep(): `sweeper` was set up by Hydra (config, launcher)."""
+    return OptunaSweep(settings(), sweeper.config, sweeper.launcher).run(arguments)

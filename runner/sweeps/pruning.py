@@ -1,0 +1,140 @@
+"""Pruning (the `pruner` group: none, median, successive_halving, hyperband): what a sweep checks before its parent
+run, and the listener through which a trial's training process reports its objective after each epoch and stops
+at that epoch's boundary when the study's pruner says so.
+
+The training process finds its trial through runner.sweeps.study.TrialLink (set by its sweep job); the pruner
+itself is the job's own `pruner` config (an Optuna study does not store its pruner), built here the same way in
+every trial."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from runner.errors import RunnerError
+from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
+from runner.sweeps.terms import objective_name
+
+log = logging.getLogger("runner")
+
+PRUNERS = ("none", "median", "successive_halving", "hyperband")
+# The objectives a training process has after every epoch (runner.training.controller.EpochResult.metrics).
+PER_EPOCH = (
+    "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_second"
+)  # fmt: skip
+MULTI_PROCESS = ("multi_worker_mirrored", "parameter_server")
+
+
+def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `pruner` group as a plain mapping ({_target_: ..., arguments}), or None for pruner=none."""
+    node = config.get("pruner")
+    if node is None:
+        return None
+    plain = dict(_plain(node))
+    return plain if plain.get("_target_") else None
+
+
+def _plain(node: Any) -> Mapping[str, Any]:
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a mapping node
+    return node
+
+
+def check_pruner(config: Any) -> None:
+    """Before a sweep's parent run exists: its pruner imports and takes the arguments its option gives, and the sweep
+    can prune (an Optuna sweep, a per-epoch objective, one seed per trial, one training process)."""
+    node = pruner_node(config)
+    if node is None:
+        return
+    from runner.config.components import check_arguments, import_target
+
+    target = node.pop("_target_")
+    check_arguments("pruner._target_", target, import_target("pruner._target_", target), node)
+    if not is_optuna_sweep(config):
+        raise RunnerError(
+            f"pruner={_option(target)} is not valid here: only an Optuna sweep's trials report to a study that "
+            "can prune them. Fix: add hparams_search=optuna (with its search space), or drop the pruner override."
+        )
+    objective = objective_name(config)
+    if objective not in PER_EPOCH:
+        raise RunnerError(
+            f"sweep.objective={objective} is not valid with pruner={_option(target)}: a pruner compares each "
+            f"epoch's objective, and {objective} exists only once training has ended. Fix: pass a per-epoch "
+            f"objective ({', '.join(PER_EPOCH)}), e.g. sweep.objective=test_accuracy, or pruner=none."
+        )
+    if int(config.sweep.seeds) > 1:
+        raise RunnerError(
+            f"sweep.seeds={config.sweep.seeds} is not valid with pruner={_option(target)}: each seed would report "
+            "the same trial's epochs. Fix: prune with sweep.seeds=1, or use pruner=none to compare seeds."
+        )
+    if config.strategy.name in MULTI_PROCESS:
+        raise RunnerError(
+            f"strategy={config.strategy.name} is not valid with pruner={_option(target)}: a pruned trial would stop "
+            "its chief but not its other tasks. Fix: prune single-process trials (strategy=mirrored, one_device), "
+            "or use pruner=none."
+        )
+
+
+def _option(target: str) -> str:
+    names = {
+        "optuna.pruners.MedianPruner": "median",
+        "optuna.pruners.SuccessiveHalvingPruner": "successive_halving",
+        "optuna.pruners.HyperbandPruner": "hyperband",
+    }
+    return names.get(target, f"<pruner._target_={target}>")
+
+
+class TrialReporter:
+    """A controller listener: after each epoch, the objective goes to the trial and the pruner decides; a pruned
+    trial's `stop_requested` stops training at this epoch's boundary."""
+
+    def __init__(self, trial, objective: str):
+        self.trial = trial
+        self.objective = objective
+        self.pruned_at_epoch: int | None = None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.pruned_at_epoch is not None
+
+    def on_epoch_end(self, result) -> None:
+        self.trial.report(result.metrics()[self.objective], result.epoch)
+        if self.trial.should_prune():
+            self.pruned_at_epoch = result.epoch
+            self.trial.set_user_attr(PRUNED_TAG, result.epoch)
+            log.info(
+                "trial %d pruned at epoch %d: its %s (%.4f) is behind the study's; training stops here",
+                self.trial.number,
+                result.epoch,
+                self.objective,
+                result.metrics()[self.objective],
+            )
+
+    def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
+        pass
+
+
+def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | None:
+    """The listener of a trial's training process (its sweep job set TrialLink's variable), None outside an Optuna
+    sweep; a pruner outside a sweep is refused, before any MLflow run exists."""
+    node = pruner_node(config)
+    link = TrialLink.from_environment()
+    if link is None:
+        if node is not None:
+            raise RunnerError(
+                f"pruner={_option(node['_target_'])} is not valid without a sweep: a pruner stops the trials of an "
+                "Optuna study, and this is a single run. Fix: add hparams_search=optuna to sweep, or drop the "
+                "pruner override (pruner=none)."
+            )
+        return None
+    if not chief:
+        return None
+    import optuna
+    from hydra.utils import instantiate
+
+    # pruner=none still reports each epoch (the study's intermediate values), and never prunes.
+    _, trial = link.open(instantiate(node) if node is not None else optuna.pruners.NopPruner())
+    return TrialReporter(trial, objective_name(config))

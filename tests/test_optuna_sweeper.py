@@ -1,0 +1,123 @@
+"""The runner's Optuna sweeper in pieces, with a real Optuna (in memory or a journal file in tmp_path): Hydra's
+`params` syntax as distributions, the study's storage, the pruning listener, the summary of pruned trials.
+End to end (real sweeps of `python -m runner` processes): tests/test_optuna_sweeps.py."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from runner.errors import RunnerError
+from runner.sweeps.optuna_sweeper import launcher_parallelism
+from runner.sweeps.pruning import TrialReporter
+from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
+from runner.sweeps.summary import ConfigurationRow, JobRow, Summary
+
+
+def test_hydra_params_become_optuna_distributions_and_a_command_line_sweep_wins():
+    space = SearchSpace.parse(
+        {
+            "optimizer.lr": "tag(log, interval(0.0001, 0.01))",
+            "batch": "choice(32, 64, 128)",
+            "epochs": "range(1, 4)",
+            "model": {"dropout": "interval(0.1, 0.5)"},  # nested, as hydra.sweeper.params.model.dropout=... gives it
+            "loop.steps_per_call": [1, 4],  # a plain YAML list is a choice
+            "seed": "3",
+        },
+        ["batch=16,32", "strategy=one_device"],
+    )
+    assert space.distributions == {
+        "optimizer.lr": FloatDistribution(0.0001, 0.01, log=True),
+        "epochs": IntDistribution(1, 3),  # Hydra's range excludes its stop
+        "model.dropout": FloatDistribution(0.1, 0.5),
+        "loop.steps_per_call": CategoricalDistribution([1, 4]),
+        "batch": CategoricalDistribution([16, 32]),
+    }
+    assert space.fixed == {"seed": "3", "strategy": "one_device"}
+    overrides = space.overrides({"optimizer.lr": 0.00123456789012, "batch": 32})
+    assert overrides == ["seed=3", "strategy=one_device", "optimizer.lr=0.00123456789012", "batch=32"]
+
+
+def test_the_study_is_a_journal_file_in_the_sweep_directory_unless_storage_names_one(tmp_path):
+    assert storage_of(None, str(tmp_path)) == str(tmp_path / JOURNAL_FILE)
+    assert storage_of("postgresql://me@db/optuna", str(tmp_path)) == "postgresql://me@db/optuna"
+    storage = open_storage(storage_of(None, str(tmp_path / "sweep")))
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.tell(study.ask(), 1.0)
+    # Another process (a job's training) opens the same study and trial by number.
+    _, trial = TrialLink(storage_of(None, str(tmp_path / "sweep")), "s", 0).open()
+    assert trial.number == 0
+
+
+def test_storage_that_cannot_be_opened_is_one_paragraph_without_the_password(tmp_path):
+    with pytest.raises(RunnerError) as raised:
+        open_storage("postgresql://me:secret@127.0.0.1:1/optuna")
+    message = str(raised.value)
+    assert message.startswith("hydra.sweeper.storage='postgresql://me:***@127.0.0.1:1/optuna' could not be opened")
+    assert "secret" not in message and "Fix:" in message
+
+
+class _Epoch:
+    def __init__(self, epoch: int, accuracy: float):
+        self.epoch, self.accuracy = epoch, accuracy
+
+    def metrics(self) -> dict[str, float]:
+        return {"test_accuracy": self.accuracy, "train_loss": 1.0}
+
+
+def test_a_trial_behind_the_median_asks_to_stop_at_that_epoch_and_the_study_knows_it():
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
+    good = study.ask()
+    for epoch, value in enumerate((0.5, 0.7, 0.8), start=1):
+        good.report(value, epoch)
+    study.tell(good, 0.8)
+    reporter = TrialReporter(study.ask(), "test_accuracy")
+    reporter.on_epoch_end(_Epoch(1, 0.6))
+    assert not reporter.stop_requested
+    reporter.on_epoch_end(_Epoch(2, 0.1))
+    assert reporter.stop_requested and reporter.pruned_at_epoch == 2
+    assert study.trials[1].user_attrs[PRUNED_TAG] == 2
+    assert study.trials[1].intermediate_values == {1: 0.6, 2: 0.1}
+
+
+def _row(job: int, configuration: str, accuracy: float, pruned: int | None = None, status="FINISHED") -> JobRow:
+    return JobRow(
+        job=job,
+        overrides=configuration,
+        all_overrides=configuration,
+        status=status,
+        metrics={"test_accuracy": accuracy} if status == "FINISHED" else {},
+        wall_seconds=10.0,
+        run_id=f"run{job}",
+        error="" if status == "FINISHED" else "boom",
+        configuration=configuration,
+        pruned_at_epoch=pruned,
+    )
+
+
+def test_the_summary_counts_pruned_trials_apart_from_failed_ones_and_never_picks_one():
+    rows = [_row(0, "lr=0.01", 0.8), _row(1, "lr=1e-09", 0.95, pruned=1), _row(2, "lr=0.1", math.nan, status="FAILED")]
+    configurations = [ConfigurationRow(row.configuration, [row]) for row in rows]
+    summary = Summary("sweep", "p", "test_accuracy", rows, rows[0], configurations, configurations[0])
+    assert summary.failed == [rows[2]] and summary.pruned == [rows[1]]
+    markdown = summary.markdown()
+    assert "3 jobs, 1 finished, 1 pruned, 1 failed, in 3 configurations" in markdown
+    assert "| lr=1e-09 | pruned at epoch 1 |" in markdown
+    assert "1 pruned: job 1 (lr=1e-09) at epoch 1" in markdown
+    assert "| 1 | lr=1e-09 | pruned at epoch 1 | " in summary.jobs_markdown()
+    assert configurations[1].pruned and not configurations[1].complete
+    assert configurations[0].complete
+
+
+def test_parallel_slots_follow_the_launcher():
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+    from hydra_plugins.runner_submitit_launchers import LocalLauncher
+
+    assert launcher_parallelism(JoblibLauncher(n_jobs=3)) == 3
+    assert launcher_parallelism(LocalLauncher(array_parallelism=4, submitit_folder="x")) == 4
+    assert launcher_parallelism(BasicLauncher()) == 1

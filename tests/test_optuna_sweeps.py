@@ -1,0 +1,176 @@
+"""Optuna sweeps end to end: real `python -m runner hparams_search=optuna ...` processes, a real Optuna study in a
+journal file of the sweep directory, a real MLflow sqlite store in tmp_path. One pruned study on two slots checks
+pruning, the summary and the free slot together; one killed and re-run study checks that a study survives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from helpers.cli import run_cli
+from helpers.presets import SWEEP_JOB
+from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep, sweep_command
+from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, open_storage
+from runner.sweeps.summary import MARKDOWN_FILE
+
+GOOD, BAD = "optimizer.lr=0.01", "optimizer.lr=1e-09"  # BAD cannot learn: its loss stays where it began
+
+
+def _study(sweep_dir, name="fashion_mnist") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=open_storage(str(sweep_dir / JOURNAL_FILE)))
+
+
+@pytest.mark.slow
+def test_a_pruned_study_on_two_slots(tmp_path):
+    """Six trials on two joblib slots, queued in this order: three that learn (the third for more epochs), then
+    three that cannot. The median pruner (after two complete trials) stops each that cannot after its first epoch;
+    the slot it frees takes the next trial while the other slot's long trial is still training."""
+    sweep_dir = tmp_path / "sweep"
+    queued = [f"{GOOD} epochs=2", f"{GOOD} epochs=2", f"{GOOD} epochs=8", *[f"{BAD} epochs=2"] * 3]
+    result = sweep(
+        tmp_path,
+        sweep_dir,
+        "hparams_search=optuna",
+        "pruner=median",
+        "pruner.n_startup_trials=2",
+        "hydra.sweeper.n_trials=6",
+        f"optimizer.lr=choice({GOOD.split('=')[1]},{BAD.split('=')[1]})",
+        "epochs=choice(2,8)",
+        "batch=64",
+        "hydra.sweeper.enqueue=[" + ",".join(f'"{item}"' for item in queued) + "]",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "dataset.train_examples=512",
+        # A loss moves at every step (an accuracy over few examples may not yet after one epoch).
+        "sweep.objective=test_loss",
+        "hydra.sweeper.direction=minimize",
+        "runtime.deterministic=true",  # the good trials' curves are identical: none is pruned against the others
+        "mlflow.log_model=true",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (sweep_dir / "multirun.yaml").exists()
+
+    study = _study(sweep_dir)
+    states = [trial.state for trial in sorted(study.trials, key=lambda trial: trial.number)]
+    assert states == [TrialState.COMPLETE] * 3 + [TrialState.PRUNED] * 3
+    pruned = [trial for trial in study.trials if trial.state == TrialState.PRUNED]
+    assert all(trial.params["optimizer.lr"] == 1e-09 and trial.last_step == 1 for trial in pruned)
+
+    client = client_for(tmp_path)
+    parent_id = parent_id_of(sweep_dir)
+    runs = children(client, parent_id)
+    assert [run.data.tags["job_number"] for run in runs] == [str(n) for n in range(6)]  # job N is trial N
+    assert all(run.info.status == "FINISHED" for run in runs)
+    for run in runs[3:]:
+        assert run.data.tags[PRUNED_TAG] == "1"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
+        assert "eval_accuracy" not in run.data.metrics
+        assert (sweep_dir / run.data.tags["job_number"] / "checkpoints" / "checkpoint").exists()  # kept
+    for run, epochs in zip(runs[:3], (2, 2, 8), strict=True):
+        assert PRUNED_TAG not in run.data.tags
+        assert len(client.get_metric_history(run.info.run_id, "test_accuracy")) == epochs
+    experiment = runs[0].info.experiment_id
+    with_model = {model.source_run_id for model in client.search_logged_models([experiment])}
+    assert with_model == {run.info.run_id for run in runs[:3]}  # a pruned trial logs no model
+    [version] = client.search_model_versions("name = 'synthetic'")
+    assert version.run_id in with_model  # the registered best is a trial that trained every epoch
+
+    rows = summary_rows(sweep_dir)
+    assert [row[PRUNED_TAG] for row in rows] == ["", "", "", "1", "1", "1"]
+    assert "6 jobs, 3 finished, 3 pruned, 0 failed, in 3 configurations" in result.stdout
+    configurations = (sweep_dir / MARKDOWN_FILE).read_text()
+    [pruned_row] = [line for line in configurations.splitlines() if "| pruned at epoch 1 |" in line]
+    assert "optimizer.lr=1e-09" in pruned_row and pruned_row.endswith("|  |  |  |  |  |  |  |")  # not compared
+    assert configurations in result.stdout
+    assert result.stdout.count("| pruned at epoch 1 |") == 4  # the configuration, and each of its three jobs
+
+    # Trial 2 (8 epochs and a model) and trial 3 (pruned after 1) ran side by side; trial 4 took trial 3's slot
+    # while trial 2 was still training.
+    ends = {int(run.data.tags["job_number"]): run.info.end_time for run in runs}
+    starts = {int(run.data.tags["job_number"]): run.info.start_time for run in runs}
+    assert starts[4] < ends[2], (starts, ends)
+    assert ends[3] < ends[2]
+
+
+@pytest.mark.slow
+def test_a_killed_study_continues_to_n_trials_without_repeating_a_trial(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    # Two slots on the basic launcher, which runs its jobs in this process: the trials go in batches of two.
+    overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2")
+    process = subprocess.Popen(
+        sweep_command(tmp_path, sweep_dir, overrides),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    job_log = sweep_dir / "2" / "runner.log"
+    deadline = time.monotonic() + 240
+    try:
+        while not (job_log.exists() and "steps per epoch" in job_log.read_text()):
+            assert process.poll() is None, "the sweep ended before trial 2 started training"
+            assert time.monotonic() < deadline, "trial 2 did not start training in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the sweep, its job and the training process: kill -9
+        process.wait()
+    before = {trial.number: trial for trial in _study(sweep_dir).trials}
+    assert [before[n].state for n in range(3)] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
+    client = client_for(tmp_path)
+    runs_before = {run.data.tags["job_number"]: run for run in children(client, parent_id_of(sweep_dir))}
+
+    result = sweep(tmp_path, sweep_dir, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = sorted(_study(sweep_dir).trials, key=lambda trial: trial.number)
+    assert [(trial.number, trial.state) for trial in after] == [(n, TrialState.COMPLETE) for n in range(3)]
+    assert [trial.params for trial in after] == [before[n].params for n in range(3)]  # trial 2 ran again as itself
+    runs = children(client, parent_id_of(sweep_dir))
+    assert [run.data.tags["job_number"] for run in runs] == ["0", "1", "2"]  # one child run per trial
+    for number in ("0", "1"):  # not trained again
+        assert runs[int(number)].info.end_time == runs_before[number].info.end_time
+    assert runs[2].info.run_id == runs_before["2"].info.run_id  # continued, not duplicated
+    assert "trial 2 was left running by an earlier command: it runs again" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "paragraph"),
+    [
+        (("pruner=bogus",), "pruner=bogus"),
+        (
+            ("hparams_search=optuna", "pruner=median", "+pruner.n_warmup_step=1"),
+            "pruner.n_warmup_step is not valid: optuna.pruners.MedianPruner takes no argument 'n_warmup_step' (did "
+            "you mean pruner.n_warmup_steps?)",
+        ),
+        (
+            ("hparams_search=optuna", "pruner=median", "sweep.objective=eval_accuracy"),
+            "sweep.objective=eval_accuracy is not valid with pruner=median: a pruner compares each epoch's objective",
+        ),
+        (
+            ("hparams_search=optuna", "hydra.sweeper.storage=postgresql+psycopg2://me@127.0.0.1:1/optuna"),
+            "hydra.sweeper.storage='postgresql+psycopg2://me@127.0.0.1:1/optuna' could not be opened: OperationalError",
+        ),
+    ],
+)
+def test_a_sweep_that_cannot_prune_or_store_its_study_stops_before_its_parent_run(tmp_path, overrides, paragraph):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(tmp_path, sweep_dir, *overrides)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert paragraph in line and "Fix: " in line
+    assert not (sweep_dir / "mlflow_parent_run_id.txt").exists()  # no parent run
+
+
+@pytest.mark.slow
+def test_a_pruner_without_a_sweep_is_one_paragraph(tmp_path):
+    result = run_cli(*SWEEP_JOB, "pruner=median", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: pruner=median is not valid without a sweep") and "Fix: " in last
+    assert not client_for(tmp_path).search_runs(["0"])
