@@ -150,6 +150,31 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     assert [layer.units for layer in model.layers[1:]] == [256, 10] and len(model.losses) == 2
 
 
+def test_the_keras3_option_builds_a_keras3_model_that_the_builtin_optimizer_follows(monkeypatch):
+    """model=my_mlp_keras3: a Keras 3 model, and optimizer=adam (the default) then builds a Keras 3 Adam."""
+    from omegaconf import OmegaConf
+
+    from helpers.config import compose
+    from runner.builtins import keras_lane
+    from runner.config.settings import checked_targets, validate
+    from runner.data.source import DataSpec
+    from runner.training.task import ClassificationTask
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    searchpath = f"hydra.searchpath=[file://{EXAMPLE / 'conf_mylab'}]"
+    config = compose(["dataset=synthetic", searchpath, "model=my_mlp_keras3"])
+    settings = validate(OmegaConf.to_container(config, resolve=True))
+    checked_targets(settings)
+    task = ClassificationTask.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
+    try:
+        model = task.build_model()
+        optimizer = task.build_optimizer(0.001)
+        assert keras_lane.version_of(model) == keras_lane.version_of(optimizer) == 3
+        assert type(optimizer).__module__.startswith("keras.") and model.output_shape == (None, 10)
+    finally:
+        keras_lane.select(2)  # this process's other tests build tf_keras models
+
+
 @pytest.fixture
 def served(project, one_device_run):
     """The documented `mlflow models serve` command for the run's model, from the example's directory, with neither
