@@ -1,7 +1,8 @@
 """Keras 3 models (`import keras`) in the runner, in real processes: a user's own module trains under two mirrored
 CPU replicas, resumes into the same MLflow run, and its logged model predicts raw inputs at eval_accuracy in a fresh
 Python that never sets TF_USE_LEGACY_KERAS; the strategies Keras 3 does not support refuse it before any run; the
-built-in CNN under runtime.keras=3 trains 2 x 32 as 1 x 64 does."""
+built-in CNN under runtime.keras=3 trains 2 x 32 as 1 x 64 does. In this process: loss scaling in Keras 3's
+terms, and an optimizer of the other Keras refused."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from helpers.cli import run_cli, start_cli, wait_for
 from helpers.data import write_fashion_mnist
 from helpers.presets import TINY, WITH_MODEL
 from helpers.tracking import metric_history, mlflow_client
-
-pytestmark = pytest.mark.slow
 
 TEST_IMAGES = 200
 
@@ -100,6 +99,7 @@ print(json.dumps(np.asarray(model.predict(np.load(sys.argv[2]))).tolist()))
 """
 
 
+@pytest.mark.slow
 def test_a_users_keras3_model_trains_on_two_mirrored_replicas_resumes_and_predicts_at_eval_accuracy(lab, resumed_run):
     client = mlflow_client(_store(lab))
     run = client.get_run(resumed_run)
@@ -127,6 +127,7 @@ def test_a_users_keras3_model_trains_on_two_mirrored_replicas_resumes_and_predic
     assert np.float32(correct / TEST_IMAGES) == np.float32(eval_accuracy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "issue", "extra"),
     [
@@ -156,6 +157,7 @@ def test_a_users_keras3_model_is_refused_where_keras3_does_not_train_it(lab, tmp
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
+@pytest.mark.slow
 def test_the_builtin_cnn_under_keras3_trains_two_replicas_of_32_as_one_of_64(tmp_path):
     """Replica invariance: the loss is averaged over the global batch, so epoch 1's train_loss of 2 x 32 equals
     that of 1 x 64 (relative difference below 1e-3)."""
@@ -177,3 +179,76 @@ def test_the_builtin_cnn_under_keras3_trains_two_replicas_of_32_as_one_of_64(tmp
         [(step, loss)] = metric_history(mlflow_client(_store(where)), run_id, "train_loss")
         losses[replicas] = loss
     assert abs(losses[2] - losses[1]) / losses[1] < 1e-3, losses
+
+
+def _keras3_task(tmp_path: Path, monkeypatch, optimizer: str):
+    """The task of the user's Keras 3 module with `optimizer` (an optimizer option's name or `_target_`)."""
+    from omegaconf import OmegaConf
+
+    from helpers.config import compose
+    from runner.config.settings import checked_targets, validate
+    from runner.data.source import DataSpec
+    from runner.training.task import ClassificationTask
+
+    (tmp_path / "k3lab.py").write_text(KERAS3_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = compose(["dataset=synthetic", "model._target_=k3lab.mlp", optimizer])
+    settings = validate(OmegaConf.to_container(config, resolve=True))
+    checked_targets(settings)
+    return ClassificationTask.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
+
+
+@pytest.fixture
+def keras_lane_restored():
+    """The process's Keras lane (runner.builtins.keras_lane) back to tf_keras after a test that selects Keras 3."""
+    from runner.builtins import keras_lane
+
+    yield keras_lane
+    keras_lane.select(2)
+
+
+def test_a_keras3_models_loss_scaling_scales_with_scale_loss_and_its_optimizer_unscales(
+    tmp_path, monkeypatch, keras_lane_restored
+):
+    """tf_keras's get_scaled_loss does not exist in Keras 3 (keras #19479): the step scales with scale_loss, and
+    Keras 3's LossScaleOptimizer unscales in apply_gradients; the step trains."""
+    import tensorflow as tf
+
+    from runner.training.optimizer import LossScaling, prepare_optimizer
+    from runner.training.steps import ReplicaSteps, TrainingState
+
+    task = _keras3_task(tmp_path, monkeypatch, "optimizer=sgd")
+    state = TrainingState.create(
+        task.build_model, lambda variables: prepare_optimizer(task.build_optimizer(0.1), variables, loss_scaling=True)
+    )
+    scaling = LossScaling.of(state.optimizer)
+    assert scaling is not None and scaling.keras3
+    loss = tf.constant(2.0)
+    scale = float(np.asarray(state.optimizer.dynamic_scale))
+    assert scale > 1 and float(scaling.scaled_loss(loss)) == 2.0 * scale
+    steps = ReplicaSteps(tf.distribute.get_strategy(), state, 8, task.per_example_loss)
+    before = [variable.numpy().copy() for variable in state.model.trainable_variables]
+    images = tf.random.stateless_uniform((8, 8, 8, 1), seed=(1, 2))
+    labels = tf.range(8) % 10
+    float(steps.train_replica_step((images, labels)))
+    assert int(state.optimizer.iterations.numpy()) == 1
+    after = [variable.numpy() for variable in state.model.trainable_variables]
+    # SGD with rate 0.1 moves the weights by 0.1 x the *unscaled* gradient: far less than the scale.
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(after, before, strict=True))
+    assert 0 < moved < 1.0
+
+
+def test_an_optimizer_of_the_other_keras_than_the_models_is_one_paragraph(tmp_path, monkeypatch, keras_lane_restored):
+    from runner.errors import RunnerError
+
+    (tmp_path / "k2opt.py").write_text(
+        "import tf_keras\n\ndef adam(learning_rate, **arguments):\n"
+        "    return tf_keras.optimizers.Adam(learning_rate, **arguments)\n"
+    )
+    task = _keras3_task(tmp_path, monkeypatch, "optimizer._target_=k2opt.adam")
+    task.build_model()
+    with pytest.raises(RunnerError) as raised:
+        task.build_optimizer(0.001)
+    message = str(raised.value)
+    assert message.startswith("optimizer._target_='k2opt.adam' returned tf_keras.")
+    assert "not an optimizer of the model's Keras (Keras 3)" in message and "Fix:" in message and "\n" not in message
