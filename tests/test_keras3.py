@@ -160,21 +160,31 @@ def test_a_users_keras3_model_is_refused_where_keras3_does_not_train_it(lab, tmp
 @pytest.mark.slow
 def test_the_builtin_cnn_under_keras3_trains_two_replicas_of_32_as_one_of_64(tmp_path):
     """Replica invariance: the loss is averaged over the global batch, so epoch 1's train_loss of 2 x 32 equals
-    that of 1 x 64 (relative difference below 1e-3)."""
-    losses = {}
+    that of 1 x 64 (relative difference below 1e-3). The two runs start together (each mostly loads)."""
+    runs = {}
     for replicas, batch in ((1, 64), (2, 32)):
         where = tmp_path / f"replicas-{replicas}"
-        done = run_cli(
-            *TINY,
-            "runtime.keras=3",
-            "strategy=mirrored",
-            f"strategy.cpu_replicas={replicas}",
-            f"batch={batch}",
-            f"mlflow.tracking_uri={_store(where)}",
-            f"hydra.run.dir={where / 'run'}",
-            cwd=tmp_path,
+        overrides = [*TINY, "runtime.keras=3", "strategy=mirrored", f"strategy.cpu_replicas={replicas}"]
+        runs[replicas] = (
+            where,
+            start_cli(
+                *overrides,
+                f"batch={batch}",
+                f"mlflow.tracking_uri={_store(where)}",
+                f"hydra.run.dir={where / 'run'}",
+                cwd=tmp_path,
+            ),
         )
-        assert done.returncode == 0, done.stderr[-3000:]
+    try:
+        outputs = {replicas: process.communicate(timeout=300)[1] for replicas, (_, process) in runs.items()}
+    finally:
+        for _, process in runs.values():
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    losses = {}
+    for replicas, (where, process) in runs.items():
+        assert process.returncode == 0, outputs[replicas][-3000:]
         run_id = (where / "run" / "mlflow_run_id.txt").read_text().strip()
         [(step, loss)] = metric_history(mlflow_client(_store(where)), run_id, "train_loss")
         losses[replicas] = loss
@@ -252,3 +262,26 @@ def test_an_optimizer_of_the_other_keras_than_the_models_is_one_paragraph(tmp_pa
     message = str(raised.value)
     assert message.startswith("optimizer._target_='k2opt.adam' returned tf_keras.")
     assert "not an optimizer of the model's Keras (Keras 3)" in message and "Fix:" in message and "\n" not in message
+
+
+def test_a_keras3_network_in_the_logged_savedmodel_warm_starts_a_fresh_keras3_model(
+    tmp_path, monkeypatch, keras_lane_restored
+):
+    """init.from=runs:/... of a Keras 3 run reads the network's variables from the logged SavedModel: Keras 3
+    variables are not tf.Variables, and are still found by their object path under `network`."""
+    import tensorflow as tf
+
+    from runner.tracking.model_export import served_module
+    from runner.training.warm_start import _restore_network
+
+    task = _keras3_task(tmp_path, monkeypatch, "optimizer=adam")
+    trained = task.build_model()
+    for variable in trained.weights:
+        variable.assign(tf.random.stateless_normal(variable.shape, seed=(3, 4)))
+    module = served_module(trained, task.export_model(trained))
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    fresh = task.build_model()
+    assert not np.array_equal(fresh.weights[0].numpy(), trained.weights[0].numpy())
+    _restore_network("init.from='runs:/x/model'", str(tmp_path / "saved" / "variables" / "variables"), fresh)
+    for ours, theirs in zip(fresh.weights, trained.weights, strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
