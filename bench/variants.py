@@ -136,6 +136,8 @@ class Variant:
 NAMED = {
     "deterministic": ("runtime.deterministic=true",),
     "multi_step+deterministic": ("loop=multi_step", "runtime.deterministic=true"),
+    # The Keras 3 lane: the built-in CNN built with `import keras` (against `for_in`, its tf_keras twin).
+    "keras3": ("loop=for_in", "runtime.keras=3"),
 }
 
 

@@ -13,9 +13,10 @@ import os
 
 from runner.heap import keep_freed_memory
 
-# Read by TensorFlow when it is imported: tf.keras is then tf_keras (Keras 2). Keras 3 loses updates under
-# ParameterServerStrategy and miscounts metrics under CentralStorageStrategy; the tutorial's custom loop
-# runs as written on tf_keras.
+# Read by TensorFlow when it is imported: tf.keras is then tf_keras (Keras 2), which every strategy trains. Keras 3
+# loses updates under ParameterServerStrategy and miscounts metrics under CentralStorageStrategy; the tutorial's
+# custom loop runs as written on tf_keras. A model built with `import keras` is still Keras 3, trained under the
+# strategies that support it (runner.builtins.keras_lane, runner.compat.keras3).
 LEGACY_KERAS = ("TF_USE_LEGACY_KERAS", "1")
 # TensorFlow's C++ INFO and WARNING lines stay off the terminal unless the user set a level (runner.verbosity).
 CPP_LOG_LEVEL = ("TF_CPP_MIN_LOG_LEVEL", "2")

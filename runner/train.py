@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 from omegaconf import OmegaConf
 
+from runner.builtins import keras_lane
 from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, PreemptionGuard
 from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.config.schema import Settings
@@ -40,7 +41,7 @@ from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
 from runner.training.progress import EpochProgress
 from runner.training.steps import ReplicaSteps, TrainingState
-from runner.training.strategy import build_strategy, gpu_models
+from runner.training.strategy import build_strategy, check_model_keras, gpu_models
 from runner.training.task import ClassificationTask
 from runner.training.warm_start import warm_start
 
@@ -372,15 +373,17 @@ def _state_in_scope(
 ) -> TrainingState:
     """The model, optimizer and metrics created in the strategy's scope, seeded: same seed, same initial weights."""
     policy = settings.runtime.mixed_precision
-    tf.keras.mixed_precision.set_global_policy(policy or "float32")
     with strategy.scope():
-        tf.keras.utils.set_random_seed(settings.seed)  # same seed, same initial weights, any strategy
+        # Same seed, same initial weights, any strategy; the built-in model in runtime.keras's Keras.
+        keras_lane.prepare(policy or "float32", settings.seed, settings.runtime.keras)
+        model = experiment.build_model()
+        check_model_keras(settings.strategy.name, model, settings.model.target)  # before the learning rate
         total_steps = plan.steps_per_epoch * settings.epochs
         rate = experiment.learning_rate(
             plan.learning_rate, total_steps, warmup_steps(plan.steps_per_epoch, settings.lr_scaling)
         )
         return TrainingState.create(
-            experiment.build_model,
+            lambda: model,
             lambda variables: prepare_optimizer(
                 experiment.build_optimizer(rate), variables, loss_scaling=policy == "mixed_float16"
             ),

@@ -317,7 +317,7 @@ def test_a_user_targets_bad_argument_or_path_is_refused_before_any_run(tmp_path,
 @pytest.mark.parametrize(
     "target,starts",
     [
-        ("not_a_model", "model._target_='mylab_targets.not_a_model' returned builtins.int, not a tf_keras model"),
+        ("not_a_model", "model._target_='mylab_targets.not_a_model' returned builtins.int, not a Keras model"),
         (
             "broken",
             "model._target_='mylab_targets.broken' raised ValueError when the runner called it: the lab's model "

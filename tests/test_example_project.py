@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -151,45 +150,29 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     assert [layer.units for layer in model.layers[1:]] == [256, 10] and len(model.losses) == 2
 
 
-@pytest.mark.slow
-def test_a_keras_3_model_is_refused_with_one_paragraph_before_any_run(tmp_path):
-    """A user's module that does `import keras` (Keras 3, even under the runner): exit 2, one paragraph on
-    stderr that says why and how to write it, and no MLflow run."""
-    (tmp_path / "k3lab.py").write_text(
-        textwrap.dedent("""\
-        import keras
+def test_the_keras3_option_builds_a_keras3_model_that_the_builtin_optimizer_follows(monkeypatch):
+    """model=my_mlp_keras3: a Keras 3 model, and optimizer=adam (the default) then builds a Keras 3 Adam."""
+    from omegaconf import OmegaConf
 
+    from helpers.config import compose
+    from runner.builtins import keras_lane
+    from runner.config.settings import checked_targets, validate
+    from runner.data.source import DataSpec
+    from runner.training.task import ClassificationTask
 
-        def mlp(input_shape, num_classes, weight_decay=0.0):
-            return keras.Sequential([keras.Input(shape=input_shape), keras.layers.Flatten(),
-                                     keras.layers.Dense(num_classes)])
-        """)
-    )
-    done = run_cli(
-        "model._target_=k3lab.mlp",
-        "dataset=synthetic",
-        "dataset.train_examples=256",
-        "dataset.test_examples=64",
-        "strategy=one_device",
-        "epochs=1",
-        "progress=false",
-        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-        cwd=tmp_path,
-        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))},
-    )
-    assert done.returncode == 2, done.stderr[-3000:]
-    [paragraph] = done.stderr.strip().splitlines()  # TensorFlow's loading lines, printed by `import keras`, too
-    assert paragraph.startswith("error: model._target_='k3lab.mlp' built a Keras 3 model"), paragraph
-    for why_and_how in (
-        "ParameterServerStrategy",
-        "MultiWorkerMirrored",
-        "import tf_keras as keras",
-        "not `import keras`",
-    ):
-        assert why_and_how in paragraph
-    if (tmp_path / "mlflow.db").exists():
-        client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-        assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    searchpath = f"hydra.searchpath=[file://{EXAMPLE / 'conf_mylab'}]"
+    config = compose(["dataset=synthetic", searchpath, "model=my_mlp_keras3"])
+    settings = validate(OmegaConf.to_container(config, resolve=True))
+    checked_targets(settings)
+    task = ClassificationTask.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
+    try:
+        model = task.build_model()
+        optimizer = task.build_optimizer(0.001)
+        assert keras_lane.version_of(model) == keras_lane.version_of(optimizer) == 3
+        assert type(optimizer).__module__.startswith("keras.") and model.output_shape == (None, 10)
+    finally:
+        keras_lane.select(2)  # this process's other tests build tf_keras models
 
 
 @pytest.fixture

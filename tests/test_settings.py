@@ -165,6 +165,10 @@ def test_any_positive_batch_is_accepted(batch):
         ("runtime.deterministic=maybe", "runtime.deterministic='maybe'"),
         ("runtime.deterministic=1", "runtime.deterministic=1"),
         ("runtime.deterministic=null", "runtime.deterministic=None"),
+        ("runtime.keras=4", "runtime.keras=4"),
+        ("runtime.keras=three", "runtime.keras='three'"),
+        ("runtime.keras=", "runtime.keras=''"),
+        ("runtime.keras=null", "runtime.keras=None"),
         ("mlflow.register=yes", "mlflow.register='yes'"),
         ("mlflow.register=1", "mlflow.register=1"),
         ("mlflow.log_model=maybe", "mlflow.log_model='maybe'"),
@@ -347,6 +351,27 @@ def test_deterministic_refuses_asynchronous_parameter_servers():
     settings = _settings("strategy=multi_worker_mirrored", "cluster=local", "runtime.deterministic=true")
     assert settings.runtime.deterministic
     assert not _settings().runtime.deterministic
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extra", "upstream"),
+    [
+        ("multi_worker_mirrored", ["cluster=local"], "keras #20585"),
+        ("parameter_server", ["cluster=local", "loop.steps_per_epoch=10"], "keras #18624"),
+        ("central_storage", [], "CentralStorageStrategy"),
+        ("tpu", [], "keras #19448"),
+    ],
+)
+def test_keras3_builtin_models_are_refused_where_keras3_does_not_train(strategy, extra, upstream):
+    with pytest.raises(RunnerError) as raised:
+        _settings(f"strategy={strategy}", *extra, "runtime.keras=3")
+    message = str(raised.value)
+    assert message.startswith(f"runtime.keras=3 is not valid: strategy={strategy} cannot train a Keras 3 model")
+    assert upstream in message and "Fix: use runtime.keras=2" in message and "\n" not in message
+    assert raised.value.key == "runtime.keras"
+    assert _settings(f"strategy={strategy}", *extra).runtime.keras == 2
+    for supported in ("default", "one_device", "mirrored"):
+        assert _settings(f"strategy={supported}", "runtime.keras=3").runtime.keras == 3
 
 
 def test_tracking_uris_of_installed_store_plugins_are_accepted(defaults, tmp_path, monkeypatch):

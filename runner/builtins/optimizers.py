@@ -1,21 +1,20 @@
 """The built-in optimizers, called as build(learning_rate=..., **their config arguments). The learning rate is
-the effective one: optimizer.lr scaled by lr_scaling and shaped by the schedule."""
+the effective one: optimizer.lr scaled by lr_scaling and shaped by the schedule. Each is an optimizer of the
+model's Keras (runner.builtins.keras_lane)."""
 
 from __future__ import annotations
 
+from runner.builtins.keras_lane import api
+
 
 def adam(learning_rate, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7, amsgrad: bool = False):
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
-
-    return tf.keras.optimizers.Adam(
+    return api().optimizers.Adam(
         learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, amsgrad=amsgrad
     )
 
 
 def sgd(learning_rate, momentum: float = 0.0, nesterov: bool = False):
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
-
-    return tf.keras.optimizers.SGD(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov)
+    return api().optimizers.SGD(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov)
 
 
 def adamw(
@@ -27,9 +26,7 @@ def adamw(
     amsgrad: bool = False,
 ):
     """Adam with weight decay decoupled from the gradient (Loshchilov and Hutter)."""
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
-
-    return tf.keras.optimizers.AdamW(
+    return api().optimizers.AdamW(
         learning_rate=learning_rate,
         weight_decay=weight_decay,
         beta_1=beta_1,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from runner import outcome
+from runner.clusters.end_of_job import END_FILE, SERVER_EXIT, read_end
 from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
 from runner.config.schema import ClusterSettings, Settings
 from runner.errors import RunnerError, report
@@ -229,7 +230,14 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 return ended, None
             if not os.path.exists(chief.outcome_file):  # killed, or dead before it could say why
                 return ended, _died(chief, run_dir)
-            dead = next((t for t in others if t.popen.poll() not in (None, 0)), None)
+            dead = next(
+                (
+                    t
+                    for t in others
+                    if t.popen.poll() not in (None, 0) and not _followed_the_chief(t, t.popen.returncode, run_dir)
+                ),
+                None,
+            )
             if dead is not None and not _same_mistake(code, dead.popen.returncode):
                 return ended, _died(dead, run_dir)
             return ended, None  # the chief said why itself
@@ -240,6 +248,8 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
             if status == 0:
                 # A multi_worker_mirrored worker that finished its part, or a server that saw the chief's end.
                 others.remove(task)
+            elif _followed_the_chief(task, status, run_dir):
+                others.remove(task)  # the chief ended the job and says why
             elif restart is not None and task.type == "worker" and task.restarts < MAX_WORKER_RESTARTS:
                 task.restarts += 1
                 # What it said of its end, if it could say anything (a worker killed outright wrote nothing).
@@ -270,6 +280,20 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
 def _outcome(task: _Task) -> Outcome:
     """How the task that ended says it ended (runner.outcome), or that it could not say."""
     return outcome.read(task.outcome_file, task.popen.returncode, who=f"{task.name} of the local cluster")
+
+
+def _followed_the_chief(task: _Task, status: int, run_dir: str) -> bool:
+    """A parameter_server cluster's server that ended as the chief's END_FILE of this cluster told it to
+    (runner.clusters.serving): the chief, not the server, says why the job ended."""
+    path = os.path.join(run_dir, END_FILE)
+    end = read_end(path)
+    if end is None or status == 0 or status != SERVER_EXIT.get(str(end.get("outcome"))):
+        return False
+    started = time.time() - (time.monotonic() - task.started)  # an earlier run's END_FILE is older than the task
+    try:
+        return os.path.getmtime(path) >= started - 1.0
+    except OSError:
+        return False
 
 
 def _same_mistake(chief_status: int | None, task_status: int) -> bool:

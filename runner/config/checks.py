@@ -118,7 +118,7 @@ class Text:
 
 @dataclass(frozen=True)
 class Choice:
-    options: tuple[str, ...]
+    options: tuple[str | int, ...]
     nullable: bool = False
     why: str = ""  # what the paragraph says instead of listing the options
     holds: Any = str
@@ -127,7 +127,7 @@ class Choice:
         if value is None and self.nullable:
             return None
         if value not in self.options:
-            options = ", ".join(self.options) + (", null" if self.nullable else "")
+            options = ", ".join(map(str, self.options)) + (", null" if self.nullable else "")
             raise refusal(key, value, self.why or f"the options are {options}", fix)
         return value
 

@@ -232,6 +232,12 @@ class RuntimeSettings:
     # true: TensorFlow's op determinism (deterministic kernels or an error, ordered input pipeline, every random
     # source from `seed`), so that the same command gives bit-identical metrics; refuses parameter_server.
     deterministic: bool = key(False, Bool(), "pass runtime.deterministic=true or runtime.deterministic=false")
+    # The Keras of the built-in models (2: tf_keras, 3: Keras 3); a user's model is in the Keras it was built with.
+    keras: int = key(
+        2,
+        Choice((2, 3), why="the options are 2 (tf_keras) and 3 (Keras 3)", holds=int),
+        "use runtime.keras=2 or runtime.keras=3",
+    )
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
+from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
 from runner.config.checks import Number, Text, refusal
 from runner.config.components import Component, check_targets
 from runner.config.schema import (
@@ -43,6 +44,7 @@ def validate(config: Mapping[str, Any]) -> Settings:
     settings = dataclasses.replace(_group(Settings, config, ""), composed=config)
     _strategy_rules(settings.strategy)
     _cluster_rules(settings)
+    _keras_rules(settings)
     _argument_rules(settings)
     _mlflow_rules(settings.mlflow)
     return _with_data_dir(_init(settings))
@@ -221,6 +223,18 @@ def _cluster_rules(settings: Settings) -> None:
             "worker shuffles with a seed of its own",
             "use strategy=multi_worker_mirrored (synchronous) for a reproducible multi-process run, or drop "
             "runtime.deterministic to train with parameter servers",
+        )
+
+
+def _keras_rules(settings: Settings) -> None:
+    """runtime.keras=3 only with the strategies Keras 3 supports upstream (runner.compat.keras3)."""
+    strategy = settings.strategy.name
+    if settings.runtime.keras == 3 and strategy in KERAS3_UNSUPPORTED:
+        raise refusal(
+            "runtime.keras",
+            3,
+            f"strategy={strategy} cannot train a Keras 3 model: {KERAS3_UNSUPPORTED[strategy]}",
+            f"use runtime.keras=2 (tf_keras) with strategy={strategy}, or {KERAS3_STRATEGIES}",
         )
 
 

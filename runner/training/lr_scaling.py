@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import tensorflow as tf
@@ -17,9 +18,11 @@ def effective_learning_rate(base_lr: float, global_batch: int, settings: LrScali
     return base_lr * factor
 
 
-class LinearWarmup(tf.keras.optimizers.schedules.LearningRateSchedule):
+class _Warmup:
     """Ramp linearly from WARMUP_START_FRACTION x target to target over `warmup_steps`, then hold; `target` is
     a rate or a schedule (runner.builtins.schedules), whose rate at each step is the one ramped up."""
+
+    _schedules = tf.keras.optimizers.schedules  # the Keras whose schedules serialize the target
 
     def __init__(self, target, warmup_steps: int):
         self.target = target if callable(target) else float(target)
@@ -33,9 +36,33 @@ class LinearWarmup(tf.keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         target = self.target
-        if isinstance(target, tf.keras.optimizers.schedules.LearningRateSchedule):
-            target = tf.keras.optimizers.schedules.serialize(target)
+        if isinstance(target, self._schedules.LearningRateSchedule):
+            target = self._schedules.serialize(target)
         return {"target": target, "warmup_steps": self.warmup_steps}
+
+
+class LinearWarmup(_Warmup, tf.keras.optimizers.schedules.LearningRateSchedule):
+    """The warm-up as a tf_keras schedule."""
+
+
+@functools.cache
+def _keras3_warmup() -> type:
+    """The warm-up as a Keras 3 schedule (a Keras 3 optimizer calls only its own Keras's schedules with the step)."""
+    import keras
+
+    return type(
+        "Keras3LinearWarmup",
+        (_Warmup, keras.optimizers.schedules.LearningRateSchedule),
+        {
+            "_schedules": keras.optimizers.schedules,
+            "__doc__": "The warm-up as a Keras 3 schedule.",
+        },
+    )
+
+
+def linear_warmup(target, warmup_steps: int, keras: int = 2):
+    """The warm-up over `target` as a schedule of Keras `keras` (2: tf_keras, 3: Keras 3)."""
+    return (_keras3_warmup() if keras == 3 else LinearWarmup)(target, warmup_steps)
 
 
 def warmup_steps(steps_per_epoch: int, settings: LrScalingSettings) -> int:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from runner.training.optimizer import LossScaling
+
 NON_FINITE_LOSS = "runner: the training loss is NaN or infinite"
 
 
@@ -59,6 +61,7 @@ class ReplicaSteps:
         self.state = state
         self.global_batch = global_batch
         self.per_example_loss = per_example_loss
+        self._loss_scaling = LossScaling.of(state.optimizer)  # tf_keras's or Keras 3's, None without
         # XLA compiles the per-replica maths only: apply_gradients all-reduces across replicas,
         # which must stay outside a jit-compiled function under every strategy.
         self._forward_backward = (
@@ -74,16 +77,15 @@ class ReplicaSteps:
         return loss
 
     def forward_backward(self, images, labels):
-        model, optimizer = self.state.model, self.state.optimizer
-        scaled = isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        model, scaling = self.state.model, self._loss_scaling
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = self.compute_loss(labels, logits, model.losses)
             # float16 gradients underflow: scale the loss up, and the gradients back down.
-            target = optimizer.get_scaled_loss(loss) if scaled else loss
+            target = scaling.scaled_loss(loss) if scaling else loss
         gradients = tape.gradient(target, model.trainable_variables)
-        if scaled:
-            gradients = optimizer.get_unscaled_gradients(gradients)
+        if scaling:
+            gradients = scaling.unscaled_gradients(gradients)
         return loss, gradients, logits
 
     def predict(self, images):

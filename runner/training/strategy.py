@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from runner.builtins.keras_lane import version_of
+from runner.compat.keras3 import unsupported
 from runner.config.schema import StrategySettings
 from runner.errors import RunnerError
 
@@ -169,3 +171,12 @@ def build_strategy(
     if name == "multi_worker_mirrored":
         return _multi_worker_mirrored(settings, resolver, timeout_seconds)
     return _parameter_server(settings, resolver)
+
+
+def check_model_keras(strategy: str, model, target: str) -> None:
+    """A Keras 3 model only under the strategies Keras 3 supports upstream (runner.compat.keras3): one paragraph
+    naming the upstream issue and the fix, before any MLflow run exists."""
+    if version_of(model) == 3:
+        why = unsupported(strategy, target)
+        if why is not None:
+            raise RunnerError(why)

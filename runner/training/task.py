@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from runner.builtins import keras_lane
 from runner.config.components import Component, call
 from runner.config.schema import OptimizerSettings, Settings
 from runner.data.source import DataSpec
 from runner.errors import RunnerError
-from runner.training.lr_scaling import LinearWarmup
+from runner.training.lr_scaling import linear_warmup
+
+LANE_NAMES = {2: "tf_keras", 3: "Keras 3"}
 
 
 class ClassificationTask:
-    """A classifier of `spec.num_classes` classes trained on per-example losses of its logits."""
+    """A classifier of `spec.num_classes` classes trained on per-example losses of its logits, in the Keras its
+    model is written in (tf_keras or Keras 3: runner.builtins.keras_lane), which its optimizer and schedule follow."""
 
     def __init__(
         self, model: Component, optimizer: OptimizerSettings, schedule: Component, loss: Component, spec: DataSpec
@@ -31,27 +35,23 @@ class ClassificationTask:
     def from_settings(cls, settings: Settings, spec: DataSpec) -> ClassificationTask:
         return cls(settings.model, settings.optimizer, settings.schedule, settings.loss, spec)
 
-    def build_model(self) -> tf.keras.Model:
-        """The model callable's tf_keras model (call inside strategy.scope()), its variables created."""
+    def build_model(self):
+        """The model callable's Keras model (call inside strategy.scope()), its variables created; the built-in
+        components follow its Keras from now on."""
         key, target = "model._target_", self.model.target
         model = call(
             key,
             target,
             lambda: self.model.instantiate(input_shape=tuple(self.spec.input_shape), num_classes=self.spec.num_classes),
         )
-        if not isinstance(model, tf.keras.Model):
-            kind = f"{type(model).__module__}.{type(model).__qualname__}"
-            if kind.startswith("keras.") or kind.startswith("keras_"):
-                raise RunnerError(
-                    f"{key}={target!r} built a Keras 3 model ({kind}). The runner trains tf_keras (Keras 2) models: "
-                    "Keras 3 loses updates under ParameterServerStrategy and does not support MultiWorkerMirrored "
-                    "custom loops. Fix: build the model with `from tensorflow import keras` (which the runner makes "
-                    "tf_keras) or `import tf_keras as keras`, not `import keras`."
-                )
+        version = keras_lane.version_of(model)
+        if version is None or not isinstance(model, keras_lane.api(version).Model):
             raise RunnerError(
-                f"{key}={target!r} returned {kind}, not a tf_keras model. Fix: return a "
-                "tf.keras.Model (Sequential, functional or subclassed) that outputs logits."
+                f"{key}={target!r} returned {type(model).__module__}.{type(model).__qualname__}, not a Keras "
+                "model. Fix: return a Keras model (Sequential, functional or subclassed) that outputs logits, built "
+                "with tf_keras (`import tf_keras as keras`) or Keras 3 (`import keras`)."
             )
+        keras_lane.select(version)
         if not model.built:  # a subclassed model makes its variables when first called
             call(key, target, lambda: model(tf.zeros((1, *self.spec.input_shape)), training=False))
         outputs = call(key, target, lambda: model.compute_output_shape((None, *self.spec.input_shape)))
@@ -67,16 +67,22 @@ class ClassificationTask:
         """The schedule's rate (or schedule) from the effective rate, ramped up by lr_scaling's warm-up."""
         key, target = "schedule._target_", self.schedule.target
         rate = call(key, target, lambda: self.schedule.instantiate(learning_rate=effective, total_steps=total_steps))
-        return LinearWarmup(rate, warmup_steps) if warmup_steps > 0 else rate
+        return linear_warmup(rate, warmup_steps, keras_lane.selected()) if warmup_steps > 0 else rate
 
-    def build_optimizer(self, learning_rate) -> tf.keras.optimizers.Optimizer:
+    def build_optimizer(self, learning_rate):
+        """The optimizer callable's optimizer, of the model's Keras (build the model first)."""
         key, target = "optimizer._target_", self.optimizer.component.target
         optimizer = call(key, target, lambda: self.optimizer.component.instantiate(learning_rate=learning_rate))
-        if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
+        wanted = keras_lane.selected()
+        version = keras_lane.version_of(optimizer)
+        if version != wanted or not isinstance(optimizer, keras_lane.api(wanted).optimizers.Optimizer):
+            kind = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+            module = "`import keras`" if wanted == 3 else "`import tf_keras as keras`"
             raise RunnerError(
-                f"{key}={target!r} returned {type(optimizer).__module__}.{type(optimizer).__qualname__}, "
-                "not a tf_keras optimizer. Fix: return a tf.keras.optimizers.Optimizer built with "
-                "`from tensorflow import keras` or `import tf_keras as keras`."
+                f"{key}={target!r} returned {kind}, not an optimizer of the model's Keras ({LANE_NAMES[wanted]}): "
+                "a Keras optimizer updates only the variables of its own Keras. Fix: return a "
+                f"keras.optimizers.Optimizer built with {module}, as the model is, or use a built-in optimizer "
+                "(optimizer=adam, sgd or adamw), which follows the model's Keras."
             )
         return optimizer
 
@@ -84,18 +90,19 @@ class ClassificationTask:
         """One loss per example; the replica step averages them over the global batch."""
         return self._loss_function(labels, logits, **self.loss.arguments)
 
-    def export_model(self, model: tf.keras.Model) -> tf.keras.Model:
+    def export_model(self, model):
         """`model` (its weights shared, not copied) behind what the runner does to raw inputs, with a softmax on
-        its logits: inputs as the data holds them in (e.g. uint8 pixels, (n, 28, 28)), class probabilities out.
+        its logits, in the model's Keras: inputs as the data holds them in (e.g. uint8 pixels, (n, 28, 28)), class
+        probabilities out.
 
         Normalization with mean 0 and variance scale**2 computes x / sqrt(scale**2) = x / scale, the very float32
         division of runner.data.in_memory.to_model_input (Rescaling's x * (1 / 255) differs from it in the last bit
         for 126 of the 256 pixel values). The added layers compute in float32 whatever the mixed-precision policy,
         as the input pipeline does."""
-        spec = self.spec
-        raw = tf.keras.Input(shape=spec.raw_shape, dtype=spec.raw_dtype, name="images")
-        scaled = tf.keras.layers.Normalization(mean=0.0, variance=spec.scale**2, dtype="float32", name="scale")(raw)
+        spec, keras = self.spec, keras_lane.api(keras_lane.version_of(model))
+        raw = keras.Input(shape=spec.raw_shape, dtype=spec.raw_dtype, name="images")
+        scaled = keras.layers.Normalization(mean=0.0, variance=spec.scale**2, dtype="float32", name="scale")(raw)
         if tuple(spec.raw_shape) != tuple(spec.input_shape):
-            scaled = tf.keras.layers.Reshape(spec.input_shape, dtype="float32", name="channel")(scaled)
-        probabilities = tf.keras.layers.Softmax(dtype="float32", name="probabilities")(model(scaled))
-        return tf.keras.Model(raw, probabilities, name=f"{spec.name}_classifier")
+            scaled = keras.layers.Reshape(spec.input_shape, dtype="float32", name="channel")(scaled)
+        probabilities = keras.layers.Softmax(dtype="float32", name="probabilities")(model(scaled))
+        return keras.Model(raw, probabilities, name=f"{spec.name}_classifier")

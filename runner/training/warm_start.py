@@ -130,8 +130,10 @@ def _checkpoint_keys(path: str, model: tf.keras.Model, root: str = "model") -> d
             continue
         visited.add((id(trackable), node_id))
         node = graph.nodes[node_id]
-        if isinstance(trackable, tf.Variable):
-            key = next((a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE"), None)
+        # A variable is what the checkpoint holds a value of: a tf.Variable, or a Keras 3 variable (which wraps one
+        # and is not a tf.Variable itself).
+        key = next((a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE"), None)
+        if key is not None or isinstance(trackable, tf.Variable):
             if key is not None:
                 keys.setdefault(id(trackable), key)
             continue

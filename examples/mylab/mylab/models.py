@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# Keras 2 (tf_keras), never `import keras`: that is Keras 3, which loses updates under
-# ParameterServerStrategy and does not support MultiWorkerMirrored custom loops, so the runner refuses its
-# models. `import tf_keras as keras` is Keras 2 wherever this module is imported (the runner, a notebook, a
-# test); `from tensorflow import keras` is too, but only where TF_USE_LEGACY_KERAS=1 was set before
-# TensorFlow was imported (the runner sets it).
+# Keras 2 (tf_keras), which every strategy trains: `import keras` is Keras 3, which the runner trains under
+# default, one_device and mirrored only (mylab/keras3_models.py). `import tf_keras as keras` is Keras 2 wherever
+# this module is imported (the runner, a notebook, a test); `from tensorflow import keras` is too, but only where
+# TF_USE_LEGACY_KERAS=1 was set before TensorFlow was imported (the runner sets it).
 import tf_keras as keras
 
 
