@@ -377,10 +377,14 @@ def test_suggestions_and_options_include_the_users_own_config_directory(own_proj
 
 
 def test_a_name_like_no_key_lists_the_groups_instead_of_a_wrong_suggestion():
-    message = _refusal("pruner=median")
-    assert message.startswith("pruner=median is not valid: the config has no key 'pruner'. Fix: remove"), message
-    assert "did you mean" not in message and "runtime=median" not in message
-    assert "config groups: cluster, dataset, hparams_search, loop" in message
+    """`sampler` is like no key (before the pruner group existed, `pruner=median` was told to use runtime=median)."""
+    message = _refusal("sampler=tpe")
+    assert message.startswith("sampler=tpe is not valid: the config has no key 'sampler'. Fix: remove"), message
+    assert "did you mean" not in message
+    assert (
+        "Fix: remove sampler=tpe, or pick an option of one of the config groups: cluster, dataset, hparams_search"
+        in (message)
+    )
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(own_project):

@@ -95,7 +95,7 @@ def _group(kind: type[Kind], node: Mapping[str, Any], prefix: str) -> Kind:
         if "group" in item.metadata:
             values[item.name] = _group(group_class(kind, item), _section(node, name, prefix), f"{prefix}{name}.")
         elif "target" in item.metadata:
-            own, optional = item.metadata["declared"], item.metadata.get("optional", False)
+            own, optional = item.metadata["declared"], bool(item.metadata.get("optional"))
             section = node if prefix else _section(node, name)
             values[item.name] = _component(prefix.rstrip(".") or name, section, own, optional)
         else:
