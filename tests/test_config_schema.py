@@ -381,10 +381,8 @@ def test_a_name_like_no_key_lists_the_groups_instead_of_a_wrong_suggestion():
     message = _refusal("sampler=tpe")
     assert message.startswith("sampler=tpe is not valid: the config has no key 'sampler'. Fix: remove"), message
     assert "did you mean" not in message
-    assert (
-        "Fix: remove sampler=tpe, or pick an option of one of the config groups: cluster, dataset, hparams_search"
-        in (message)
-    )
+    groups = "Fix: remove sampler=tpe, or pick an option of one of the config groups: cluster, dataset, hparams_search"
+    assert groups in message, message
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(own_project):
