@@ -32,6 +32,7 @@ from runner.config.plain import as_dict
 from runner.config.schema import TARGET_GROUPS, Settings, config_name, declared, group_class, register
 from runner.config.settings import sweep_settings, target_components, validate
 from runner.errors import RunnerError
+from runner.searchpath import searchpath_overrides
 
 
 def config_dir() -> Path:
@@ -103,7 +104,9 @@ def check_command_line(arguments: Sequence[str]) -> None:
 def check_sweep_points(config: DictConfig) -> None:
     """Every point of the sweep whose config Hydra composed (the sweep's callback, before its parent run): its
     keys are the schema's, its values of the schema's types, its `_target_`s take the arguments it gives them."""
-    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    # The user's config directories (hydra.searchpath, among Hydra's own overrides) are needed to compose a point.
+    lines = [*searchpath_overrides(config.hydra), *config.hydra.overrides.task]
+    overrides = OverridesParser.create().parse_overrides(lines)
     refuse_unknown_keys(config, overrides)
     composer = _Composer(str(config.hydra.job.config_name or CONFIG_NAME))
     composer.check_points(config, overrides)
