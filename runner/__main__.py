@@ -27,12 +27,13 @@ from runner.config.check import COMPOSITION_ERRORS, CONF_DIR, check_command_line
 from runner.config.help import register_help
 from runner.config.plain import as_dict
 from runner.config.schema import register
-from runner.config.settings import checked_targets, refuse_credentials_in_uri, sweep_settings, validate
+from runner.config.settings import checked_targets, refuse_credentials_in_uri, validate
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
 from runner.sweeps.pruning import trial_reporter
+from runner.sweeps.terms import objective_name
 from runner.tracking.opening import opened_tracker
 from runner.tracking.run_id_file import read_run_id
 from runner.tracking.server_access import check_server
@@ -78,7 +79,7 @@ def main(cfg: DictConfig) -> float:
         sys.exit(ended.exit_code)
     if not ended.metrics:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
-    return ended.metrics.get(sweep_settings(cfg).objective or "val_accuracy", float("nan"))
+    return ended.metrics.get(objective_name(cfg), float("nan"))
 
 
 class _Task:
@@ -128,8 +129,9 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
     # only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
     # An Optuna trial's training process reports each epoch to its study, whose pruner may stop it (None outside a
     # study; a pruner outside a sweep is refused here, before TensorFlow loads).
-    reporter = trial_reporter(settings.composed, tracks_the_run(settings))
-    with opened_tracker(settings.mlflow, tracks=tracks_the_run(settings)) as tracker:
+    chief = tracks_the_run(settings)
+    reporter = trial_reporter(settings.composed, chief)
+    with opened_tracker(settings.mlflow, tracks=chief) as tracker:
         # Imported after validation: a mistyped override fails before TensorFlow loads.
         load_tensorflow(verbose)
         run_dir = hydra_config.runtime.output_dir

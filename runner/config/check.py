@@ -19,7 +19,6 @@ from typing import Any, cast
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException
@@ -28,6 +27,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from runner.compat.hydra_internals import parse_command_line
 from runner.config.components import check_targets
+from runner.config.help import group_names, group_options
 from runner.config.plain import as_dict
 from runner.config.schema import TARGET_GROUPS, Settings, config_name, declared, group_class, register
 from runner.config.settings import sweep_settings, target_components, validate
@@ -83,7 +83,7 @@ def check_command_line(arguments: Sequence[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="runner"):
         composer = _Composer(options.config_name or CONFIG_NAME)
         overrides = composer.parse(options.overrides)
-        first = [_values(override)[0] for override in overrides if _values(override)]
+        first = [values[0] for values in map(_values, overrides) if values]
         config = composer.compose(first, return_hydra_config=True)
         multirun = options.multirun or str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
         swept = [override for override in overrides if override.is_sweep_override()]
@@ -245,15 +245,11 @@ class _Composer:
 
     def _groups(self, overrides: Sequence[str]) -> list[str]:
         """The config groups a user can pick an option of, their own (hydra.searchpath) included."""
-        return sorted(set(self._options("", ObjectType.GROUP, overrides)) - {"hydra"})
-
-    def _options(self, group: str, kind: ObjectType, overrides: Sequence[str]) -> list[str]:
-        """A group's options (or a parent's groups), in conf/ and in the directories of hydra.searchpath."""
-        return _loader().get_group_options(group, kind, self.config_name, _searchpath_overrides(overrides))
+        return group_names(self.config_name, _searchpath_overrides(overrides))
 
     def _missing_option(self, override: Override, message: str, before: Sequence[str]) -> RunnerError:
         group, option = override.key_or_group, override.value()
-        options = self._options(group, ObjectType.CONFIG, [*before, str(override.input_line)])
+        options = group_options(group, self.config_name, _searchpath_overrides([*before, str(override.input_line)]))
         if not options or not isinstance(option, str):
             lines = [line.strip() for line in message.splitlines() if line.strip()] or ["Hydra cannot find it"]
             first = next((line for line in lines if "Could not find" in line), lines[0])

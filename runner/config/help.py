@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
@@ -15,16 +16,29 @@ from runner.searchpath import searchpath_overrides
 RESOLVER = "runner_config_groups"
 
 
+def group_names(config_name: str, searchpath: Sequence[str]) -> list[str]:
+    """The config groups a user picks an option of, in conf/ and in the directories `searchpath` (the command's
+    `hydra.searchpath=[...]` overrides) adds."""
+    found = _loader().get_group_options("", ObjectType.GROUP, config_name, list(searchpath))
+    return sorted(set(found) - {"hydra"})
+
+
+def group_options(group: str, config_name: str, searchpath: Sequence[str]) -> list[str]:
+    """A group's options, in conf/ and in the directories of `searchpath`."""
+    return sorted(_loader().get_group_options(group, ObjectType.CONFIG, config_name, list(searchpath)))
+
+
 def config_groups(_root_: Any) -> str:
     """One line per group a user picks an option of: `group: option, option`."""
-    loader = GlobalHydra.instance().config_loader()
-    overrides = searchpath_overrides(OmegaConf.select(_root_, "hydra"))
+    searchpath = searchpath_overrides(OmegaConf.select(_root_, "hydra"))
     name = str(OmegaConf.select(_root_, "hydra.job.config_name") or "config")
-    groups = sorted(set(loader.get_group_options("", ObjectType.GROUP, name, overrides)) - {"hydra"})
     return "\n".join(
-        f"{group}: {', '.join(sorted(loader.get_group_options(group, ObjectType.CONFIG, name, overrides)))}"
-        for group in groups
+        f"{group}: {', '.join(group_options(group, name, searchpath))}" for group in group_names(name, searchpath)
     )
+
+
+def _loader() -> Any:
+    return GlobalHydra.instance().config_loader()
 
 
 def register_help() -> None:

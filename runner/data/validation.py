@@ -39,13 +39,19 @@ def held_out(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
 
 
+def _partition(keys: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """(training, validation) indices of `keys` held out by held_out(), and which of the two is empty, if one is."""
+    validation = held_out(keys, fraction, seed)
+    training = np.setdiff1d(np.arange(len(keys)), validation, assume_unique=True)
+    emptied = "validation" if not len(validation) else "training" if not len(training) else None
+    return training, validation, emptied
+
+
 def split_examples(labels: np.ndarray, fraction: float, seed: int, target: str) -> tuple[np.ndarray, np.ndarray]:
     """(training indices, validation indices), both ascending and disjoint, covering every example; refused when
     either would be empty."""
-    validation = held_out(labels, fraction, seed)
-    training = np.setdiff1d(np.arange(len(labels)), validation, assume_unique=True)
-    if not len(validation) or not len(training):
-        emptied = "validation" if not len(validation) else "training"
+    training, validation, emptied = _partition(labels, fraction, seed)
+    if emptied:
         raise RunnerError(
             f"{KEY}={fraction!r} is not valid for dataset._target_={target!r}: of its {len(labels)} training "
             f"examples it would leave the {emptied} split empty. Fix: pick a fraction that holds out at least one "
@@ -68,10 +74,8 @@ def split_files(
             key=KEY,
         )
     keys = np.asarray(labels if labels is not None else np.zeros(len(files), np.int64))
-    validation = held_out(keys, fraction, seed)
-    training = np.setdiff1d(np.arange(len(files)), validation, assume_unique=True)
-    if not len(validation) or not len(training):
-        emptied = "validation" if not len(validation) else "training"
+    training, validation, emptied = _partition(keys, fraction, seed)
+    if emptied:
         raise RunnerError(
             f"{KEY}={fraction!r} is not valid for dataset._target_={target!r}: its training data is "
             f"{len(files)} files, split by whole files, and the fraction would leave the {emptied} split with "
