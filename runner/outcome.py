@@ -125,6 +125,12 @@ def no_outcome(who: str, exit_code: int | None, file: str) -> str:
     return f"{who} {how} and wrote no outcome ({file}): it was killed, or died before it could say why."
 
 
+# The objective when sweep.objective is null: val_accuracy on the validation split a sweep job holds out, or, where
+# the data cannot be split (a tf.data callable without its own validation split), the test set's.
+DEFAULT_OBJECTIVE = "val_accuracy"
+FALLBACK_OBJECTIVE = "test_accuracy"
+
+
 def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
     """The sweeper's direction when it has one (optuna), else what the metric's name says."""
     direction = getattr(sweeper_direction, "name", sweeper_direction)

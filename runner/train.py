@@ -26,7 +26,7 @@ from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
 from runner.errors import Preempted, RunnerError
-from runner.outcome import lower_is_better
+from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
@@ -183,7 +183,8 @@ class Trainer:
             export = self.experiment.export_model
             actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id, settings.epochs))
         if settings.mlflow.register:
-            objective = settings.sweep.objective or ("val_accuracy" if self.validate is not None else "test_accuracy")
+            default = DEFAULT_OBJECTIVE if self.validate is not None else FALLBACK_OBJECTIVE
+            objective = settings.sweep.objective or default
             name = settings.mlflow.registered_model_name
             actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
         return actions

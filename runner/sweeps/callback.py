@@ -24,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.check import check_sweep_points
 from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError, report
+from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
     CHOSEN_BY_TAG,
-    FALLBACK_OBJECTIVE,
     OVERRIDES_TAG,
     PARENT_RUN_ID_FILE,
     REGISTERED_VERSION_TAG,

@@ -42,7 +42,7 @@ from runner.config.schema import Settings
 from runner.config.settings import sweep_settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
-from runner.outcome import FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
@@ -51,7 +51,6 @@ from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     CONFIGURATION_TAG,
     DEFAULT_VALIDATION_FRACTION,
-    FALLBACK_OBJECTIVE,
     FOLD_KEY,
     FOLD_TAG,
     JOB_NUMBER_TAG,

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from runner.config.settings import sweep_settings
-from runner.outcome import lower_is_better
+from runner.outcome import DEFAULT_OBJECTIVE, lower_is_better
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
@@ -36,10 +36,6 @@ REGISTERED_VERSION_TAG = "registered_model_version"
 
 
 # ---- what chooses the winner (a validation split unless told otherwise) ----
-# The objective when sweep.objective is null, on the validation split a sweep job holds out by default; where the
-# data cannot be split (a tf.data callable without its own validation split), the test set's, said so.
-DEFAULT_OBJECTIVE = "val_accuracy"
-FALLBACK_OBJECTIVE = "test_accuracy"
 DEFAULT_VALIDATION_FRACTION = 0.1
 # On each child run and on the parent: the metric that chose (`test_accuracy` where the data could not be split).
 CHOSEN_BY_TAG = "chosen_by"
