@@ -18,6 +18,7 @@ import pytest
 
 from helpers.config import REPO
 from helpers.presets import SWEEP_JOB
+from helpers.processes import children as child_processes
 from helpers.processes import find_process
 from helpers.requires import requires
 from helpers.slurm import free_port_run, running_slurm
@@ -82,12 +83,17 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
         text=True,
     )
     try:
-        # Job 1 created its child run and is starting to train: kill its SLURM task's process outright, as
-        # the OOM killer would (scancel's SIGTERM would let it record its own failure).
+        # Job 1 created its child run and started its training process: freeze that process, so that it
+        # cannot finish meanwhile, and kill the SLURM task's process outright, as a node failure would
+        # (scancel's SIGTERM would let it record its own failure). SLURM then kills what is left of the task.
         _wait_for(lambda: (sweep_dir / "1" / "mlflow_run_id.txt").exists(), "job 1's run", process)
         array_tasks = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()
         [job_1] = [task for task in array_tasks if task.endswith("_1")]
-        os.kill(_submitit_process(job_1), signal.SIGKILL)
+        task_process = _submitit_process(job_1)
+        _wait_for(lambda: child_processes(task_process), "job 1's training process", process)
+        [training] = child_processes(task_process)
+        os.kill(training, signal.SIGSTOP)
+        os.kill(task_process, signal.SIGKILL)
         stdout, stderr = process.communicate(timeout=300)
     finally:
         if process.poll() is None:

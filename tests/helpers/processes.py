@@ -72,7 +72,8 @@ def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
 
 def find_process(environment: dict[str, str], argument: str) -> int | None:
     """A live process whose environment holds every `environment` item and whose command line has
-    `argument` as one of its words (a SLURM task, a submitit job), or None."""
+    `argument` as one of its words (a SLURM task, a submitit job), or None. The srun that started such a
+    task has the same words and the job's variables: it is never the one returned."""
     wanted = {f"{key}={value}".encode() for key, value in environment.items()}
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -82,6 +83,7 @@ def find_process(environment: dict[str, str], argument: str) -> int | None:
                 command = handle.read().split(b"\0")
         except OSError:
             continue
-        if wanted <= environ and argument.encode() in command and is_running(int(name)):
+        is_srun = os.path.basename(command[0]) == b"srun"
+        if wanted <= environ and argument.encode() in command and not is_srun and is_running(int(name)):
             return int(name)
     return None
