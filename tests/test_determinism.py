@@ -166,3 +166,27 @@ def test_parameter_server_is_refused_with_one_paragraph(tmp_path):
     )
     assert "Fix:" in line
     assert not (tmp_path / "mlflow.db").exists()  # refused before anything was tracked
+
+
+def test_an_op_without_a_deterministic_xla_kernel_is_one_paragraph_and_a_failed_run(tmp_path):
+    """TensorFlow finds that XLA has no deterministic MaxPool gradient only when the CNN's first step runs: the run
+    ends FAILED with the paragraph, exit 2, instead of a traceback."""
+    done = run_cli(
+        *TINY,
+        "strategy=one_device",
+        "runtime.deterministic=true",
+        "runtime.jit_compile=true",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(
+        "error: runtime.deterministic=true cannot train this model: TensorFlow has no deterministic kernel for one of "
+        'its ops under XLA (runtime.jit_compile=true): "GPU MaxPool gradient ops do not yet have a deterministic XLA '
+        'implementation". Fix: drop runtime.jit_compile=true'
+    ), line
+    [run] = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"])
+    assert run.info.status == "FAILED" and run.data.tags["error"].endswith(line.removeprefix("error: "))

@@ -58,6 +58,23 @@ class Diverged(RunnerError):
     """The loss became NaN or infinite; training stopped before the bad step touched the weights."""
 
 
+def without_deterministic_kernel(error: tf.errors.UnimplementedError) -> RunnerError:
+    """runtime.deterministic met an op TensorFlow has no deterministic kernel for (with runtime.jit_compile: XLA's
+    MaxPool gradient, among others), which TensorFlow reports only when the step first runs."""
+    said = next(line.strip() for line in error.message.splitlines() if "determinis" in line).rstrip(".")
+    under_xla = "XLA" in said or "tf2xla" in error.message
+    fix = (
+        "drop runtime.jit_compile=true (without XLA this op has a deterministic kernel), or drop runtime.deterministic"
+        if under_xla
+        else "drop runtime.deterministic=true, or use a model without this op"
+    )
+    return RunnerError(
+        f"runtime.deterministic=true cannot train this model: TensorFlow has no deterministic kernel for one of its "
+        f'ops{" under XLA (runtime.jit_compile=true)" if under_xla else ""}: "{said}". Fix: {fix}.',
+        key="runtime.deterministic",
+    )
+
+
 class _StepBoundaries:
     """What a loop reports after each step (or call of steps): the progress, then the safe point where a
     SIGTERM stops training. It keeps how far the epoch has got (steps, the running sum of their losses),
@@ -135,6 +152,10 @@ class Controller:
             total_loss, steps = self.loop.train_epoch(epoch, self._boundaries, done_steps, done_loss)
             self._boundaries = None
             train_loss = float(total_loss) / steps  # float() waits for the last step to finish
+        except tf.errors.UnimplementedError as error:
+            if "determinis" not in error.message:  # only op determinism's refusal is the user's to fix
+                raise
+            raise without_deterministic_kernel(error) from None
         except tf.errors.InvalidArgumentError as error:
             if NON_FINITE_LOSS not in str(error):
                 raise
