@@ -14,11 +14,11 @@ import pytest
 
 from helpers.config import compose
 from helpers.presets import SWEEP_JOB
-from helpers.sweeps import children, client_for, parent_id_of
+from helpers.sweeps import all_runs, children, client_for, parent_id_of
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.sweeps.job import validation_of_job
 from runner.sweeps.summary import MARKDOWN_FILE
-from runner.sweeps.terms import CHOSEN_BY_TAG, what_chose
+from runner.sweeps.terms import CHOSEN_BY_TAG, PARENT_RUN_ID_FILE, what_chose
 
 CONTEXT = "mlflow.data.context"
 # SWEEP_JOB without its sweep.objective: the sweep's default.
@@ -147,3 +147,35 @@ def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinish
     assert f",fold=0) already FINISHED as MLflow run {folds[0].info.run_id}: skipped" in said
     assert f",fold=1): continuing MLflow run {folds[1].info.run_id}" in said
     assert client.get_run(folds[1].info.run_id).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_data_that_cannot_be_cut_into_the_folds_is_refused_before_the_sweep_starts(tmp_path):
+    """The sweep loads its data once before its parent run: 3 TFRecord files cannot make 5 folds, and a tf.data
+    callable cannot be folded at all. Each is one paragraph, exit 2, and no MLflow run."""
+    from test_data_kinds import tfrecord_options, write_tfrecords
+
+    write_tfrecords(tmp_path, "train", files=3, per_file=10)
+    write_tfrecords(tmp_path, "test", files=1, per_file=4)
+    cases = {
+        "files": ([*tfrecord_options(tmp_path), "dataset.name=records", "sweep.folds=5"], "3 files"),
+        "stream": (
+            [
+                "dataset._target_=test_validation_split.stream_with_validation",
+                "dataset.name=stream",
+                "sweep.folds=2",
+            ],
+            "cannot split into folds",
+        ),
+    }
+    for name, (overrides, why) in cases.items():
+        case = tmp_path / name
+        case.mkdir()
+        result = _sweep(case, *overrides, "optimizer.lr=0.001,0.002", without="dataset=" if name == "files" else "~")
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert line.startswith(f"error: dataset.folds={5 if name == 'files' else 2} (sweep.folds) is not valid"), line
+        assert why in line and "Fix:" in line
+        assert not (case / "sweep" / PARENT_RUN_ID_FILE).exists()
+        assert all_runs(client_for(case)) == []

@@ -25,6 +25,7 @@ from runner.config.check import check_sweep_points
 from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError, report
 from runner.outcome import FALLBACK_OBJECTIVE
+from runner.sweeps.folds import check_folds
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
@@ -41,7 +42,7 @@ from runner.sweeps.terms import (
     run_name_for,
 )
 from runner.tracking.server_access import check_server
-from runner.verbosity import configure, is_verbose
+from runner.verbosity import configure, is_verbose, loading_tensorflow
 
 log = logging.getLogger("runner")
 
@@ -81,7 +82,10 @@ class SweepCallback(Callback):
             tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
             check_server(tracking, registers=tracking.log_model)
             check_before_sweep(config)
-            configure(is_verbose(config.get("verbose"), config.hydra.verbose))  # before MLflow is imported
+            verbose = is_verbose(config.get("verbose"), config.hydra.verbose)
+            configure(verbose)  # before MLflow is imported
+            with loading_tensorflow(verbose):
+                check_folds(config)  # loads the data (and TensorFlow) with sweep.folds alone
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)
