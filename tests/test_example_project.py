@@ -1,11 +1,12 @@
 """The example project examples/mylab as a user runs it: copied to a directory of its own, its data written
 by its own make_data.py, then `python -m runner hydra.searchpath=[file://conf_mylab] model=my_mlp
 dataset=my_digits ...` run from that directory with it on PYTHONPATH (the runner comes from the environment).
-Real processes, a real MLflow store, real serving; and a user's Keras 3 model, refused before any run.
+Real processes, a real MLflow store, real serving.
 
 Each slow scenario runs once: one device (its logged model served), two mirrored replicas (replica
-invariance against the one-device run), local MultiWorkerMirrored and ParameterServer clusters, and a seeded
-sweep over the model's own argument and the optimizer that registers a champion.
+invariance against the one-device run), local MultiWorkerMirrored and ParameterServer clusters, a seeded
+sweep over the model's own argument and the optimizer that registers a champion, and the example's Keras 3 model
+on one device (served) and two mirrored replicas.
 """
 
 from __future__ import annotations
@@ -193,16 +194,45 @@ def test_one_device_run_logs_a_model_that_serves_the_raw_digits_at_eval_accuracy
     eval_accuracy = run.data.metrics["eval_accuracy"]
     print(f"one_device, {EPOCHS}: eval_accuracy {eval_accuracy:.4f}")
     assert eval_accuracy > 0.8  # it learned: ten classes, chance is 0.1
+    assert_serves_at_eval_accuracy(project, served, eval_accuracy)
 
+
+def assert_serves_at_eval_accuracy(project: Path, url: str, eval_accuracy: float) -> None:
+    """The served model, asked about the raw test digits, is right exactly as often as eval_accuracy says."""
     images, labels = _test_split(project)  # as the files hold them: uint8 0-16, (357, 8, 8)
     assert images.dtype == np.uint8 and images.shape == (TEST_EXAMPLES, 8, 8) and images.max() == 16
-    status, answer = post_invocations(served, {"inputs": images.tolist()})
+    status, answer = post_invocations(url, {"inputs": images.tolist()})
     assert status == 200, answer
     probabilities = np.array(answer["predictions"])
     assert probabilities.shape == (TEST_EXAMPLES, 10)
     correct = int(np.sum(probabilities.argmax(axis=1) == labels))
     assert correct == round(eval_accuracy * TEST_EXAMPLES), (correct, eval_accuracy)
     assert np.float32(correct / TEST_EXAMPLES) == np.float32(eval_accuracy)
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_the_keras3_option_trains_on_two_mirrored_replicas_as_on_one_device_and_serves_at_eval_accuracy(project):
+    """model=my_mlp_keras3 as the README runs it: a Keras 3 model, with the built-in optimizer following its Keras,
+    on one device (its model logged, served without TF_USE_LEGACY_KERAS) and on two mirrored replicas."""
+    one_device = train(project, "keras3_one_device", "model=my_mlp_keras3", "strategy=one_device")
+    mirrored = train(
+        project,
+        "keras3_mirrored",
+        "model=my_mlp_keras3",
+        "strategy=mirrored",
+        "strategy.cpu_replicas=2",
+        "batch=32",
+        "mlflow.log_model=false",
+    )
+    run = _client(project).get_run(one_device)
+    assert run.data.params["model._target_"] == "mylab.keras3_models.mlp"
+    assert _client(project).get_run(mirrored).data.params["num_replicas"] == "2"
+    assert_same_losses(project, mirrored, one_device, "Keras 3 mirrored, 2 replicas")
+    eval_accuracy = run.data.metrics["eval_accuracy"]
+    assert eval_accuracy > 0.8
+    with serving(f"runs:/{one_device}/model", project) as url:
+        assert_serves_at_eval_accuracy(project, url, eval_accuracy)
 
 
 @pytest.mark.slow
