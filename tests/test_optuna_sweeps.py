@@ -4,18 +4,20 @@ pruning, the summary and the free slot together; one killed and re-run study che
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
-
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from helpers.cli import run_cli
 from helpers.presets import SWEEP_JOB
-from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep, sweep_command
+from helpers.sweeps import (
+    children,
+    client_for,
+    kill_sweep_while_training,
+    parent_id_of,
+    summary_rows,
+    sweep,
+)
 from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, open_storage
 from runner.sweeps.summary import MARKDOWN_FILE
 
@@ -103,23 +105,8 @@ def test_a_killed_study_continues_to_n_trials_without_repeating_a_trial(tmp_path
     sweep_dir = tmp_path / "sweep"
     # Two slots on the basic launcher, which runs its jobs in this process: the trials go in batches of two.
     overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2")
-    process = subprocess.Popen(
-        sweep_command(tmp_path, sweep_dir, overrides),
-        cwd=tmp_path,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    job_log = sweep_dir / "2" / "runner.log"
-    deadline = time.monotonic() + 240
-    try:
-        while not (job_log.exists() and "steps per epoch" in job_log.read_text()):
-            assert process.poll() is None, "the sweep ended before trial 2 started training"
-            assert time.monotonic() < deadline, "trial 2 did not start training in time"
-            time.sleep(0.2)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)  # the sweep, its job and the training process: kill -9
-        process.wait()
+    # The sweep, its job and the training process: kill -9.
+    kill_sweep_while_training(tmp_path, sweep_dir, overrides, sweep_dir / "2" / "runner.log", "trial 2")
     before = {trial.number: trial for trial in _study(sweep_dir).trials}
     assert [before[n].state for n in range(3)] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
     client = client_for(tmp_path)

@@ -22,10 +22,13 @@ from helpers.sweeps import (
     assert_finished_sweep,
     children,
     client_for,
+    kill_sweep_while_training,
     parent_id_of,
+    start_sweep,
     summary_rows,
     sweep,
     sweep_command,
+    wait_until_training,
 )
 from runner import outcome
 from runner.outcome import OUTCOME_FILE
@@ -42,23 +45,7 @@ GRID = [
 
 def start_and_kill_during_job(tmp_path, sweep_dir, overrides, job: int) -> None:
     """Run a sweep and kill it all (Hydra's process and the training process) while `job` trains."""
-    process = subprocess.Popen(
-        sweep_command(tmp_path, sweep_dir, overrides),
-        cwd=tmp_path,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    job_log = sweep_dir / str(job) / "runner.log"
-    deadline = time.monotonic() + 240
-    try:
-        while not (job_log.exists() and "steps per epoch" in job_log.read_text()):
-            assert process.poll() is None, f"the sweep ended before job {job} started training"
-            assert time.monotonic() < deadline, f"job {job} did not start training in time"
-            time.sleep(0.2)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    kill_sweep_while_training(tmp_path, sweep_dir, overrides, sweep_dir / str(job) / "runner.log", f"job {job}")
 
 
 @pytest.fixture(scope="module")
@@ -228,20 +215,9 @@ def test_a_jobs_paragraph_reaches_its_run_from_the_outcome_file_with_stderr_gone
 
 def test_a_training_process_killed_outright_fails_its_job_as_one_that_wrote_no_outcome(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    process = subprocess.Popen(
-        sweep_command(tmp_path, sweep_dir, ("epochs=50",)),
-        cwd=tmp_path,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    job_log = sweep_dir / "0" / "runner.log"
+    process = start_sweep(tmp_path, sweep_dir, ("epochs=50",))
     try:
-        deadline = time.monotonic() + 240
-        while not (job_log.exists() and "steps per epoch" in job_log.read_text()):
-            assert process.poll() is None, "the sweep ended before its job started training"
-            assert time.monotonic() < deadline, "the job did not start training in time"
-            time.sleep(0.2)
+        wait_until_training(process, sweep_dir / "0" / "runner.log", "its job")
         [training] = [pid for pid in child_processes(process.pid) if "hydra.mode=RUN" in _command_line(pid)]
         os.kill(training, signal.SIGKILL)
         process.wait(timeout=120)

@@ -5,8 +5,6 @@ Real `python -m runner -m ...` processes against a real MLflow sqlite store, tin
 
 from __future__ import annotations
 
-import os
-import signal
 import statistics
 import subprocess
 import time
@@ -14,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from helpers.sweeps import children, client_for, parent_id_of, summary_rows, sweep_command
+from helpers.sweeps import children, client_for, kill_sweep_while_training, parent_id_of, summary_rows, sweep_command
 from runner.outcome import RESULT_KEYS
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
 
@@ -108,23 +106,7 @@ def test_a_rerun_trains_only_the_seeds_that_did_not_finish(tmp_path):
     sweep_dir = tmp_path / "sweep"
     overrides = ("batch=32", "sweep.seeds=3", "seed=7")
     # Kill the whole sweep while the second seed (8) trains: seed 7 is done, 8 is cut short, 9 never began.
-    process = subprocess.Popen(
-        sweep_command(tmp_path, sweep_dir, overrides),
-        cwd=tmp_path,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    log = sweep_dir / "0" / "seed-8" / "runner.log"
-    deadline = time.monotonic() + 240
-    try:
-        while not (log.exists() and "steps per epoch" in log.read_text()):
-            assert process.poll() is None, "the sweep ended before seed 8 started training"
-            assert time.monotonic() < deadline, "seed 8 did not start training in time"
-            time.sleep(0.2)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    kill_sweep_while_training(tmp_path, sweep_dir, overrides, sweep_dir / "0" / "seed-8" / "runner.log", "seed 8")
     client = client_for(tmp_path)
     before = {run.data.tags["seed"]: run for run in children(client, parent_id_of(sweep_dir))}
     assert {seed: run.info.status for seed, run in before.items()} == {"7": "FINISHED", "8": "RUNNING"}

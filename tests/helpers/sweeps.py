@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import csv
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -30,6 +34,37 @@ def sweep_command(tmp_path, sweep_dir, overrides):
         f"hydra.sweep.dir={sweep_dir}",
         *overrides,
     ]
+
+
+def start_sweep(tmp_path, sweep_dir, overrides) -> subprocess.Popen:
+    """The sweep, started in a session of its own: its process group holds its jobs and their training processes."""
+    return subprocess.Popen(
+        sweep_command(tmp_path, sweep_dir, overrides),
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_until_training(process: subprocess.Popen, log: Path, what: str, timeout: float = 240) -> None:
+    """Until the run that logs to `log` has started training (its "steps per epoch" line)."""
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and "steps per epoch" in log.read_text()):
+        assert process.poll() is None, f"the sweep ended before {what} started training"
+        assert time.monotonic() < deadline, f"{what} did not start training in time"
+        time.sleep(0.2)
+
+
+def kill_sweep_while_training(tmp_path, sweep_dir, overrides, log: Path, what: str) -> None:
+    """Start a sweep and kill -9 all of it (the sweep, its jobs, their training processes) once the run that logs
+    to `log` trains."""
+    process = start_sweep(tmp_path, sweep_dir, overrides)
+    try:
+        wait_until_training(process, log, what)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def sweep(tmp_path, sweep_dir, *overrides) -> subprocess.CompletedProcess:
