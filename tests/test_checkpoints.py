@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from runner.builtins import keras_lane
 from runner.builtins.models import cnn
 from runner.builtins.optimizers import adam
 from runner.config.schema import CheckpointSettings
@@ -24,8 +24,9 @@ from runner.training.steps import TrainingState
 STEPS = {1: 32, 2: 64, 3: 128}
 
 
-def _state() -> TrainingState:
-    tf.keras.utils.set_random_seed(5)
+def _state(keras: int = 2) -> TrainingState:
+    """The CNN and its Adam in Keras `keras` (2: tf_keras, 3: Keras 3), seeded alike."""
+    keras_lane.prepare("float32", 5, keras)
     return TrainingState.create(
         lambda: cnn((28, 28, 1), 10, weight_decay=0.0), lambda variables: prepare_optimizer(adam(1e-3), variables)
     )
@@ -36,24 +37,31 @@ def _checkpointer(directory: Path, state: TrainingState) -> Checkpointer:
 
 
 def _weights(state: TrainingState) -> list[np.ndarray]:
-    return [variable.numpy() for variable in (*state.model.variables, *state.optimizer.variables())]
+    optimizer = state.optimizer.variables  # a method in tf_keras, a list in Keras 3
+    variables = optimizer() if callable(optimizer) else optimizer
+    return [np.asarray(variable.numpy()) for variable in (*state.model.variables, *variables)]
+
+
+def _save_three(directory: Path, keras: int = 2) -> dict[int, list[np.ndarray]]:
+    """Three checkpoints of different weights in `directory`; each checkpoint's weights (0: the initial ones)."""
+    state = _state(keras)
+    checkpointer = _checkpointer(directory, state)
+    weights = {0: _weights(_state(keras))}
+    for epoch, step in STEPS.items():
+        for variable in state.model.trainable_variables:
+            variable.assign(variable.numpy() + epoch)
+        state.optimizer.iterations.assign(step)
+        state.epoch.assign(epoch)
+        checkpointer.save()
+        weights[epoch] = _weights(state)
+    return weights
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A directory with three checkpoints of different weights, and each checkpoint's weights."""
     directory = tmp_path_factory.mktemp("saved") / "checkpoints"
-    state = _state()
-    checkpointer = _checkpointer(directory, state)
-    weights = {0: _weights(_state())}
-    for epoch, step in STEPS.items():
-        for variable in state.model.trainable_variables:
-            variable.assign_add(tf.ones_like(variable) * epoch)
-        state.optimizer.iterations.assign(step)
-        state.epoch.assign(epoch)
-        checkpointer.save()
-        weights[epoch] = _weights(state)
-    return directory, weights
+    return directory, _save_three(directory)
 
 
 def _files(directory: Path, epoch: int) -> tuple[Path, Path]:
@@ -133,3 +141,24 @@ def test_training_on_after_a_skipped_checkpoint_writes_that_step_anew(saved, tmp
     files = checkpointer.save()
     assert checkpointer.latest.endswith("ckpt-128") and str(_files(directory, 3)[0]) in files
     assert _checkpointer(directory, _state()).restore() == 3
+
+
+@pytest.mark.parametrize("damage", ["newest data file cut to half", "every data file cut"])
+def test_a_keras3_models_damaged_checkpoint_falls_back_as_a_tf_keras_ones_does(tmp_path, caplog, damage):
+    """Keras 3's variables are not tf.Variables: the fallback still restores all of them from the newest readable
+    checkpoint, or leaves all of them initial."""
+    try:
+        directory = tmp_path / "checkpoints"
+        weights = _save_three(directory, keras=3)
+        harm, epoch, named = DAMAGES[damage]
+        harm(directory)
+        state = _state(keras=3)
+        assert type(state.model).__module__.startswith("keras.")
+        with caplog.at_level(logging.WARNING, logger="runner"):
+            restored = _checkpointer(directory, state).restore()
+        assert restored == epoch == int(state.epoch.numpy())
+        for ours, expected in zip(_weights(state), weights[epoch], strict=True):
+            np.testing.assert_array_equal(ours, expected)
+        assert any(named in record.getMessage() for record in caplog.records)
+    finally:
+        keras_lane.select(2)  # this process's other tests build tf_keras models

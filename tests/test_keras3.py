@@ -74,15 +74,15 @@ def _mirrored_run(lab: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def resumed_run(lab) -> str:
     """The user's Keras 3 model killed (kill -9) after its first checkpoint, then resumed by the same command
-    into the same run, which logs its model; the run id."""
-    process = start_cli(*_mirrored_run(lab), cwd=lab)
+    into the same run, which logs its model and registers it; the run id."""
+    process = start_cli(*_mirrored_run(lab), "mlflow.register=true", cwd=lab)
     try:
         wait_for(lambda: list((lab / "run" / "checkpoints").glob("ckpt-*.index")), what="the first checkpoint")
     finally:
         process.kill()
         process.communicate(timeout=60)
     assert process.returncode == -signal.SIGKILL
-    done = run_cli(*_mirrored_run(lab), cwd=lab)
+    done = run_cli(*_mirrored_run(lab), "mlflow.register=true", cwd=lab)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming after epoch 1" in done.stdout, done.stdout[-3000:]
     return (lab / "run" / "mlflow_run_id.txt").read_text().strip()
@@ -112,8 +112,11 @@ def test_a_users_keras3_model_trains_on_two_mirrored_replicas_resumes_and_predic
     labels = np.load(lab / "test_labels.npy")
     env = {key: value for key, value in os.environ.items() if key not in ("TF_USE_LEGACY_KERAS", "PYTHONPATH")}
     env["MLFLOW_TRACKING_URI"] = _store(lab)
+    # Registered by the run (mlflow.register=true): its version serves what the run logged.
+    [version] = client.search_model_versions("name='fashion_mnist'")
+    assert version.run_id == resumed_run
     done = subprocess.run(
-        [sys.executable, "-c", _PREDICT, f"runs:/{resumed_run}/model", str(lab / "test_images.npy")],
+        [sys.executable, "-c", _PREDICT, f"models:/fashion_mnist/{version.version}", str(lab / "test_images.npy")],
         cwd=lab,
         env=env,
         capture_output=True,
@@ -125,6 +128,22 @@ def test_a_users_keras3_model_trains_on_two_mirrored_replicas_resumes_and_predic
     assert probabilities.shape == (TEST_IMAGES, 10)
     correct = int(np.sum(probabilities.argmax(axis=1) == labels))
     assert np.float32(correct / TEST_IMAGES) == np.float32(eval_accuracy)
+
+    # A fresh run warm-started from the registered version begins where the trained model is: its first epoch's
+    # loss is below the original run's first epoch's.
+    warm = run_cli(
+        *_mirrored_run(lab),
+        f"init.from=models:/fashion_mnist/{version.version}",
+        "epochs=1",
+        "mlflow.log_model=false",
+        f"hydra.run.dir={lab / 'warm'}",
+        cwd=lab,
+    )
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    assert f"initialised the model from models:/fashion_mnist/{version.version}" in warm.stdout + warm.stderr
+    warm_id = (lab / "warm" / "mlflow_run_id.txt").read_text().strip()
+    [(_, warm_loss)] = metric_history(client, warm_id, "train_loss")
+    assert warm_loss < losses[0][1], (warm_loss, losses)
 
 
 @pytest.mark.slow

@@ -390,11 +390,19 @@ DETERMINISTIC = ["dataset.train_examples=8192", "runtime.deterministic=true"]
 EXACT_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "learning_rate")
 
 
-@pytest.mark.parametrize("loop", ["for_in", "multi_step"])
-def test_sigterm_mid_epoch_then_resume_is_bit_identical_to_the_uninterrupted_run(tmp_path, loop):
+@pytest.mark.parametrize(
+    ("loop", "keras"), [("for_in", 2), ("multi_step", 2), ("for_in", 3)], ids=["for_in", "multi_step", "keras3"]
+)
+def test_sigterm_mid_epoch_then_resume_is_bit_identical_to_the_uninterrupted_run(tmp_path, loop, keras):
     """The preemption checkpoint holds the steps of epoch 2 already trained and their losses and accuracy:
-    the resume skips exactly the batches they consumed and epoch 2's metrics still cover all of its steps."""
-    args = [*DETERMINISTIC, f"loop={loop}", *(["loop.steps_per_call=4"] if loop == "multi_step" else [])]
+    the resume skips exactly the batches they consumed and epoch 2's metrics still cover all of its steps. The
+    same for the CNN built with Keras 3 (its Adam's state in the checkpoint) under runtime.deterministic."""
+    args = [
+        *DETERMINISTIC,
+        f"loop={loop}",
+        f"runtime.keras={keras}",
+        *(["loop.steps_per_call=4"] if loop == "multi_step" else []),
+    ]
     reference = run_cli(*_args(tmp_path, "reference", *args), cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
 
