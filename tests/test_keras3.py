@@ -304,3 +304,16 @@ def test_a_keras3_network_in_the_logged_savedmodel_warm_starts_a_fresh_keras3_mo
     _restore_network("init.from='runs:/x/model'", str(tmp_path / "saved" / "variables" / "variables"), fresh)
     for ours, theirs in zip(fresh.weights, trained.weights, strict=True):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_the_keras_lanes_step_benchmark_times_each_part_in_both_lanes():
+    """`python -m bench.keras3_step` at its smallest: every part of the step timed in tf_keras and Keras 3, and the
+    process's lane left at tf_keras."""
+    from bench.keras3_step import PARTS, markdown_table, measure
+    from runner.builtins import keras_lane
+
+    rows = measure(calls=1, repeats=1)
+    assert [part for part, _, _ in rows] == list(PARTS)
+    assert all(ours > 0 and theirs > 0 for _, ours, theirs in rows)
+    assert keras_lane.selected() == 2
+    assert markdown_table(rows).count("\n") == len(PARTS) + 2
