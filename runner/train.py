@@ -30,7 +30,7 @@ from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_bette
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
-from runner.tracking.provenance import GPU_TAG
+from runner.tracking.provenance import GPU_TAG, KERAS_TAG
 from runner.tracking.run_id_file import read_run_id
 from runner.training.actions import EndAction, LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
 from runner.training.checkpoints import Checkpointer
@@ -248,7 +248,11 @@ class Trainer:
         }
 
     def _tags(self) -> dict[str, str]:
-        return {GPU_TAG: ", ".join(gpu_models()) or "none", **self.origin_tags}
+        return {
+            GPU_TAG: ", ".join(gpu_models()) or "none",
+            KERAS_TAG: keras_lane.described(self.state.model),
+            **self.origin_tags,
+        }
 
     def _say_how_it_starts(self, run_id: str | None, tracker: Tracker) -> None:
         settings, checkpointer, plan = self.settings, self.checkpointer, self.plan

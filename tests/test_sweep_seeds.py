@@ -34,18 +34,24 @@ def _by_configuration(runs) -> dict[str, list]:
 
 
 def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_path):
+    """The two configurations are the CNN's two Keras lanes: a Keras 3 model sweeps and seeds as a tf_keras one."""
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "seed=1,2,3", "batch=32,64", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    result = sweep(
+        tmp_path, sweep_dir, "seed=1,2,3", "runtime.keras=2,3", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
     parent_id = parent_id_of(sweep_dir)
     runs = children(client, parent_id)
     assert len(runs) == 6 and all(run.info.status == "FINISHED" for run in runs)
     grouped = _by_configuration(runs)
-    assert sorted(grouped) == ["batch=32", "batch=64"]
-    for _name, group in grouped.items():
+    assert sorted(grouped) == ["runtime.keras=2", "runtime.keras=3"]
+    for name, group in grouped.items():
         assert sorted(run.data.tags["seed"] for run in group) == ["1", "2", "3"]
         assert sorted(run.data.params["seed"] for run in group) == ["1", "2", "3"]  # what they trained with
+        # Each trained in the Keras its configuration names.
+        lane = "keras 3." if name == "runtime.keras=3" else "tf_keras 2."
+        assert all(run.data.tags["keras"].startswith(lane) for run in group), [r.data.tags["keras"] for r in group]
 
     rows = summary_rows(sweep_dir, CSV_FILE)
     assert [row["configuration"] for row in rows] and sorted(row["configuration"] for row in rows) == sorted(grouped)

@@ -48,6 +48,15 @@ def version_of(thing: object) -> int | None:
     return None
 
 
+def described(model: object) -> str:
+    """The Keras package and version a model is built with, e.g. `keras 3.15.1` or `tf_keras 2.21.0` (the run's
+    `keras` tag: which lane trained it)."""
+    from importlib.metadata import version
+
+    package = "keras" if version_of(model) == 3 else "tf_keras"
+    return f"{package} {version(package)}"
+
+
 def prepare(policy: str, seed: int, keras: int) -> None:
     """Before a model is built: select Keras `keras` (runtime.keras, the built-in models' Keras), and set the
     global dtype policy and the random seed in tf_keras, and in Keras 3 when it is selected or this process has

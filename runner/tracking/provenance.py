@@ -20,6 +20,7 @@ VERSION_TAG_PREFIX = "versions."
 CPU_TAG = "hardware.cpu"
 CPU_FLAGS_TAG = "hardware.cpu_flags"
 GPU_TAG = "hardware.gpu"
+KERAS_TAG = "keras"  # the Keras package and version the model is built with (runner.builtins.keras_lane)
 # Distributions whose versions change the numbers a run computes.
 VERSIONED = ("tensorflow", "tf-keras", "numpy")
 # The instruction sets TensorFlow's CPU kernels (oneDNN, Eigen) choose their code paths by.
