@@ -32,15 +32,7 @@ SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
 # The groups whose other keys are a `_target_` callable's arguments: open to any key.
 TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset", "pruner")
-STRATEGIES = (
-    "default",
-    "one_device",
-    "mirrored",
-    "central_storage",
-    "multi_worker_mirrored",
-    "parameter_server",
-    "tpu",
-)
+STRATEGIES = tuple("default one_device mirrored central_storage multi_worker_mirrored parameter_server tpu".split())
 
 
 def key(default: Any, check: Check, fix: str, *, shown_as: str | None = None, name: str | None = None) -> Any:
@@ -173,12 +165,10 @@ class OptimizerSettings:
 @dataclass(frozen=True)
 class LrScalingSettings:
     rule: str = key(MISSING, Choice("none", "linear", "sqrt"), "use lr_scaling=none, linear or sqrt")
-    base_batch: int = key(  # the global batch optimizer.lr was tuned for
-        64, Int(), "pass the global batch the base learning rate was tuned for, e.g. 64"
-    )
-    warmup_epochs: float = key(  # linear warm-up over this many epochs; 0: none
-        0, Number(), "pass a number of epochs >= 0 (0 turns warm-up off)"
-    )
+    # The global batch optimizer.lr was tuned for.
+    base_batch: int = key(64, Int(), "pass the global batch the base learning rate was tuned for, e.g. 64")
+    # Linear warm-up over this many epochs; 0: none.
+    warmup_epochs: float = key(0, Number(), "pass a number of epochs >= 0 (0 turns warm-up off)")
 
 
 @dataclass(frozen=True)
@@ -205,9 +195,8 @@ class CheckpointSettings:
 
 @dataclass(frozen=True)
 class RuntimeSettings:
-    jit_compile: bool = key(  # XLA-compile the per-replica forward and backward pass
-        False, BOOL, "pass runtime.jit_compile=true or runtime.jit_compile=false"
-    )
+    # XLA-compile the per-replica forward and backward pass.
+    jit_compile: bool = key(False, BOOL, "pass runtime.jit_compile=true or runtime.jit_compile=false")
     mixed_precision: str | None = key(
         None,
         Choice("mixed_float16", "mixed_bfloat16"),
@@ -254,12 +243,10 @@ class MlflowSettings:
     registered_model_name: str = key(
         "${dataset.name}", TEXT, "name the registered model, e.g. mlflow.registered_model_name=fashion_mnist"
     )
-    register: bool = key(  # a single run registers its own model as a new version
-        False, BOOL, "pass mlflow.register=true to register this run's model, or false"
-    )
-    log_model: bool = key(  # false: no MLflow Model at the end of a run; a sweep registers none
-        True, BOOL, "pass mlflow.log_model=true to log the trained model, or false to skip it"
-    )
+    # A single run registers its own model as a new version.
+    register: bool = key(False, BOOL, "pass mlflow.register=true to register this run's model, or false")
+    # false: no MLflow Model at the end of a run; a sweep registers none.
+    log_model: bool = key(True, BOOL, "pass mlflow.log_model=true to log the trained model, or false to skip it")
     system_metrics: SystemMetricsSettings = group(SystemMetricsSettings)
     # Which checkpoints the run's MLflow artifacts hold (under checkpoints/): last = only the newest one (the one
     # eval_accuracy measures), uploaded when the run ends (FINISHED, KILLED or FAILED); all = every save, as it is
@@ -316,13 +303,11 @@ class InitSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    batch: int = key(  # examples per replica in one step; the global batch is batch x replicas in sync
-        64, Int(), "pass the per-replica batch size as a positive integer, e.g. batch=64"
-    )
+    # Examples per replica in one step; the global batch is batch x replicas in sync.
+    batch: int = key(64, Int(), "pass the per-replica batch size as a positive integer, e.g. batch=64")
     epochs: int = key(10, Int(), "pass a positive number of epochs, e.g. epochs=2")
-    seed: int = key(  # seeds Python, NumPy, TensorFlow and the shuffle; NumPy's seed is 32 bits
-        42, Int(minimum=0, maximum=2**32 - 1), "pass a non-negative integer seed below 2**32, e.g. seed=42"
-    )
+    # Seeds Python, NumPy, TensorFlow and the shuffle; NumPy's seed is 32 bits.
+    seed: int = key(42, Int(minimum=0, maximum=2**32 - 1), "pass a non-negative integer seed below 2**32, e.g. seed=42")
     # The per-epoch progress bar on stderr: null = only when stderr is a terminal, true = always, false = never.
     progress: bool | None = key(
         None,

@@ -82,14 +82,14 @@ RULES = (
         "strategy={strategy} trains in several processes that form a TensorFlow cluster",
         "add cluster=local to start one on this machine (cluster.workers=2, and cluster.ps=1 for "
         "parameter_server), or cluster=tf_config / cluster=slurm where TF_CONFIG or srun describe the cluster",
-        "cluster.kind",
+        path="cluster.kind",
     ),
     Rule(
         "cluster",
         lambda s: s.cluster.kind != "none" and s.strategy.name not in MULTI_PROCESS_STRATEGIES,
         "strategy={strategy} trains in a single process",
         "use strategy=multi_worker_mirrored or strategy=parameter_server with a cluster, or drop the cluster override",
-        "cluster.kind",
+        path="cluster.kind",
     ),
     Rule(
         "loop.steps_per_epoch",
@@ -247,7 +247,7 @@ _INIT_FIX = (
 
 
 def init_settings(node: Mapping[str, Any]) -> InitSettings:
-    """The init group, whose one key is init.from: runs:/<run id>/<path>, models:/<name>@<alias>,
+    """The init group, whose one key init.from is runs:/<run id>/<path>, models:/<name>@<alias>,
     models:/<name>/<version>, or a run directory, its checkpoints/ directory or one checkpoint (a ckpt-N prefix)
     that exists; its kind is found by looking at the value."""
     for key in node:
@@ -259,29 +259,28 @@ def init_settings(node: Mapping[str, Any]) -> InitSettings:
                 "give where the weights come from as init.from=<run dir, runs:/ or models:/ URI>",
             )
     source = TEXT("init.from", node.get("from"), _INIT_FIX, nullable=True)
-    why = "the runner loads weights from runs:/ and models:/ URIs and from local checkpoint directories"
     if source is None:
         return InitSettings(None, None)
     if source.startswith("runs:"):
-        if re.fullmatch(r"runs:/[^/\s]+/\S+", source):
-            return InitSettings(source, "runs")
-        why = "a run's model is named runs:/<run id>/<artifact path>"
-    elif source.startswith("models:"):
-        if re.fullmatch(r"models:/[^/@:\s]+(@[^/@\s]+|/\d+)", source):
-            return InitSettings(source, "models")
-        why = "a registered model's version is named models:/<name>@<alias> or models:/<name>/<version number>"
-    elif not re.match(r"[A-Za-z][\w+.-]*:/", source):
-        path = os.path.abspath(os.path.expanduser(source))
-        if os.path.isfile(path + ".index"):  # one checkpoint, named by its prefix (.../checkpoints/ckpt-96)
-            return InitSettings(path, "checkpoint")
-        for directory in (path, os.path.join(path, "checkpoints")) if os.path.isdir(path) else ():
-            if os.path.isfile(os.path.join(directory, "checkpoint")) or glob.glob(
-                os.path.join(directory, "ckpt-*.index")
-            ):
-                return InitSettings(directory, "checkpoint")
-        why = f"{path} holds no checkpoint (no ckpt-*.index files in it or in its checkpoints/ directory)"
-        if not os.path.isdir(path):
-            why = (
-                f"there is no directory {path} (nor a checkpoint of that name), and it is not a runs:/ or models:/ URI"
-            )
+        if not re.fullmatch(r"runs:/[^/\s]+/\S+", source):
+            raise refusal("init.from", source, "a run's model is named runs:/<run id>/<artifact path>", _INIT_FIX)
+        return InitSettings(source, "runs")
+    if source.startswith("models:"):
+        if not re.fullmatch(r"models:/[^/@:\s]+(@[^/@\s]+|/\d+)", source):
+            why = "a registered model's version is named models:/<name>@<alias> or models:/<name>/<version number>"
+            raise refusal("init.from", source, why, _INIT_FIX)
+        return InitSettings(source, "models")
+    if re.match(r"[A-Za-z][\w+.-]*:/", source):
+        why = "the runner loads weights from runs:/ and models:/ URIs and from local checkpoint directories"
+        raise refusal("init.from", source, why, _INIT_FIX)
+    path = os.path.abspath(os.path.expanduser(source))
+    if os.path.isfile(path + ".index"):  # one checkpoint, named by its prefix (.../checkpoints/ckpt-96)
+        return InitSettings(path, "checkpoint")
+    if not os.path.isdir(path):
+        why = f"there is no directory {path} (nor a checkpoint of that name), and it is not a runs:/ or models:/ URI"
+        raise refusal("init.from", source, why, _INIT_FIX)
+    for directory in (path, os.path.join(path, "checkpoints")):
+        if os.path.isfile(os.path.join(directory, "checkpoint")) or glob.glob(os.path.join(directory, "ckpt-*.index")):
+            return InitSettings(directory, "checkpoint")
+    why = f"{path} holds no checkpoint (no ckpt-*.index files in it or in its checkpoints/ directory)"
     raise refusal("init.from", source, why, _INIT_FIX)
