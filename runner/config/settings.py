@@ -18,18 +18,10 @@ from importlib.metadata import entry_points
 from typing import Any, NamedTuple
 
 from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
+from runner.config import schema
 from runner.config.checks import TEXT, Number, refusal
 from runner.config.components import Component, check_targets
-from runner.config.schema import (
-    TARGET_GROUPS,
-    InitSettings,
-    MlflowSettings,
-    Settings,
-    SweepSettings,
-    read,
-    section,
-    target,
-)
+from runner.config.schema import TARGET_GROUPS, InitSettings, MlflowSettings, Settings, SweepSettings
 from runner.errors import RunnerError
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
@@ -118,7 +110,7 @@ RULES = (
 
 def validate(config: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
-    settings = dataclasses.replace(read(Settings, config), composed=config)
+    settings = dataclasses.replace(schema.read(Settings, config), composed=config)
     strategy = settings.strategy.name
     for rule in RULES:
         if rule.breaks(settings):
@@ -127,25 +119,25 @@ def validate(config: Mapping[str, Any]) -> Settings:
             raise refusal(rule.key, value, rule.why.format(**words), rule.fix.format(**words))
     settings = _with_arguments(settings)
     _mlflow_rules(settings.mlflow)
-    return dataclasses.replace(settings, init=init_settings(section(config, "init")))
+    return dataclasses.replace(settings, init=init_settings(schema.section(config, "init")))
 
 
 def mlflow_settings(config: Mapping[str, Any]) -> MlflowSettings:
     """The mlflow group validated alone (what a sweep checks before its parent run, where a swept key may still
     change the rest of the config)."""
-    settings = read(MlflowSettings, section(config, "mlflow"), "mlflow.")
+    settings = schema.read(MlflowSettings, schema.section(config, "mlflow"), "mlflow.")
     _mlflow_rules(settings)
     return settings
 
 
 def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     """The sweep group validated alone: the objective and the seeds."""
-    return read(SweepSettings, section(config, "sweep"), "sweep.")
+    return schema.read(SweepSettings, schema.section(config, "sweep"), "sweep.")
 
 
 def target_components(config: Mapping[str, Any], groups: tuple[str, ...] = TARGET_GROUPS) -> list[Component]:
     """The `_target_` callables of a composed config with the arguments it gives them, without validating the rest."""
-    found = [target(name, section(config, name)) for name in groups]
+    found = [schema.target(name, schema.section(config, name)) for name in groups]
     return [each for each in found if each is not None]
 
 
