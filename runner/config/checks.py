@@ -50,6 +50,8 @@ class Check:
 
 
 class Int(Check):
+    """An integer from `minimum` (to `maximum`); OmegaConf holds it as an int, so `batch='64'` is 64."""
+
     def __init__(self, minimum: int = 1, maximum: int | None = None) -> None:
         need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         if maximum is not None:

@@ -1,14 +1,12 @@
-"""Every key the runner reads, declared once: its type, default, check and the fix its refusal paragraph gives.
+"""Every key the runner reads, declared once: its type (`... | None` where it may be null), default, check and
+the fix its refusal paragraph gives.
 
-The declarations are the settings themselves: frozen dataclasses whose fields carry a `key(...)` declaration (a
-field typed `... | None` may be null). `runner.config.settings.validate` checks a composed config against them and
-returns the `Settings` tree the rest of the program reads; `structured_schema()` turns the same declarations into
-the structured config Hydra composes conf/config.yaml over (its first default, `runner_schema`), which refuses a
-key it does not declare.
-
-The `_target_` groups (dataset, model, optimizer, schedule, loss, pruner) are open: their other keys are the
-callable's arguments, checked against its signature (runner.config.components); only the keys the runner applies
-itself are declared. A new key is one field here; a rule across keys is one row in runner.config.settings.
+The declarations are the settings themselves: frozen dataclasses whose fields carry a `key(...)`. `read` checks a
+config node against them into the `Settings` tree the rest of the program reads (runner.config.settings.validate
+adds the rules across keys); `structured_schema()` turns them into the structured config Hydra composes
+conf/config.yaml over (`runner_schema`), which refuses a key it does not declare. The `_target_` groups are open:
+their other keys are the callable's arguments, checked against its signature (runner.config.components). A new
+key is one field here; a rule across keys is one row of runner.config.settings.RULES.
 """
 
 from __future__ import annotations

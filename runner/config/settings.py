@@ -146,10 +146,9 @@ def checked_targets(settings: Settings) -> Settings:
     otherwise). A null argument the callable does not take is left out: an option's `dir: null` does not stick
     to a `_target_` given on the command line."""
     paths = ("model", "optimizer.component", "schedule", "loss", "dataset.component")
-    for path, checked in zip(
-        paths, check_targets([operator.attrgetter(path)(settings) for path in paths]), strict=True
-    ):
-        settings = _replaced(settings, path, checked)
+    checked = check_targets([operator.attrgetter(path)(settings) for path in paths])
+    for path, component in zip(paths, checked, strict=True):
+        settings = _replaced(settings, path, component)
     return settings
 
 
