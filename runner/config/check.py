@@ -363,7 +363,7 @@ def schema_keys(config: Mapping[str, Any] | None = None, hydra: Mapping[str, Any
 
 def _declared_paths(kind: type, prefix: str) -> Iterable[str]:
     for item in declared(kind):
-        name = config_name(kind, item)
+        name = config_name(item)
         if "target" in item.metadata and prefix:
             continue  # dataset's and optimizer's callable: their keys are `_target_` and the arguments
         path = f"{prefix}{name}"

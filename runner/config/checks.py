@@ -2,12 +2,14 @@
 
 A check also says how OmegaConf holds the value while Hydra composes (`holds`): an int or a string where
 OmegaConf's conversion is what the runner wants (a quoted `batch='64'` becomes 64), `Any` where the runner is
-stricter than OmegaConf (it would turn `progress=1` into true, and `lr=0` into 0.0 in the paragraph).
+stricter than OmegaConf (it would turn `progress=1` into true, and `lr=0` into 0.0 in the paragraph). Whether a
+key may be null is its field's type (`int | None`): the validator passes it as `nullable`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,154 +21,87 @@ def refusal(key: str, value: Any, why: str, fix: str) -> RunnerError:
     return RunnerError(f"{key}={value!r} is not valid: {why}. Fix: {fix}", key=key)
 
 
-@dataclass(frozen=True)
-class Int:
-    minimum: int = 1
-    maximum: int | None = None
-    nullable: bool = False
-    holds: Any = int
+def _integer(value: Any) -> bool:
+    """An integer as the user means it: bool is an int in Python, and "64" from a YAML string is not one either."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
-    def __call__(self, key: str, value: Any, fix: str) -> int | None:
-        if value is None and self.nullable:
+
+def _real(value: Any) -> bool:
+    return _integer(value) or isinstance(value, float)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One kind of value: what it `accepts` (returned as `convert` makes it), and the paragraph's `why` otherwise."""
+
+    why: str
+    accepts: Callable[[Any], bool]
+    convert: Callable[[Any], Any] = lambda value: value
+    holds: Any = Any
+    or_null: str = " or null"  # what `why` adds where the key may be null
+    nulls: tuple[Any, ...] = (None,)  # the values that mean null where the key may be null
+
+    def __call__(self, key: str, value: Any, fix: str, nullable: bool = False) -> Any:
+        if nullable and value in self.nulls:
             return None
-        # bool is an int in Python, and "64" from a YAML string is not what the user meant either.
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or value < self.minimum
-            or (self.maximum is not None and value > self.maximum)
-        ):
-            need = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
-            if self.maximum is not None:
-                need = f"an integer from {self.minimum} to {self.maximum}"
-            raise refusal(key, value, f"it must be {need}" + (" or null" if self.nullable else ""), fix)
-        return value
+        if not self.accepts(value):
+            raise refusal(key, value, self.why + (self.or_null if nullable else ""), fix)
+        return self.convert(value)
 
 
-@dataclass(frozen=True)
-class Number:
+class Int(Check):
+    """An integer from `minimum` (to `maximum`); OmegaConf holds it as an int, so `batch='64'` is 64."""
+
+    def __init__(self, minimum: int = 1, maximum: int | None = None) -> None:
+        need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if maximum is not None:
+            need = f"an integer from {minimum} to {maximum}"
+        top = math.inf if maximum is None else maximum
+        super().__init__(f"it must be {need}", lambda value: _integer(value) and minimum <= value <= top, holds=int)
+
+
+class Number(Check):
     """A finite number >= minimum (> minimum if `positive`): NaN and infinity compare as no user means."""
 
-    minimum: float = 0.0
-    positive: bool = False
-    nullable: bool = False
-    holds: Any = Any
+    def __init__(self, minimum: float = 0.0, positive: bool = False) -> None:
+        def accepts(value: Any) -> bool:
+            return _real(value) and math.isfinite(value) and (value > minimum if positive else value >= minimum)
 
-    def __call__(self, key: str, value: Any, fix: str) -> float | None:
-        if value is None and self.nullable:
-            return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or (value <= self.minimum if self.positive else value < self.minimum)
-        ):
-            sign = ">" if self.positive else ">="
-            raise refusal(key, value, f"it must be a finite number {sign} {self.minimum}", fix)
-        return float(value)
+        super().__init__(
+            f"it must be a finite number {'>' if positive else '>='} {minimum}", accepts, float, or_null=""
+        )
 
 
-@dataclass(frozen=True)
-class Fraction:
-    """A number strictly between 0 and 1 (or null where `nullable`)."""
+class Choice(Check):
+    """One of `options`; `why`: what the paragraph says instead of listing them."""
 
-    nullable: bool = False
-    holds: Any = Any
-
-    def __call__(self, key: str, value: Any, fix: str) -> float | None:
-        if value is None and self.nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-            raise refusal(
-                key,
-                value,
-                "it must be a number between 0 and 1, both excluded" + (" or null" if self.nullable else ""),
-                fix,
-            )
-        return float(value)
+    def __init__(self, *options: str | int, why: str = "") -> None:
+        listed = "the options are " + ", ".join(map(str, options))
+        holds = int if all(isinstance(option, int) for option in options) else str
+        super().__init__(why or listed, lambda value: value in options, holds=holds, or_null="" if why else ", null")
 
 
-@dataclass(frozen=True)
-class Bool:
-    nullable: bool = False
-    holds: Any = Any
-
-    def __call__(self, key: str, value: Any, fix: str) -> bool | None:
-        if self.nullable and value is None:
-            return None
-        if not isinstance(value, bool):
-            raise refusal(key, value, "it must be true or false" + (" or null" if self.nullable else ""), fix)
-        return value
-
-
-@dataclass(frozen=True)
-class Text:
-    """A non-empty string (a number is taken as its digits); '' or null is None where `nullable`."""
-
-    nullable: bool = False
-    holds: Any = str
-
-    def __call__(self, key: str, value: Any, fix: str) -> str | None:
-        if self.nullable and (value is None or value == ""):
-            return None
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, str) or not value.strip():
-            raise refusal(key, value, "it must be a non-empty string" + (" or null" if self.nullable else ""), fix)
-        return value
-
-
-@dataclass(frozen=True)
-class Choice:
-    options: tuple[str | int, ...]
-    nullable: bool = False
-    why: str = ""  # what the paragraph says instead of listing the options
-    holds: Any = str
-
-    def __call__(self, key: str, value: Any, fix: str) -> str | None:
-        if value is None and self.nullable:
-            return None
-        if value not in self.options:
-            options = ", ".join(map(str, self.options)) + (", null" if self.nullable else "")
-            raise refusal(key, value, self.why or f"the options are {options}", fix)
-        return value
-
-
-@dataclass(frozen=True)
-class Devices:
-    """A non-empty list of device names, or null to auto-detect."""
-
-    holds: Any = Any
-
-    def __call__(self, key: str, value: Any, fix: str) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(d, str) and d for d in value):
-            raise refusal(key, value, "it must be a non-empty list of device names or null", fix)
-        return tuple(value)
-
-
-@dataclass(frozen=True)
-class Address:
-    """A TPU's name or address; null reads as '' (a TPU VM's own TPU). OmegaConf would turn 5 into '5'."""
-
-    holds: Any = Any
-
-    def __call__(self, key: str, value: Any, fix: str) -> str:
-        value = "" if value is None else value
-        if not isinstance(value, str):
-            raise refusal(key, value, "it must be a TPU name or address", fix)
-        return value
-
-
-@dataclass(frozen=True)
-class Unchecked:
-    """A value another part of the validator checks with the rest of its group (init.from)."""
-
-    holds: Any = Any
-
-    def __call__(self, key: str, value: Any, fix: str) -> Any:
-        return value
-
-
-Check = Int | Number | Fraction | Bool | Text | Choice | Devices | Address | Unchecked
+BOOL = Check("it must be true or false", lambda value: isinstance(value, bool))
+FRACTION = Check(
+    "it must be a number between 0 and 1, both excluded", lambda value: _real(value) and 0 < value < 1, float
+)
+# A non-empty string (a number is taken as its digits); '' is null too where the key may be null.
+TEXT = Check(
+    "it must be a non-empty string",
+    lambda value: _integer(value) or isinstance(value, str) and bool(value.strip()),
+    str,
+    holds=str,
+    nulls=(None, ""),
+)
+# A non-empty list of device names (null: auto-detect).
+DEVICES = Check(
+    "it must be a non-empty list of device names",
+    lambda value: isinstance(value, (list, tuple)) and bool(value) and all(isinstance(d, str) and d for d in value),
+    tuple,
+)
+# A TPU's name or address; null reads as '' (a TPU VM's own TPU). OmegaConf would turn 5 into '5'.
+ADDRESS = Check(
+    "it must be a TPU name or address", lambda value: value is None or isinstance(value, str), lambda value: value or ""
+)
+# A value another part of the validator checks with the rest of its group (init.from).
+UNCHECKED = Check("", lambda value: True)

@@ -1,13 +1,12 @@
-"""Every key the runner reads, declared once: its type, default, check and the fix its refusal paragraph gives.
+"""Every key the runner reads, declared once: its type (`... | None` where it may be null), default, check and
+the fix its refusal paragraph gives.
 
-The declarations are the settings themselves: frozen dataclasses whose fields carry a `key(...)` declaration.
-`runner.config.settings.validate` checks a composed config against them and returns the `Settings` tree the
-rest of the program reads; `structured_schema()` turns the same declarations into the structured config Hydra
-composes conf/config.yaml over (its first default, `runner_schema`), which refuses a key it does not declare.
-
-The `_target_` groups (dataset, model, optimizer, schedule, loss) are open: their other keys are the callable's
-arguments, checked against its signature (runner.config.components); only the keys the runner applies itself
-are declared. A new key is one field here; a rule across keys is one function in runner.config.settings.
+The declarations are the settings themselves: frozen dataclasses whose fields carry a `key(...)`. `read` checks a
+config node against them into the `Settings` tree the rest of the program reads (runner.config.settings.validate
+adds the rules across keys); `structured_schema()` turns them into the structured config Hydra composes
+conf/config.yaml over (`runner_schema`), which refuses a key it does not declare. The `_target_` groups are open:
+their other keys are the callable's arguments, checked against its signature (runner.config.components). A new
+key is one field here; a rule across keys is one row of runner.config.settings.RULES.
 """
 
 from __future__ import annotations
@@ -18,39 +17,27 @@ import keyword
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from runner.config.checks import Address, Bool, Check, Choice, Devices, Fraction, Int, Number, Text, Unchecked
+from runner.config.checks import ADDRESS, BOOL, DEVICES, FRACTION, TEXT, UNCHECKED, Check, Choice, Int, Number, refusal
 from runner.config.components import Component
 from runner.outcome import RESULT_KEYS
 
 SCHEMA_NAME = "runner_schema"
+Kind = TypeVar("Kind")
 # The groups whose other keys are a `_target_` callable's arguments: open to any key.
 TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset", "pruner")
-STRATEGIES = (
-    "default",
-    "one_device",
-    "mirrored",
-    "central_storage",
-    "multi_worker_mirrored",
-    "parameter_server",
-    "tpu",
-)
-MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
-MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
-# The stores MLflow 3 tracks into (its file store only reads); a driver may follow a '+' (postgresql+psycopg2).
-TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
-PICK = "pick one of the {} group's options"
-EXAMPLES_FIX = "pass a positive number of examples, e.g. dataset.{}=1000, or null for all"
+STRATEGIES = tuple("default one_device mirrored central_storage multi_worker_mirrored parameter_server tpu".split())
 
 
-def key(default: Any, check: Check, fix: str, *, shown_as: str | None = None) -> Any:
+def key(default: Any, check: Check, fix: str, *, shown_as: str | None = None, name: str | None = None) -> Any:
     """One key's declaration: its default (MISSING: set by the group's option), its check, the fix its refusal
-    gives, and the name the paragraph shows if not its path (loop.style is shown as `loop`)."""
-    return field(default=default, metadata={"check": check, "fix": fix, "shown_as": shown_as})
+    gives, the name the paragraph shows if not its path (loop.style is shown as `loop`), and its name in the
+    config if not the field's (`from` is a Python keyword)."""
+    return field(default=default, metadata={"check": check, "fix": fix, "shown_as": shown_as, "name": name})
 
 
 def group(kind: type) -> Any:
@@ -58,12 +45,12 @@ def group(kind: type) -> Any:
     return field(default_factory=kind, metadata={"group": True})
 
 
-def open_group(*declared: str, optional: bool = False) -> Any:
-    """A `_target_` group: the callable and its arguments, with `declared` the keys the runner applies itself;
+def open_group(optional: bool = False) -> Any:
+    """A `_target_` group: the callable and its arguments; the runner's own keys are its class's other fields.
     `optional`: a null `_target_` means none (the group's default)."""
     if optional:
-        return field(default=None, metadata={"target": True, "declared": declared, "optional": True})
-    return field(default_factory=lambda: Component("", ""), metadata={"target": True, "declared": declared})
+        return field(default=None, metadata={"target": True, "optional": True})
+    return field(default_factory=lambda: Component("", ""), metadata={"target": True})
 
 
 @dataclass(frozen=True)
@@ -71,9 +58,7 @@ class PartitionerSettings:
     """parameter_server: split big variables into shards across the ps tasks (MinSizePartitioner)."""
 
     max_shards: int | None = key(
-        None,
-        Int(nullable=True),
-        "pass the most shards a variable may be split into (e.g. the number of ps tasks), or null for none",
+        None, Int(), "pass the most shards a variable may be split into (e.g. the number of ps tasks), or null for none"
     )
     min_shard_bytes: int = key(  # no shard smaller than this (256 KiB)
         256 << 10,
@@ -84,23 +69,21 @@ class PartitionerSettings:
 
 @dataclass(frozen=True)
 class StrategySettings:
-    name: str = key(MISSING, Choice(STRATEGIES), PICK.format("strategy"), shown_as="strategy")
+    name: str = key(MISSING, Choice(*STRATEGIES), "pick one of the strategy group's options", shown_as="strategy")
     devices: tuple[str, ...] | None = key(  # null: auto-detect
-        None, Devices(), "pass e.g. 'strategy.devices=[/cpu:0]' or strategy.devices=null to auto-detect"
+        None, DEVICES, "pass e.g. 'strategy.devices=[/cpu:0]' or strategy.devices=null to auto-detect"
     )
     cross_device_ops: str | None = key(
         None,
-        Choice(("nccl", "hierarchical_copy", "reduce_to_one"), nullable=True),
+        Choice("nccl", "hierarchical_copy", "reduce_to_one"),
         "use one of the listed all-reduce implementations or null for TensorFlow's choice",
     )
     cpu_replicas: int | None = key(  # split the CPU into N logical devices (mirrored, central_storage)
-        None, Int(nullable=True), "pass a positive number of logical CPU devices, e.g. strategy.cpu_replicas=2"
+        None, Int(), "pass a positive number of logical CPU devices, e.g. strategy.cpu_replicas=2"
     )
-    tpu: str = key("", Address(), "pass strategy.tpu=my-tpu or ''")  # "": a TPU VM's local TPU
+    tpu: str = key("", ADDRESS, "pass strategy.tpu=my-tpu or ''")  # "": a TPU VM's local TPU
     communication: str = key(  # multi_worker_mirrored's all-reduce
-        "auto",
-        Choice(("auto", "ring", "nccl")),
-        "use auto (TensorFlow's choice), ring (gRPC, any device) or nccl (GPUs)",
+        "auto", Choice("auto", "ring", "nccl"), "use auto (TensorFlow's choice), ring (gRPC, any device) or nccl (GPUs)"
     )
     variable_partitioner: PartitionerSettings = group(PartitionerSettings)
 
@@ -111,7 +94,7 @@ class ClusterSettings:
 
     kind: str = key(
         "none",
-        Choice(("none", "tf_config", "slurm", "local")),
+        Choice("none", "tf_config", "slurm", "local"),
         "pick one of the cluster group's options: cluster=local starts a cluster on this machine, "
         "cluster=tf_config or cluster=slurm join one started by Kubernetes, by hand or by srun",
     )
@@ -121,13 +104,11 @@ class ClusterSettings:
     # up on any one all-reduce after N seconds (each then holds a thread that long).
     timeout_seconds: float | None = key(
         None,
-        Number(minimum=1, nullable=True),
+        Number(minimum=1),
         "pass how long one all-reduce may wait for a peer, e.g. cluster.timeout_seconds=600, or null",
     )
     port_base: int = key(  # slurm: the first port of the tasks on each node
-        8888,
-        Int(maximum=65535),
-        "pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888",
+        8888, Int(maximum=65535), "pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"
     )
 
 
@@ -137,14 +118,14 @@ class DatasetSettings:
     arguments; the keys below are the runner's, applied to any dataset."""
 
     name: str = key(  # names the data in MLflow (dataset inputs) and the registered model
-        MISSING, Text(), "name the data, e.g. dataset.name=fashion_mnist (it names the MLflow dataset inputs)"
+        MISSING, TEXT, "name the data, e.g. dataset.name=fashion_mnist (it names the MLflow dataset inputs)"
     )
     train_examples: int | None = key(  # take this many training examples (null: all)
-        None,
-        Int(nullable=True),
-        "pass a positive number of examples, e.g. dataset.train_examples=1000, or null for all",
+        None, Int(), "pass a positive number of examples, e.g. dataset.train_examples=1000, or null for all"
     )
-    test_examples: int | None = key(None, Int(nullable=True), EXAMPLES_FIX.format("test_examples"))
+    test_examples: int | None = key(
+        None, Int(), "pass a positive number of examples, e.g. dataset.test_examples=1000, or null for all"
+    )
     scale: float = key(  # inputs are divided by this (raw pixels 0-255 -> 0-1); the logged model does it too
         255,
         Number(positive=True),
@@ -154,31 +135,21 @@ class DatasetSettings:
     # stratified by label, evaluated every epoch (val_loss, val_accuracy). null: none (a sweep job's default: 0.1).
     validation_fraction: float | None = key(
         None,
-        Fraction(nullable=True),
+        FRACTION,
         "pass a fraction of the training examples to hold out, e.g. dataset.validation_fraction=0.1, or null for none",
     )
     # The seed the validation split is drawn from (null: the run's seed). A sweep sets it to the sweep's seed, so
     # every configuration and seed replicate is validated on the same examples.
     split_seed: int | None = key(
-        None, Int(minimum=0, nullable=True), "pass a seed >= 0 for the validation split, e.g. dataset.split_seed=42"
+        None, Int(minimum=0), "pass a seed >= 0 for the validation split, e.g. dataset.split_seed=42"
     )
     # k-fold cross-validation (set by a sweep with sweep.folds): fold `fold` of `folds` of the training examples
     # (whole files, for file data), stratified and drawn from the split seed, is the validation split.
     folds: int | None = key(
-        None, Int(minimum=2, nullable=True), "pass a number of folds >= 2, or null (a sweep sets it from sweep.folds)"
+        None, Int(minimum=2), "pass a number of folds >= 2, or null (a sweep sets it from sweep.folds)"
     )
     fold: int = key(0, Int(minimum=0), "pass the fold held out, from 0 to dataset.folds - 1")
-    component: Component = open_group(
-        "_target_",
-        "name",
-        "train_examples",
-        "test_examples",
-        "scale",
-        "validation_fraction",
-        "split_seed",
-        "folds",
-        "fold",
-    )
+    component: Component = open_group()
 
 
 @dataclass(frozen=True)
@@ -186,27 +157,28 @@ class OptimizerSettings:
     """Called as build(learning_rate=..., **arguments); `lr` is the base rate, scaled by lr_scaling."""
 
     lr: float = key(MISSING, Number(positive=True), "pass a positive learning rate, e.g. optimizer.lr=0.001")
-    component: Component = open_group("_target_", "lr")
+    component: Component = open_group()
 
 
 @dataclass(frozen=True)
 class LrScalingSettings:
-    rule: str = key(MISSING, Choice(("none", "linear", "sqrt")), "use lr_scaling=none, linear or sqrt")
-    base_batch: int = key(  # the global batch optimizer.lr was tuned for
-        64, Int(), "pass the global batch the base learning rate was tuned for, e.g. 64"
-    )
-    warmup_epochs: float = key(  # linear warm-up over this many epochs; 0: none
-        0, Number(), "pass a number of epochs >= 0 (0 turns warm-up off)"
-    )
+    rule: str = key(MISSING, Choice("none", "linear", "sqrt"), "use lr_scaling=none, linear or sqrt")
+    # The global batch optimizer.lr was tuned for.
+    base_batch: int = key(64, Int(), "pass the global batch the base learning rate was tuned for, e.g. 64")
+    # Linear warm-up over this many epochs; 0: none.
+    warmup_epochs: float = key(0, Number(), "pass a number of epochs >= 0 (0 turns warm-up off)")
 
 
 @dataclass(frozen=True)
 class LoopSettings:
     style: str = key(
-        MISSING, Choice(("for_in", "iterator", "in_function", "multi_step")), PICK.format("loop"), shown_as="loop"
+        MISSING,
+        Choice("for_in", "iterator", "in_function", "multi_step"),
+        "pick one of the loop group's options",
+        shown_as="loop",
     )
     steps_per_epoch: int | None = key(
-        None, Int(nullable=True), "pass a positive number of steps, or null for one pass over the training set"
+        None, Int(), "pass a positive number of steps, or null for one pass over the training set"
     )
     steps_per_call: int = key(  # multi_step: steps inside one tf.function call
         1, Int(), "pass a positive number of steps per tf.function call, e.g. loop.steps_per_call=20"
@@ -221,22 +193,19 @@ class CheckpointSettings:
 
 @dataclass(frozen=True)
 class RuntimeSettings:
-    jit_compile: bool = key(  # XLA-compile the per-replica forward and backward pass
-        False, Bool(), "pass runtime.jit_compile=true or runtime.jit_compile=false"
-    )
+    # XLA-compile the per-replica forward and backward pass.
+    jit_compile: bool = key(False, BOOL, "pass runtime.jit_compile=true or runtime.jit_compile=false")
     mixed_precision: str | None = key(
         None,
-        Choice(("mixed_float16", "mixed_bfloat16"), nullable=True),
+        Choice("mixed_float16", "mixed_bfloat16"),
         "use mixed_bfloat16 on CPUs with AMX/AVX512-BF16 and TPUs, mixed_float16 on GPUs, or null",
     )
     # true: TensorFlow's op determinism (deterministic kernels or an error, ordered input pipeline, every random
     # source from `seed`), so that the same command gives bit-identical metrics; refuses parameter_server.
-    deterministic: bool = key(False, Bool(), "pass runtime.deterministic=true or runtime.deterministic=false")
+    deterministic: bool = key(False, BOOL, "pass runtime.deterministic=true or runtime.deterministic=false")
     # The Keras of the built-in models (2: tf_keras, 3: Keras 3); a user's model is in the Keras it was built with.
     keras: int = key(
-        2,
-        Choice((2, 3), why="the options are 2 (tf_keras) and 3 (Keras 3)", holds=int),
-        "use runtime.keras=2 or runtime.keras=3",
+        2, Choice(2, 3, why="the options are 2 (tf_keras) and 3 (Keras 3)"), "use runtime.keras=2 or runtime.keras=3"
     )
 
 
@@ -245,7 +214,7 @@ class SystemMetricsSettings:
     """CPU, memory (and GPU) of the training machine under system/, sampled by the process that tracks."""
 
     enabled: bool = key(
-        True, Bool(), "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"
+        True, BOOL, "pass mlflow.system_metrics.enabled=false to turn system metrics off, true to keep them"
     )
     interval_seconds: float = key(  # one point per interval; shorter ones mostly measure the sampling
         10,
@@ -258,35 +227,31 @@ class SystemMetricsSettings:
 class MlflowSettings:
     tracking_uri: str | None = key(  # null: MLflow's default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)
         None,
-        Text(nullable=True),
+        TEXT,
         "pass a store such as sqlite:///mlflow.db or http://host:5000, or leave it null for MLflow's default",
     )
     experiment_name: str = key(
-        "fashion_mnist", Text(), "name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist"
+        "fashion_mnist", TEXT, "name the MLflow experiment, e.g. mlflow.experiment_name=fashion_mnist"
     )
     run_name: str | None = key(
-        None,
-        Text(nullable=True),
-        "name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name",
+        None, TEXT, "name the run, e.g. mlflow.run_name=baseline, or leave it null for MLflow's random name"
     )
     # The Model Registry name a sweep registers its best job's model under (and a run's, with register=true);
     # its alias `champion` is on the version with the best sweep.objective. By default: the data's name.
     registered_model_name: str = key(
-        "${dataset.name}", Text(), "name the registered model, e.g. mlflow.registered_model_name=fashion_mnist"
+        "${dataset.name}", TEXT, "name the registered model, e.g. mlflow.registered_model_name=fashion_mnist"
     )
-    register: bool = key(  # a single run registers its own model as a new version
-        False, Bool(), "pass mlflow.register=true to register this run's model, or false"
-    )
-    log_model: bool = key(  # false: no MLflow Model at the end of a run; a sweep registers none
-        True, Bool(), "pass mlflow.log_model=true to log the trained model, or false to skip it"
-    )
+    # A single run registers its own model as a new version.
+    register: bool = key(False, BOOL, "pass mlflow.register=true to register this run's model, or false")
+    # false: no MLflow Model at the end of a run; a sweep registers none.
+    log_model: bool = key(True, BOOL, "pass mlflow.log_model=true to log the trained model, or false to skip it")
     system_metrics: SystemMetricsSettings = group(SystemMetricsSettings)
     # Which checkpoints the run's MLflow artifacts hold (under checkpoints/): last = only the newest one (the one
     # eval_accuracy measures), uploaded when the run ends (FINISHED, KILLED or FAILED); all = every save, as it is
     # written; none = no checkpoint artifacts. Either way <run dir>/checkpoints/ keeps checkpoint.max_to_keep.
     checkpoints: str = key(
         "last",
-        Choice(("last", "all", "none")),
+        Choice("last", "all", "none"),
         "pass mlflow.checkpoints=last to keep the run's newest checkpoint in MLflow, all to keep every save, or "
         "none to keep checkpoints only in the run directory",
     )
@@ -310,19 +275,13 @@ class SweepSettings:
     # where the data cannot be split (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
     objective: str | None = key(
         None,
-        Choice(
-            RESULT_KEYS,
-            nullable=True,
-            why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}",
-        ),
+        Choice(*RESULT_KEYS, why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}"),
         "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
     )
     # k-fold cross-validation: train every point (and seed) K times, fold k of the training data held out as the
     # validation split, one run each; a point's objective is the mean over its folds and seeds. null: no folds.
     folds: int | None = key(
-        None,
-        Int(minimum=2, nullable=True),
-        "pass a number of folds >= 2, e.g. sweep.folds=5, or null for one validation split",
+        None, Int(minimum=2), "pass a number of folds >= 2, e.g. sweep.folds=5, or null for one validation split"
     )
     # Train every point with this many seeds (seed, seed+1, ...), one run each; a point's objective is their mean.
     seeds: int = key(
@@ -336,46 +295,44 @@ class InitSettings:
     own initialisation; a run directory, its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model;
     models:/<name>@<alias> or models:/<name>/<version>. Only the weights: the optimizer and epochs start afresh."""
 
-    source: str | None = key(None, Unchecked(), "", shown_as="init.from")  # the config's init.from
+    source: str | None = key(None, UNCHECKED, "", name="from")  # init.from, checked by runner.config.settings
     kind: str | None = None  # checkpoint (an absolute path) | runs | models; set by the validator
 
 
 @dataclass(frozen=True)
 class Settings:
-    batch: int = key(  # examples per replica in one step; the global batch is batch x replicas in sync
-        64, Int(), "pass the per-replica batch size as a positive integer, e.g. batch=64"
-    )
+    # Examples per replica in one step; the global batch is batch x replicas in sync.
+    batch: int = key(64, Int(), "pass the per-replica batch size as a positive integer, e.g. batch=64")
     epochs: int = key(10, Int(), "pass a positive number of epochs, e.g. epochs=2")
-    seed: int = key(  # seeds Python, NumPy, TensorFlow and the shuffle; NumPy's seed is 32 bits
-        42, Int(minimum=0, maximum=2**32 - 1), "pass a non-negative integer seed below 2**32, e.g. seed=42"
-    )
+    # Seeds Python, NumPy, TensorFlow and the shuffle; NumPy's seed is 32 bits.
+    seed: int = key(42, Int(minimum=0, maximum=2**32 - 1), "pass a non-negative integer seed below 2**32, e.g. seed=42")
     # The per-epoch progress bar on stderr: null = only when stderr is a terminal, true = always, false = never.
     progress: bool | None = key(
         None,
-        Bool(nullable=True),
+        BOOL,
         "pass progress=true (always), progress=false (never) or progress=null (only when stderr is a terminal)",
     )
     # auto: a run directory that holds checkpoints resumes from the newest (and continues its MLflow run);
     # never: refuse a run directory that holds an earlier run's checkpoints or MLflow run.
     resume: str = key(
         "auto",
-        Choice(("auto", "never")),
+        Choice("auto", "never"),
         "use resume=auto to continue from a run directory's checkpoints, resume=never to refuse",
     )
     # true: also TensorFlow's and MLflow's INFO lines on the terminal and in the log file.
-    verbose: bool = key(False, Bool(), "pass verbose=true or verbose=false")
+    verbose: bool = key(False, BOOL, "pass verbose=true or verbose=false")
     strategy: StrategySettings = group(StrategySettings)
     cluster: ClusterSettings = group(ClusterSettings)
     dataset: DatasetSettings = group(DatasetSettings)
     # model: build(input_shape=..., num_classes=..., **arguments) in strategy.scope(), returning logits.
-    model: Component = open_group("_target_")
+    model: Component = open_group()
     optimizer: OptimizerSettings = group(OptimizerSettings)
     # schedule: build(learning_rate=..., total_steps=..., **arguments): a rate or a Keras schedule.
-    schedule: Component = open_group("_target_")
+    schedule: Component = open_group()
     # loss: loss(labels, logits, **arguments): one loss per example (averaged over the global batch).
-    loss: Component = open_group("_target_")
+    loss: Component = open_group()
     # pruner: an Optuna pruner (runner.sweeps.pruning) stopping a sweep's hopeless trials; null: none.
-    pruner: Component | None = open_group("_target_", optional=True)
+    pruner: Component | None = open_group(optional=True)
     lr_scaling: LrScalingSettings = group(LrScalingSettings)
     loop: LoopSettings = group(LoopSettings)
     checkpoint: CheckpointSettings = group(CheckpointSettings)
@@ -384,51 +341,102 @@ class Settings:
     mlflow: MlflowSettings = group(MlflowSettings)
     sweep: SweepSettings = group(SweepSettings)
     # The composed config, resolved: what a run logs as its params and config.yaml. Set by the validator.
-    composed: Mapping[str, Any] = field(default_factory=dict, metadata={"internal": True})
-
-
-# The config's name for a field whose Python name differs (`from` is a Python keyword).
-CONFIG_NAMES: dict[tuple[type, str], str] = {(InitSettings, "source"): "from"}
+    composed: Mapping[str, Any] = field(default_factory=dict)
 
 
 def declared(kind: type) -> list[dataclasses.Field]:
     """The fields of a settings class that are keys or groups of the config."""
-    return [item for item in dataclasses.fields(kind) if not item.metadata.get("internal") and item.metadata]
+    return [item for item in dataclasses.fields(kind) if item.metadata]
 
 
-def config_name(kind: type, item: dataclasses.Field) -> str:
-    return CONFIG_NAMES.get((kind, item.name), item.name)
+def config_name(item: dataclasses.Field) -> str:
+    return item.metadata.get("name") or item.name
+
+
+@functools.cache
+def _types(kind: type) -> dict[str, Any]:
+    """A settings class's field types (annotations postponed by `from __future__ import annotations`)."""
+    return typing.get_type_hints(kind)
 
 
 def group_class(kind: type, item: dataclasses.Field) -> type:
-    """The settings class of a group field (its annotation, postponed by `from __future__ import annotations`)."""
-    return typing.get_type_hints(kind)[item.name]
+    return _types(kind)[item.name]
+
+
+def nullable(kind: type, item: dataclasses.Field) -> bool:
+    """Whether a key may be null: its type is `... | None`."""
+    return type(None) in typing.get_args(_types(kind)[item.name])
+
+
+def read(kind: type[Kind], node: Mapping[str, Any], prefix: str = "") -> Kind:
+    """The settings class `kind` from its config node, each key checked by its declaration."""
+    values: dict[str, Any] = {}
+    for item in declared(kind):
+        name = config_name(item)
+        if "group" in item.metadata:
+            values[item.name] = read(group_class(kind, item), section(node, name, prefix), f"{prefix}{name}.")
+        elif "target" in item.metadata:  # dataset, optimizer: the group's own node is the callable's
+            values[item.name] = target(prefix.rstrip(".") or name, node if prefix else section(node, name))
+        else:
+            check, shown = item.metadata["check"], item.metadata["shown_as"] or prefix + name
+            values[item.name] = check(shown, node.get(name), item.metadata["fix"], nullable(kind, item))
+    return kind(**values)
+
+
+def section(config: Mapping[str, Any], key: str, parent: str = "") -> Mapping[str, Any]:
+    """A group of settings (strategy, checkpoint, ...): an override that replaced it by a value is refused."""
+    node = config.get(key)
+    if not isinstance(node, Mapping):
+        name = parent + key
+        raise refusal(
+            name,
+            node,
+            "it is a group of settings, not a value",
+            f"set the group's keys one at a time (e.g. {name}.<key>=<value>)"
+            + ("" if parent else f", or pick one of its options with {key}=<option> where conf/{key}/ has options"),
+        )
+    return node
+
+
+def target(group: str, node: Mapping[str, Any]) -> Component | None:
+    """A `_target_` group's callable and the arguments the config gives it: its keys but the runner's own
+    (dataset.name, optimizer.lr). None: an optional group's null `_target_` (pruner)."""
+    item, own = next(item for item in declared(Settings) if item.name == group), ["_target_"]
+    if "group" in item.metadata:  # dataset, optimizer
+        own += [config_name(each) for each in declared(group_class(Settings, item)) if "check" in each.metadata]
+    path = node.get("_target_")
+    if path is None and item.metadata.get("optional"):
+        return None
+    if not isinstance(path, str) or not path.strip() or "." not in path:
+        raise refusal(
+            f"{group}._target_",
+            path,
+            "it must be the dotted path of a callable (module.function)",
+            f"pick one of the {group} group's options ({group}=<option>) or give your own, e.g. "
+            f"{group}._target_=mylab.{group}s.build",
+        )
+    return Component(group, path, {key: value for key, value in node.items() if key not in own})
 
 
 def _config_class(kind: type) -> type:
     """The structured-config dataclass Hydra composes over: each key typed as its check says OmegaConf holds it."""
     fields: list[tuple[str, Any, Any]] = []
     for item in declared(kind):
-        name = config_name(kind, item)
-        if "target" in item.metadata:
-            if kind is not Settings:  # dataset, optimizer: the callable first, then the runner's own keys
-                fields.insert(0, ("_target_", str, field(default=MISSING)))
-            elif item.metadata.get("optional"):  # pruner: none unless an option names one
-                fields.append((name, dict[str, Any], field(default_factory=lambda: {"_target_": None})))
-            else:  # model, schedule, loss: nothing but the callable and its arguments, all set by the option
-                fields.append((name, dict[str, Any], field(default_factory=dict)))
-        elif "group" in item.metadata:
-            inner = group_class(kind, item)
-            if any(keyword.iskeyword(config_name(inner, each)) for each in declared(inner)):
-                defaults = {config_name(inner, each): each.default for each in declared(inner)}  # init: {from: null}
-                fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, defaults))))
-            else:
-                nested = _config_class(inner)
-                fields.append((name, nested, field(default_factory=nested)))
+        name = config_name(item)
+        if "check" in item.metadata:
+            holds = item.metadata["check"].holds
+            fields.append((name, holds | None if nullable(kind, item) else holds, field(default=item.default)))
+        elif "target" in item.metadata and kind is not Settings:  # dataset, optimizer: the callable first
+            fields.insert(0, ("_target_", str, field(default=MISSING)))
+        elif "target" in item.metadata:  # model, schedule, loss: the callable and its arguments; pruner: none
+            default = {"_target_": None} if item.metadata.get("optional") else {}
+            fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, default))))
+        elif any(keyword.iskeyword(config_name(each)) for each in declared(group_class(kind, item))):
+            defaults = {config_name(each): each.default for each in declared(group_class(kind, item))}  # init.from
+            fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, defaults))))
         else:
-            check = item.metadata["check"]
-            holds = check.holds | None if getattr(check, "nullable", False) else check.holds
-            fields.append((name, holds, field(default=item.default)))
+            nested = _config_class(group_class(kind, item))
+            fields.append((name, nested, field(default_factory=nested)))
     return dataclasses.make_dataclass(kind.__name__.replace("Settings", "Config"), fields)
 
 
