@@ -25,6 +25,7 @@ from runner.config.check import check_sweep_points
 from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError, report
 from runner.outcome import FALLBACK_OBJECTIVE
+from runner.sweeps.grid_study import create_grid_study, prunes_a_grid
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
@@ -82,6 +83,9 @@ class SweepCallback(Callback):
             check_server(tracking, registers=tracking.log_model)
             check_before_sweep(config)
             configure(is_verbose(config.get("verbose"), config.hydra.verbose))  # before MLflow is imported
+            if prunes_a_grid(config, OmegaConf.select(config, "hydra.sweeper._target_")):
+                # The study the grid's jobs report their epochs to, before any job starts.
+                create_grid_study(config, sweep_dir_of(config))
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)
