@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -245,8 +244,17 @@ def main(argv=None) -> None:
 
     args = parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logging.getLogger("runner").setLevel(logging.WARNING)
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    # The sweeper's per-study lines would drown the table; put back afterwards (the test calls main in-process).
+    runner_log = logging.getLogger("runner")
+    level = runner_log.level
+    runner_log.setLevel(logging.WARNING)
+    try:
+        _measure_all(args)
+    finally:
+        runner_log.setLevel(level)
+
+
+def _measure_all(args: argparse.Namespace) -> None:
     rows: list[dict] = []
 
     def run_sizes(name: str, url_for: Callable[[int], str | None]) -> None:
