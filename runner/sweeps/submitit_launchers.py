@@ -20,6 +20,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,8 @@ _ENDED = {
     "SPECIAL_EXIT",
     "REVOKED",
 }
+# Held while a submission captures sys.stderr (_Sweep.launch).
+_SUBMITTING = threading.Lock()
 # How long a job's result file may lag behind its end (a shared filesystem's caches).
 RESULT_GRACE_SECONDS = 15.0
 _POLL_SECONDS = 1.0
@@ -106,10 +109,11 @@ class _Sweep:
             for number, overrides in numbered
         ]
         # The launcher itself is what runs on the node (hydra-submitit-launcher's __call__).
-        # submitit prints a refusing sbatch's stderr before raising it: the paragraph below says it once.
+        # submitit prints a refusing sbatch's stderr before raising it: the paragraph below says it once. sys.stderr
+        # is the process's, and the Optuna sweeper's slots submit from several threads: one at a time swaps it.
         said = io.StringIO()
         try:
-            with contextlib.redirect_stderr(said):
+            with _SUBMITTING, contextlib.redirect_stderr(said):
                 jobs = executor.map_array(self.launcher, *zip(*arguments, strict=True))
         except submitit.core.utils.FailedJobError as error:  # sbatch refused: no job exists to wait on
             refused = self._not_submitted(str(error), len(numbered))
