@@ -11,8 +11,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from runner.errors import RunnerError
+from runner.sweeps.grid_study import GRID_STUDY, JobTrial, create_grid_study
 from runner.sweeps.optuna_sweeper import launcher_parallelism
-from runner.sweeps.pruning import TrialReporter
+from runner.sweeps.pruning import BASIC_SWEEPER, TrialReporter, check_pruner
 from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
 from runner.sweeps.summary import ConfigurationRow, JobRow, Summary
 
@@ -121,3 +122,44 @@ def test_parallel_slots_follow_the_launcher():
     assert launcher_parallelism(JoblibLauncher(n_jobs=3)) == 3
     assert launcher_parallelism(LocalLauncher(array_parallelism=4, submitit_folder="x")) == 4
     assert launcher_parallelism(BasicLauncher()) == 1
+
+
+def _grid_config(*overrides: str, sweeper: str = BASIC_SWEEPER):
+    """The composed config of `python -m runner -m <overrides>` with Hydra's node as the sweep callback sees it."""
+    from omegaconf import OmegaConf
+
+    from helpers.config import compose
+
+    composed = OmegaConf.to_container(compose(list(overrides)), resolve=True)
+    return OmegaConf.create({**composed, "hydra": {"sweeper": {"_target_": sweeper}}})
+
+
+def test_a_pruner_is_valid_in_a_grid_sweep_but_not_with_folds_or_another_sweeper():
+    check_pruner(_grid_config("pruner=median", "sweep.objective=test_loss"))
+    with pytest.raises(RunnerError, match=r"sweep.folds=3 is not valid with pruner=median: .* Fix: "):
+        check_pruner(_grid_config("pruner=median", "sweep.objective=test_loss", "sweep.folds=3"))
+    with pytest.raises(RunnerError, match=r"pruner=median is not valid with hydra.sweeper._target_=my.Sweeper: "):
+        check_pruner(_grid_config("pruner=median", "sweep.objective=test_loss", sweeper="my.Sweeper"))
+
+
+def test_a_grid_job_continues_its_running_trial_and_asks_a_new_one_after_a_failure(tmp_path):
+    """A killed job's re-run reports to the trial it left RUNNING; a failed job's trial is FAIL, and its re-run
+    reports to a new trial: the study never holds two COMPLETE or PRUNED trials of one job."""
+    from optuna.trial import TrialState
+
+    config = _grid_config("pruner=median", "sweep.objective=test_loss")
+    create_grid_study(config, str(tmp_path))
+    first = JobTrial(str(tmp_path), 0).open()
+    assert JobTrial(str(tmp_path), 0).open() == first  # the killed attempt's trial, continued
+    other = JobTrial(str(tmp_path), 1).open()
+    assert other.number != first.number
+    failed = JobTrial(str(tmp_path), 0)
+    failed.open()
+    failed.tell(None)
+    rerun = JobTrial(str(tmp_path), 0)
+    assert rerun.open().number not in (first.number, other.number)
+    rerun.tell(0.5)
+    study = optuna.load_study(study_name=GRID_STUDY, storage=open_storage(str(tmp_path / JOURNAL_FILE)))
+    assert study.direction == optuna.study.StudyDirection.MINIMIZE  # a loss
+    states = {trial.number: trial.state for trial in study.trials}
+    assert states == {first.number: TrialState.FAIL, other.number: TrialState.RUNNING, 2: TrialState.COMPLETE}

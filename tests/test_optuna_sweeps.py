@@ -18,6 +18,7 @@ from helpers.sweeps import (
     summary_rows,
     sweep,
 )
+from runner.sweeps.grid_study import GRID_STUDY
 from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, open_storage
 from runner.sweeps.summary import MARKDOWN_FILE
 
@@ -123,6 +124,46 @@ def test_a_killed_study_continues_to_n_trials_without_repeating_a_trial(tmp_path
         assert runs[int(number)].info.end_time == runs_before[number].info.end_time
     assert runs[2].info.run_id == runs_before["2"].info.run_id  # continued, not duplicated
     assert "trial 2 was left running by an earlier command: it runs again" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_grid_sweep_with_a_pruner_prunes_and_a_rerun_counts_no_job_twice(tmp_path):
+    """Hydra's basic sweeper over two learning rates, median pruner after one complete job: the job that cannot
+    learn is pruned after its first epoch against the first job's epoch 1, in the grid study of the sweep directory
+    (one trial per job); the same command again skips both finished jobs and adds no trial."""
+    sweep_dir = tmp_path / "sweep"
+    overrides = (
+        "pruner=median",
+        "pruner.n_startup_trials=1",
+        "pruner.n_warmup_steps=0",
+        "epochs=2",
+        "batch=64",
+        "dataset.train_examples=512",
+        "sweep.objective=test_loss",  # a loss moves at every step; minimized, as its name says
+        f"optimizer.lr={GOOD.split('=')[1]},{BAD.split('=')[1]}",
+    )
+    result = sweep(tmp_path, sweep_dir, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    trials = sorted(_study(sweep_dir, name=GRID_STUDY).trials, key=lambda trial: trial.number)
+    assert [(trial.user_attrs["job_number"], trial.state) for trial in trials] == [
+        (0, TrialState.COMPLETE),
+        (1, TrialState.PRUNED),
+    ]
+    assert list(trials[0].intermediate_values) == [1, 2] and list(trials[1].intermediate_values) == [1]
+    client = client_for(tmp_path)
+    runs = children(client, parent_id_of(sweep_dir))
+    assert [run.info.status for run in runs] == ["FINISHED", "FINISHED"]
+    assert PRUNED_TAG not in runs[0].data.tags and runs[1].data.tags[PRUNED_TAG] == "1"
+    assert [m.step for m in client.get_metric_history(runs[1].info.run_id, "test_loss")] == [1]
+    assert [row[PRUNED_TAG] for row in summary_rows(sweep_dir)] == ["", "1"]
+    assert "2 jobs, 1 finished, 1 pruned, 0 failed" in result.stdout
+
+    again = sweep(tmp_path, sweep_dir, *overrides)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(_study(sweep_dir, name=GRID_STUDY).trials) == 2
+    assert [run.info.run_id for run in children(client, parent_id_of(sweep_dir))] == [run.info.run_id for run in runs]
+    assert "2 jobs, 1 finished, 1 pruned, 0 failed" in again.stdout
 
 
 @pytest.mark.slow

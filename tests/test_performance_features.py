@@ -243,3 +243,18 @@ def test_startup_breakdown_times_what_each_library_adds_in_fresh_interpreters():
     assert costs["tensorflow"] > 0.5, costs
     table = markdown_table(costs)
     assert all(f"| {name} | {costs[name]:.2f} |" in table for name in costs)
+
+
+def test_the_sweeper_bookkeeping_bench_runs_the_sweeper_with_a_stand_in_launch(tmp_path, capsys):
+    """bench/sweeper_bookkeeping.py at its smallest (10 trials, journal storage): the runner's Optuna sweeper runs
+    its study to the end with the stand-in launch, and the table and the JSON have every column."""
+    from bench.sweeper_bookkeeping import COLUMNS, main
+
+    saved = tmp_path / "bookkeeping.json"
+    main(["--trials", "10", "--storage", "journal", "--json", str(saved)])
+    [row] = json.loads(saved.read_text())["rows"]
+    assert tuple(row) == COLUMNS and row["storage"] == "journal file" and row["trials"] == 10
+    assert all(row[column] > 0 for column in COLUMNS[2:])
+    out = capsys.readouterr().out
+    assert "| storage | trials | ask ms | record ms | tell ms | summary ms/row |" in out
+    assert out.rstrip().splitlines()[-1].startswith("| journal file | 10 | ")

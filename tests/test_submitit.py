@@ -32,6 +32,7 @@ from helpers.sweeps import (
     sweep,
     sweep_command,
 )
+from runner.clusters.local import free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -174,6 +175,44 @@ def test_a_time_limit_shorter_than_the_signal_delay_is_one_paragraph(tmp_path):
     assert "Fix: lower hydra.launcher.signal_delay_s below 60" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@requires("slurm")
+def test_a_slurm_without_a_controller_is_one_paragraph_and_a_failed_parent_run(tmp_path):
+    """sbatch is installed but no slurmctld answers on the port slurm.conf names: the sweep stops at once with
+    sbatch's error and the fix, and its MLflow parent run (created before the launch) ends FAILED, not RUNNING."""
+    [port] = free_ports(1)  # nothing listens there
+    conf = tmp_path / "slurm.conf"
+    # A short MessageTimeout: sbatch gives up on the controller in seconds instead of retrying for a minute.
+    conf.write_text(
+        f"ClusterName=nocontroller\nSlurmctldHost=localhost\nSlurmctldPort={port}\nAuthType=auth/none\n"
+        "CredType=cred/none\nMessageTimeout=2\nNodeName=localhost CPUs=1 State=UNKNOWN\n"
+        "PartitionName=debug Nodes=localhost Default=YES State=UP\n"
+    )
+    sweep_dir = tmp_path / "sweep"
+    started = time.monotonic()
+    done = subprocess.run(
+        sweep_command(tmp_path, sweep_dir, (*ON_SLURM, "batch=32,64")),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SLURM_CONF": str(conf)},
+    )
+    assert time.monotonic() - started < 60
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.startswith(
+        "error: hydra/launcher=submitit_slurm could not submit the sweep's 2 job(s): sbatch said 'sbatch: error: "
+        "Batch job submission failed: Unable to contact slurm controller"
+    ), done.stderr
+    assert "Fix: make sure a SLURM controller answers here (`scontrol ping` says UP" in done.stderr
+    assert "hydra/launcher=submitit_local" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    client = client_for(tmp_path)
+    parent = client.get_run(parent_id_of(sweep_dir))
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["error"] == done.stderr.strip().removeprefix("error: ")
+    assert children(client, parent.info.run_id) == []
 
 
 def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):

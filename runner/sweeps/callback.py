@@ -26,6 +26,7 @@ from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError, report
 from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
+from runner.sweeps.grid_study import create_grid_study, prunes_a_grid
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
@@ -86,6 +87,9 @@ class SweepCallback(Callback):
             configure(verbose)  # before MLflow is imported
             with loading_tensorflow(verbose):
                 check_folds(config)  # loads the data (and TensorFlow) with sweep.folds alone
+            if prunes_a_grid(config, OmegaConf.select(config, "hydra.sweeper._target_")):
+                # The study the grid's jobs report their epochs to, before any job starts.
+                create_grid_study(config, sweep_dir_of(config))
             parent_id = start_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 2)

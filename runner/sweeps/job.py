@@ -45,8 +45,10 @@ from runner.errors import RunnerError
 from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
+from runner.sweeps.grid_study import JobTrial, prunes_a_grid
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
+from runner.sweeps.study import TrialLink
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     CONFIGURATION_TAG,
@@ -99,6 +101,9 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
         client, parent, number, configuration, objective, worst, hydra_config, progress_overrides(cfg.get("progress"))
     )
     job.validation = validation_of_job(cfg, swept)
+    # A grid sweep with a pruner: the job's training reports to a trial of its own.
+    if prunes_a_grid(cfg, OmegaConf.select(hydra_config, "sweeper._target_")):
+        job.grid_trial = JobTrial(sweep_dir, number)
     seeds = job_seeds(cfg)
     folds = sweep_settings(cfg).folds
     if len(seeds) == 1 and folds is None:  # the job is one run in its own directory, as without sweep.seeds
@@ -184,6 +189,7 @@ class _Job:
         self.cwd = str(hydra_config.runtime.cwd)
         self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
         self.trial = trial_link(hydra_config)  # an Optuna sweep's trial, which the training process reports to
+        self.grid_trial: JobTrial | None = None  # a pruned grid sweep's: asked and told by this job
 
     def train_seed(
         self, seed: int, run_dir: str, overrides: list[str], name: str, fold: tuple[int, int] | None = None
@@ -251,8 +257,8 @@ class _Job:
         write_run_id(run_dir, run_id)
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        trial = self.trial.to_environment() if self.trial else {}
-        environ = {**self.validation.environ, **trial}
+        link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
+        environ = {**self.validation.environ, **(link.to_environment() if link else {})}
         returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
@@ -260,20 +266,24 @@ class _Job:
         chosen_by = self.validation.chosen_by(self.objective, ended.metrics)
         if ended.status == FINISHED and chosen_by:
             client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
-            self._tag_if_pruned(run_id, label)
-            return float(ended.metrics[chosen_by])
+            objective_value = float(ended.metrics[chosen_by])
+            if link is not None:
+                self._tag_if_pruned(link, run_id, label)
+            if self.grid_trial is not None:
+                self.grid_trial.tell(objective_value)
+            return objective_value
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
+        if self.grid_trial is not None:
+            self.grid_trial.tell(None)
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
 
-    def _tag_if_pruned(self, run_id: str, label: str) -> None:
-        """An Optuna trial that its pruner stopped: its run gets the tag `pruned_at_epoch` (the trial holds it)."""
-        if self.trial is None:
-            return
+    def _tag_if_pruned(self, link: TrialLink, run_id: str, label: str) -> None:
+        """A trial that its pruner stopped: its run gets the tag `pruned_at_epoch` (the trial holds it)."""
         from runner.sweeps.study import PRUNED_TAG
 
-        _, trial = self.trial.open()
+        _, trial = link.open()
         epoch = trial.user_attrs.get(PRUNED_TAG)
         if epoch is not None:
             self.client.set_tag(run_id, PRUNED_TAG, str(epoch))
@@ -448,7 +458,7 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
 
 def trial_link(hydra_config: DictConfig):
     """The Optuna trial this job is (runner.sweeps.optuna_sweeper launches trial N as job N), or None."""
-    from runner.sweeps.study import SWEEPER_TARGET, TrialLink, storage_of
+    from runner.sweeps.study import SWEEPER_TARGET, storage_of
 
     sweeper = hydra_config.get("sweeper")
     if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from runner.errors import RunnerError
 from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
 from runner.sweeps.terms import objective_name
@@ -24,6 +26,9 @@ PER_EPOCH = (
     "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_second"
 )  # fmt: skip
 MULTI_PROCESS = ("multi_worker_mirrored", "parameter_server")
+# Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
+# (runner.sweeps.grid_study).
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -45,7 +50,7 @@ def _plain(node: Any) -> Mapping[str, Any]:
 
 def check_pruner(config: Any) -> None:
     """Before a sweep's parent run exists: its pruner imports and takes the arguments its option gives, and the sweep
-    can prune (an Optuna sweep, a per-epoch objective, one seed per trial, one training process)."""
+    can prune (an Optuna or a grid sweep, a per-epoch objective, one seed per trial, one training process)."""
     node = pruner_node(config)
     if node is None:
         return
@@ -53,10 +58,13 @@ def check_pruner(config: Any) -> None:
 
     target = node.pop("_target_")
     check_arguments("pruner._target_", target, import_target("pruner._target_", target), node)
-    if not is_optuna_sweep(config):
+    sweeper = OmegaConf.select(config, "hydra.sweeper._target_")
+    if not is_optuna_sweep(config) and sweeper != BASIC_SWEEPER:
         raise RunnerError(
-            f"pruner={_option(target)} is not valid here: only an Optuna sweep's trials report to a study that "
-            "can prune them. Fix: add hparams_search=optuna (with its search space), or drop the pruner override."
+            f"pruner={_option(target)} is not valid with hydra.sweeper._target_={sweeper}: only the runner's Optuna "
+            "sweep (hparams_search=optuna) and a grid sweep (Hydra's basic sweeper) report their trials to a "
+            "study that can prune them. Fix: sweep with hparams_search=optuna or a grid (-m optimizer.lr=0.01,0.001), "
+            "or drop the pruner override."
         )
     objective = objective_name(config)
     if objective not in PER_EPOCH:
@@ -69,6 +77,12 @@ def check_pruner(config: Any) -> None:
         raise RunnerError(
             f"sweep.seeds={config.sweep.seeds} is not valid with pruner={_option(target)}: each seed would report "
             "the same trial's epochs. Fix: prune with sweep.seeds=1, or use pruner=none to compare seeds."
+        )
+    folds = OmegaConf.select(config, "sweep.folds")
+    if folds is not None:
+        raise RunnerError(
+            f"sweep.folds={folds} is not valid with pruner={_option(target)}: each fold's training would report the "
+            "same trial's epochs. Fix: prune without sweep.folds, or use pruner=none to cross-validate."
         )
     if config.strategy.name in MULTI_PROCESS:
         raise RunnerError(
@@ -118,16 +132,18 @@ class TrialReporter:
 
 
 def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | None:
-    """The listener of a trial's training process (its sweep job set TrialLink's variable), None outside an Optuna
-    sweep; a pruner outside a sweep is refused, before any MLflow run exists."""
+    """The listener of a trial's training process (its sweep job set TrialLink's variable: an Optuna sweep's trial,
+    or a pruned grid sweep's job), None outside those; a pruner outside a sweep is refused, before any MLflow run
+    exists."""
     node = pruner_node(config)
     link = TrialLink.from_environment()
     if link is None:
         if node is not None:
             raise RunnerError(
-                f"pruner={_option(node['_target_'])} is not valid without a sweep: a pruner stops the trials of an "
-                "Optuna study, and this is a single run. Fix: add hparams_search=optuna to sweep, or drop the "
-                "pruner override (pruner=none)."
+                f"pruner={_option(node['_target_'])} is not valid without a sweep: a pruner stops a sweep's trials "
+                "whose epochs are worse than the trials' before them, and this is a single run. Fix: sweep (-m with "
+                "hparams_search=optuna, or a grid such as -m optimizer.lr=0.01,0.001), or drop the pruner override "
+                "(pruner=none)."
             )
         return None
     if not chief:

@@ -14,9 +14,13 @@ finds the launcher classes in hydra_plugins/runner_submitit_launchers.py, whose 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +31,7 @@ from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from runner import outcome
+from runner.errors import RunnerError
 from runner.outcome import OUTCOME_FILE
 
 log = logging.getLogger("runner")
@@ -45,6 +50,8 @@ _ENDED = {
     "SPECIAL_EXIT",
     "REVOKED",
 }
+# Held while a submission captures sys.stderr (_Sweep.launch).
+_SUBMITTING = threading.Lock()
 # How long a job's result file may lag behind its end (a shared filesystem's caches).
 RESULT_GRACE_SECONDS = 15.0
 _POLL_SECONDS = 1.0
@@ -102,8 +109,42 @@ class _Sweep:
             for number, overrides in numbered
         ]
         # The launcher itself is what runs on the node (hydra-submitit-launcher's __call__).
-        jobs = executor.map_array(self.launcher, *zip(*arguments, strict=True))
+        # submitit prints a refusing sbatch's stderr before raising it: the paragraph below says it once. sys.stderr
+        # is the process's, and the Optuna sweeper's slots submit from several threads: one at a time swaps it.
+        said = io.StringIO()
+        try:
+            with _SUBMITTING, contextlib.redirect_stderr(said):
+                jobs = executor.map_array(self.launcher, *zip(*arguments, strict=True))
+        except submitit.core.utils.FailedJobError as error:  # sbatch refused: no job exists to wait on
+            refused = self._not_submitted(str(error), len(numbered))
+            from runner.sweeps.parent_run import fail_parent_run  # MLflow: only when the sweep stops here
+
+            fail_parent_run(self.config, str(refused))
+            raise refused from None
+        sys.stderr.write(said.getvalue())
         return [self._settle(job, number, overrides) for job, (number, overrides) in zip(jobs, numbered, strict=True)]
+
+    def _not_submitted(self, said: str, count: int) -> RunnerError:
+        """The paragraph for a submission that sbatch (or submitit's local executor) refused: what it said, and
+        what makes it work (a SLURM controller that answers, or a launcher that needs none)."""
+        lines = [" ".join(line.split()) for line in said.splitlines() if line.strip()]
+        line = next((text for text in lines if "error" in text.lower()), lines[0] if lines else "no message")[:400]
+        sweep_dir = os.path.abspath(str(self.config.hydra.sweep.dir))
+        if self.executor != "slurm":
+            return RunnerError(
+                f"hydra/launcher=submitit_local could not start the sweep's {count} job(s): submitit said "
+                f"{line!r}. Fix: see that message, or sweep with the default launcher or hydra/launcher=joblib; "
+                f"then re-run the same command with hydra.sweep.dir={sweep_dir}."
+            )
+        conf = os.environ.get("SLURM_CONF", "SLURM's default /etc/slurm/slurm.conf")
+        return RunnerError(
+            f"hydra/launcher=submitit_slurm could not submit the sweep's {count} job(s): sbatch said {line!r} "
+            f"(its configuration: {conf}). No job was submitted, and the sweep's MLflow parent run ends FAILED. "
+            "Fix: make sure a SLURM controller answers here (`scontrol ping` says UP; start slurmctld, or point "
+            "SLURM_CONF at the cluster's slurm.conf), or run the jobs on this machine with "
+            "hydra/launcher=submitit_local or the default launcher (drop the hydra/launcher override); then re-run "
+            f"the same command with hydra.sweep.dir={sweep_dir}."
+        )
 
     def _settle(self, job, number: int, overrides: list[str]) -> JobReturn:
         """Wait for the job; its JobReturn, or, if it ended without one, a worst-value JobReturn for a job
