@@ -127,10 +127,11 @@ def test_a_killed_study_continues_to_n_trials_without_repeating_a_trial(tmp_path
 
 
 @pytest.mark.slow
-def test_a_grid_sweep_with_a_pruner_prunes_and_a_rerun_counts_no_job_twice(tmp_path):
-    """Hydra's basic sweeper over two learning rates, median pruner after one complete job: the job that cannot
-    learn is pruned after its first epoch against the first job's epoch 1, in the grid study of the sweep directory
-    (one trial per job); the same command again skips both finished jobs and adds no trial."""
+def test_a_grid_sweep_with_a_pruner_prunes_its_folds_and_a_rerun_counts_no_job_twice(tmp_path):
+    """Hydra's basic sweeper over two learning rates, two folds each, median pruner after one complete job: a job's
+    folds report to its one trial as consecutive steps (fold 1's epoch e is step 2 + e); the job that cannot learn
+    is pruned after its first fold's first epoch against the first job's, and its second fold never trains. The
+    same command again skips every finished run and adds no trial."""
     sweep_dir = tmp_path / "sweep"
     overrides = (
         "pruner=median",
@@ -139,6 +140,7 @@ def test_a_grid_sweep_with_a_pruner_prunes_and_a_rerun_counts_no_job_twice(tmp_p
         "epochs=2",
         "batch=64",
         "dataset.train_examples=512",
+        "sweep.folds=2",
         "sweep.objective=test_loss",  # a loss moves at every step; minimized, as its name says
         f"optimizer.lr={GOOD.split('=')[1]},{BAD.split('=')[1]}",
     )
@@ -150,20 +152,30 @@ def test_a_grid_sweep_with_a_pruner_prunes_and_a_rerun_counts_no_job_twice(tmp_p
         (0, TrialState.COMPLETE),
         (1, TrialState.PRUNED),
     ]
-    assert list(trials[0].intermediate_values) == [1, 2] and list(trials[1].intermediate_values) == [1]
+    assert list(trials[0].intermediate_values) == [1, 2, 3, 4] and list(trials[1].intermediate_values) == [1]
     client = client_for(tmp_path)
-    runs = children(client, parent_id_of(sweep_dir))
-    assert [run.info.status for run in runs] == ["FINISHED", "FINISHED"]
-    assert PRUNED_TAG not in runs[0].data.tags and runs[1].data.tags[PRUNED_TAG] == "1"
-    assert [m.step for m in client.get_metric_history(runs[1].info.run_id, "test_loss")] == [1]
-    assert [row[PRUNED_TAG] for row in summary_rows(sweep_dir)] == ["", "1"]
-    assert "2 jobs, 1 finished, 1 pruned, 0 failed" in result.stdout
+    runs = sorted(
+        children(client, parent_id_of(sweep_dir)),
+        key=lambda run: (int(run.data.tags["job_number"]), run.data.tags["fold"]),
+    )
+    assert [(run.data.tags["job_number"], run.data.tags["fold"]) for run in runs] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+    ]
+    assert [run.info.status for run in runs] == ["FINISHED"] * 3
+    assert [run.data.tags.get(PRUNED_TAG) for run in runs] == [None, None, "1"]
+    assert [m.step for m in client.get_metric_history(runs[2].info.run_id, "test_loss")] == [1]
+    assert sorted(row[PRUNED_TAG] for row in summary_rows(sweep_dir)) == ["", "", "1"]
 
     again = sweep(tmp_path, sweep_dir, *overrides)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(_study(sweep_dir, name=GRID_STUDY).trials) == 2
-    assert [run.info.run_id for run in children(client, parent_id_of(sweep_dir))] == [run.info.run_id for run in runs]
-    assert "2 jobs, 1 finished, 1 pruned, 0 failed" in again.stdout
+    assert sorted(run.info.run_id for run in children(client, parent_id_of(sweep_dir))) == sorted(
+        run.info.run_id for run in runs
+    )
+    assert not (sweep_dir / "1" / "fold-1").exists()  # job 1's second fold never trained, nor on the re-run
+    assert "2 configurations" in again.stdout and "1 pruned" in again.stdout
 
 
 @pytest.mark.slow

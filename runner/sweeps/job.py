@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from mlflow.entities import Run, RunStatus
@@ -48,7 +48,7 @@ from runner.searchpath import searchpath_overrides
 from runner.sweeps.grid_study import JobTrial, prunes_a_grid
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
 from runner.sweeps.ray_worker import ray_node_tags
-from runner.sweeps.study import TrialLink
+from runner.sweeps.study import PRUNED_TAG, TrialLink
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     CONFIGURATION_TAG,
@@ -106,33 +106,50 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
         job.grid_trial = JobTrial(sweep_dir, number)
     seeds = job_seeds(cfg)
     folds = sweep_settings(cfg).folds
-    if len(seeds) == 1 and folds is None:  # the job is one run in its own directory, as without sweep.seeds
-        return job.train_seed(seeds[0], job_dir, overrides, name)
+    runs = _runs(job_dir, overrides, name, configuration, seeds, folds)
     values = []
+    for index, run in enumerate(runs):
+        # A trial's runs continue one another's steps (TrialLink.first_step): the pruner compares like with like.
+        values.append(job.train_seed(*run, first_step=index * int(cfg.epochs)))
+        if job.pruned_at is not None:  # the pruner stopped the trial: its other seeds and folds do not train
+            break
+    mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
+    job.tell_grid_trial(mean)
+    if len(runs) > 1:
+        log.info(
+            "job %d (%s): %s %s over seeds %s%s, mean %.4f",
+            number,
+            configuration,
+            objective,
+            ", ".join(f"{value:.4f}" for value in values),
+            ", ".join(map(str, seeds)),
+            f" and {folds} folds" if folds else "",
+            mean,
+        )
+    return mean
+
+
+def _runs(
+    job_dir: str, overrides: list[str], name: str, configuration: str, seeds: list[int], folds: int | None
+) -> list[tuple[int, str, list[str], str, tuple[int, int] | None]]:
+    """The job's runs, in the order it trains them: (seed, run directory, overrides, run name, (fold, folds)). One
+    seed without folds is one run in the job's own directory, as without sweep.seeds; each seed of several trains
+    in `seed-<seed>/`, and with sweep.folds each fold in `fold-<k>/` below (a re-run trains only the unfinished)."""
+    if len(seeds) == 1 and folds is None:
+        return [(seeds[0], job_dir, overrides, name, None)]
+    runs: list[tuple[int, str, list[str], str, tuple[int, int] | None]] = []
     for seed in seeds:
         seed_dir, seed_overrides, seed_name = job_dir, overrides, name
         if len(seeds) > 1:
             seed_dir = os.path.join(job_dir, f"seed-{seed}")
             seed_overrides, seed_name = with_seed(overrides, seed), f"{configuration},{SEED_KEY}={seed}"
         if folds is None:
-            values.append(job.train_seed(seed, seed_dir, seed_overrides, seed_name))
+            runs.append((seed, seed_dir, seed_overrides, seed_name, None))
             continue
-        # k-fold: one run per fold, in its own directory (a re-run trains only the folds that did not finish).
         for fold in range(folds):
             fold_dir, fold_name = os.path.join(seed_dir, f"fold-{fold}"), f"{seed_name},{FOLD_KEY}={fold}"
-            values.append(job.train_seed(seed, fold_dir, seed_overrides, fold_name, fold=(fold, folds)))
-    mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
-    log.info(
-        "job %d (%s): %s %s over seeds %s%s, mean %.4f",
-        number,
-        configuration,
-        objective,
-        ", ".join(f"{value:.4f}" for value in values),
-        ", ".join(map(str, seeds)),
-        f" and {folds} folds" if folds else "",
-        mean,
-    )
-    return mean
+            runs.append((seed, fold_dir, seed_overrides, fold_name, (fold, folds)))
+    return runs
 
 
 def progress_overrides(progress, stderr=None) -> list[str]:
@@ -190,18 +207,29 @@ class _Job:
         self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
         self.trial = trial_link(hydra_config)  # an Optuna sweep's trial, which the training process reports to
         self.grid_trial: JobTrial | None = None  # a pruned grid sweep's: asked and told by this job
+        self.pruned_at: int | None = None  # the epoch at which the pruner stopped one of the job's runs
+        self.failed = False  # one of its runs failed
 
     def train_seed(
-        self, seed: int, run_dir: str, overrides: list[str], name: str, fold: tuple[int, int] | None = None
+        self,
+        seed: int,
+        run_dir: str,
+        overrides: list[str],
+        name: str,
+        fold: tuple[int, int] | None = None,
+        first_step: int = 0,
     ) -> float:
         """Train one seed in run_dir under its own child run (skipped if that run already FINISHED); `fold`:
-        (k, K), fold k of K held out as the validation split (sweep.folds)."""
+        (k, K), fold k of K held out as the validation split (sweep.folds); `first_step`: the trial's step before
+        this run's epoch 1."""
         client, overrides_tag = self.client, ",".join(overrides)
         label = f"job {self.number} ({name})"
         os.makedirs(run_dir, exist_ok=True)
         run = _existing_child(client, run_dir, self.parent.info.run_id, overrides_tag)
         if run is not None and run.info.status == _FINISHED:
             log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
+            if PRUNED_TAG in run.data.tags:  # and its trial's other runs stay untrained
+                self.pruned_at = int(run.data.tags[PRUNED_TAG])
             chosen_by = self.validation.chosen_by(self.objective, run.data.metrics)
             return float(run.data.metrics[chosen_by]) if chosen_by else self.worst
         command = [
@@ -258,6 +286,8 @@ class _Job:
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
         link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
+        if link is not None:
+            link = replace(link, first_step=first_step)
         environ = {**self.validation.environ, **(link.to_environment() if link else {})}
         returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
@@ -266,26 +296,26 @@ class _Job:
         chosen_by = self.validation.chosen_by(self.objective, ended.metrics)
         if ended.status == FINISHED and chosen_by:
             client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
-            objective_value = float(ended.metrics[chosen_by])
             if link is not None:
                 self._tag_if_pruned(link, run_id, label)
-            if self.grid_trial is not None:
-                self.grid_trial.tell(objective_value)
-            return objective_value
+            return float(ended.metrics[chosen_by])
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
-        if self.grid_trial is not None:
-            self.grid_trial.tell(None)
+        self.failed = True
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
 
+    def tell_grid_trial(self, mean: float) -> None:
+        """A pruned grid sweep's trial, once the job's runs have ended: PRUNED, FAIL if a run failed, else its mean."""
+        if self.grid_trial is not None:
+            self.grid_trial.tell(None if self.failed else mean)
+
     def _tag_if_pruned(self, link: TrialLink, run_id: str, label: str) -> None:
         """A trial that its pruner stopped: its run gets the tag `pruned_at_epoch` (the trial holds it)."""
-        from runner.sweeps.study import PRUNED_TAG
-
         _, trial = link.open()
         epoch = trial.user_attrs.get(PRUNED_TAG)
         if epoch is not None:
+            self.pruned_at = int(epoch)
             self.client.set_tag(run_id, PRUNED_TAG, str(epoch))
             log.info("%s pruned at epoch %s (MLflow run %s)", label, epoch, run_id)
 

@@ -50,7 +50,7 @@ def _plain(node: Any) -> Mapping[str, Any]:
 
 def check_pruner(config: Any) -> None:
     """Before a sweep's parent run exists: its pruner imports and takes the arguments its option gives, and the sweep
-    can prune (an Optuna or a grid sweep, a per-epoch objective, one seed per trial, one training process)."""
+    can prune (an Optuna or a grid sweep, a per-epoch objective, one training process per run)."""
     node = pruner_node(config)
     if node is None:
         return
@@ -73,17 +73,6 @@ def check_pruner(config: Any) -> None:
             f"epoch's objective, and {objective} exists only once training has ended. Fix: pass a per-epoch "
             f"objective ({', '.join(PER_EPOCH)}), e.g. sweep.objective=test_accuracy, or pruner=none."
         )
-    if int(config.sweep.seeds) > 1:
-        raise RunnerError(
-            f"sweep.seeds={config.sweep.seeds} is not valid with pruner={_option(target)}: each seed would report "
-            "the same trial's epochs. Fix: prune with sweep.seeds=1, or use pruner=none to compare seeds."
-        )
-    folds = OmegaConf.select(config, "sweep.folds")
-    if folds is not None:
-        raise RunnerError(
-            f"sweep.folds={folds} is not valid with pruner={_option(target)}: each fold's training would report the "
-            "same trial's epochs. Fix: prune without sweep.folds, or use pruner=none to cross-validate."
-        )
     if config.strategy.name in MULTI_PROCESS:
         raise RunnerError(
             f"strategy={config.strategy.name} is not valid with pruner={_option(target)}: a pruned trial would stop "
@@ -105,9 +94,10 @@ class TrialReporter:
     """A controller listener: after each epoch, the objective goes to the trial and the pruner decides; a pruned
     trial's `stop_requested` stops training at this epoch's boundary."""
 
-    def __init__(self, trial, objective: str):
+    def __init__(self, trial, objective: str, first_step: int = 0):
         self.trial = trial
         self.objective = objective
+        self.first_step = first_step  # the trial's step before this run's epoch 1 (TrialLink.first_step)
         self.pruned_at_epoch: int | None = None
 
     @property
@@ -115,7 +105,7 @@ class TrialReporter:
         return self.pruned_at_epoch is not None
 
     def on_epoch_end(self, result) -> None:
-        self.trial.report(result.metrics()[self.objective], result.epoch)
+        self.trial.report(result.metrics()[self.objective], self.first_step + result.epoch)
         if self.trial.should_prune():
             self.pruned_at_epoch = result.epoch
             self.trial.set_user_attr(PRUNED_TAG, result.epoch)
@@ -153,4 +143,4 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
 
     # pruner=none still reports each epoch (the study's intermediate values), and never prunes.
     _, trial = link.open(instantiate(node) if node is not None else optuna.pruners.NopPruner())
-    return TrialReporter(trial, objective_name(config))
+    return TrialReporter(trial, objective_name(config), link.first_step)

@@ -83,11 +83,15 @@ def _without_password(url: str) -> str:
 
 @dataclass(frozen=True)
 class TrialLink:
-    """What a job's training process needs to report to its trial: the storage, the study and the trial number."""
+    """What a job's training process needs to report to its trial: the storage, the study and the trial number, and
+    the step its epoch 1 follows. A trial trains its seeds and folds one run after another, each run's epochs
+    continuing the steps of the run before (run k's epoch e is step k x epochs + e), so that the pruner compares
+    the same seed's and fold's epoch across trials."""
 
     storage: str
     study: str
     number: int
+    first_step: int = 0
 
     def to_environment(self) -> dict[str, str]:
         return {TRIAL_VARIABLE: json.dumps(asdict(self))}
