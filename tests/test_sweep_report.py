@@ -19,10 +19,11 @@ from helpers.browser import Chromium
 from helpers.requires import requires
 from helpers.servers import MlflowServer
 from helpers.simulated_sweeps import simulate_sweep
+from helpers.sweeps import without_generated_line
 from runner.report import main as report_main
 from runner.sweeps import summary as sweep_summary
 from runner.sweeps.histories import UI_BULK_ENDPOINT, _BulkReader
-from runner.sweeps.report import GENERATED_PREFIX, REPORT_FILE
+from runner.sweeps.report import REPORT_FILE
 from runner.sweeps.summary import CSV_FILE, CURVE_METRICS, REPORT_CURVE_METRICS
 
 # Two configurations with the same values (different job numbers), one much worse, one with a failed fold, one
@@ -35,10 +36,6 @@ CONFIGURATIONS = {
     "0.7": [0.5, 0.5, 0.5],
 }
 PRUNED = {("0.7", fold): 1 for fold in range(3)}
-
-
-def without_generated_line(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.startswith(GENERATED_PREFIX))
 
 
 def report_rows(page: str) -> dict[str, str]:
