@@ -15,17 +15,23 @@ import sys
 from runner.errors import RunnerError
 
 
-def _tracking_uri(target: str, given: str | None) -> str | None:
-    """--tracking-uri, else the sweep directory's own (Hydra's multirun.yaml there records mlflow.tracking_uri),
-    else MLflow's default (MLFLOW_TRACKING_URI, or sqlite:///mlflow.db here)."""
-    if given:
-        return given
-    multirun = os.path.join(target, "multirun.yaml")
-    if os.path.isdir(target) and os.path.exists(multirun):
-        from omegaconf import OmegaConf
+def _multirun(sweep_dir: str):
+    """The sweep's composed config, which Hydra writes to <sweep dir>/multirun.yaml; None where it is not here."""
+    from omegaconf import OmegaConf
 
-        return OmegaConf.select(OmegaConf.load(multirun), "mlflow.tracking_uri") or None
-    return None
+    path = os.path.join(sweep_dir, "multirun.yaml")
+    return OmegaConf.load(path) if os.path.isfile(path) else None
+
+
+def _tracking_uri(target: str, given: str | None) -> str | None:
+    """--tracking-uri, else the sweep directory's own (its multirun.yaml records mlflow.tracking_uri), else
+    MLflow's default (MLFLOW_TRACKING_URI, or sqlite:///mlflow.db here)."""
+    from omegaconf import OmegaConf
+
+    config = _multirun(target) if os.path.isdir(target) else None
+    if given or config is None:
+        return given
+    return OmegaConf.select(config, "mlflow.tracking_uri") or None
 
 
 def _parent_run_id(target: str) -> str:
@@ -65,6 +71,7 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
     (default: the sweep directory given, else the current directory); return the files' paths."""
     from mlflow.exceptions import MlflowException
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+    from omegaconf import OmegaConf
 
     from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
     from runner.sweeps import summary as sweep_summary
@@ -97,14 +104,21 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
     # The objective the sweep's end recorded; before it ends, the one it will choose on.
     objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or DEFAULT_OBJECTIVE
     fallback = None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else FALLBACK_OBJECTIVE
-    lower = lower_is_better(objective, given.get("hydra.sweeper.direction"))
-    summary = sweep_summary.collect(
-        client, parent_id, objective, lower, fallback=fallback, asked="sweep.objective" in given
-    )
     sweep_dir = tags[SWEEP_DIR_TAG]
+    local_dir = target if os.path.isdir(target) else sweep_dir  # the sweep directory, where it is on this machine
+    config = _multirun(local_dir)
+    direction = given.get("hydra.sweeper.direction")
+    if direction is None and config is not None:
+        direction = OmegaConf.select(config, "hydra.sweeper.direction")
+    lower = lower_is_better(objective, direction)
+    # Whether sweep.objective named it (else the default chose, or its fallback on test), as the sweep's end says.
+    asked = "sweep.objective" in given or (
+        config is not None and OmegaConf.select(config, "sweep.objective") is not None
+    )
+    summary = sweep_summary.collect(client, parent_id, objective, lower, fallback=fallback, asked=asked)
     directory = out or (target if os.path.isdir(target) else os.getcwd())
     os.makedirs(directory, exist_ok=True)
-    study = find_study(target if os.path.isdir(target) else sweep_dir, overrides)
+    study = find_study(local_dir, overrides)
     paths = sweep_summary.write(summary, directory)
     paths.append(write_report(summary, directory, sweep_dir, lower, study))
     return paths

@@ -40,15 +40,29 @@ class StudySource:
     """Where an Optuna sweep's study is: its storage (a database URL or a journal file's path) and its name."""
 
     storage: str
-    name: str = "runner"
+    name: str = ""  # "": the storage's only study
 
 
 def find_study(sweep_dir: str, overrides: str) -> StudySource | None:
-    """An Optuna sweep's study, found from what the parent run recorded: `hydra.sweeper.storage=` and
-    `hydra.sweeper.study_name=` among the command's overrides (the parent's `overrides` tag), else the default
-    journal file in the sweep directory, if it is there."""
+    """An Optuna sweep's study, found from what the sweep left: the sweeper's settings in the sweep directory's
+    multirun.yaml (Hydra writes it there), else `hydra.sweeper.storage=` and `hydra.sweeper.study_name=` among
+    the command's overrides (the parent's `overrides` tag), else the default journal file in the sweep directory.
+    Where the name is not known, the storage's only study is the one (_importances)."""
+    from omegaconf import OmegaConf
+
+    from runner.sweeps.study import is_optuna_sweep, storage_of
+
+    multirun = os.path.join(sweep_dir, "multirun.yaml")
+    if os.path.exists(multirun):
+        config = OmegaConf.load(multirun)
+        if not is_optuna_sweep(config):
+            return None
+        return StudySource(
+            storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir),
+            str(OmegaConf.select(config, "hydra.sweeper.study_name") or ""),
+        )
     given = dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
-    name = given.get("hydra.sweeper.study_name") or "runner"
+    name = given.get("hydra.sweeper.study_name", "")
     storage = given.get("hydra.sweeper.storage")
     if storage and storage != "null":
         return StudySource(storage if "://" in storage else os.path.join(sweep_dir, storage), name)
@@ -347,9 +361,12 @@ def _importances(study: StudySource | None) -> str:
     heading = "<h2>Parameter importances (Optuna)</h2>\n"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        loaded = optuna.load_study(study_name=study.name, storage=open_storage(study.storage))
-    except (RunnerError, KeyError) as error:
-        return heading + f"<p>The study {study.name!r} could not be opened ({html.escape(str(error)[:300])}).</p>"
+        storage = open_storage(study.storage)
+        # study_name=None: the storage's only study (Optuna refuses a storage of several).
+        loaded = optuna.load_study(study_name=study.name or None, storage=storage)
+    except (RunnerError, KeyError, ValueError) as error:
+        said = f"The study {study.name!r} in {study.storage} could not be opened ({error})."
+        return heading + f"<p>{html.escape(said[:500])}</p>"
     completed = loaded.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(completed) < 2:
         return heading + f"<p>Not drawn: {len(completed)} completed trial(s); importances need at least 2.</p>"
