@@ -29,7 +29,7 @@ _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1400px; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-td.number { text-align: right; font-variant-numeric: tabular-nums; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.best { background: #e8f5e9; } tr.worse { color: #888; } tr.pruned, tr.failed { background: #fff3e0; }
 .note { color: #555; max-width: 60em; }
 """
