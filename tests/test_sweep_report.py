@@ -189,3 +189,23 @@ def _report_500_runs(tmp_path, store: str) -> None:
     rows = report_rows((tmp_path / REPORT_FILE).read_text())
     assert len(rows) == 100 and all(" | 5 of 5 | " in row for row in rows.values())
     assert sweep_summary.CURVES_FILE in done.stdout
+
+
+def test_an_optuna_studys_importances_are_drawn_from_two_completed_trials_and_otherwise_explained(tmp_path):
+    """A sweep directory without multirun.yaml (copied from elsewhere) still has its journal: the storage's only
+    study is the sweep's, whatever its name."""
+    import optuna
+
+    from runner.sweeps.report import _importances, find_study
+    from runner.sweeps.study import JOURNAL_FILE, open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="fashion_mnist", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
+    study.optimize(lambda trial: trial.suggest_float("lr", 0.001, 0.1) + trial.suggest_int("batch", 1, 4) * 0, 1)
+    source = find_study(str(tmp_path), "hparams_search=optuna")
+    assert source is not None and source.storage == str(tmp_path / JOURNAL_FILE) and source.name == ""
+    assert "Not drawn: 1 completed trial(s); importances need at least 2." in _importances(source)
+    study.optimize(lambda trial: trial.suggest_float("lr", 0.001, 0.1) + trial.suggest_int("batch", 1, 4) * 0, 4)
+    drawn = _importances(source)
+    assert 'id="param-importances"' in drawn and drawn == _importances(source)  # seeded: the same every time
+    assert find_study(str(tmp_path / "elsewhere"), "batch=32,64") is None  # no study: not an Optuna sweep
