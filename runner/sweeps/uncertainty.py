@@ -80,7 +80,7 @@ class PairedTest:
     def verdict(self) -> str:
         """In words: `worse than the best (p=0.003, Holm)`."""
         if self.adjusted is None:
-            return f"not enough matched runs to test ({self.n} matched; a paired test needs 2)"
+            return f"not enough matched runs to test ({self.n} matched)"
         words = "worse than the best" if self.distinguishable else "indistinguishable from the best"
         return f"{words} (p={_p(self.adjusted)}, Holm, {self.n} matched runs)"
 
