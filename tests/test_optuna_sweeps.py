@@ -4,6 +4,9 @@ pruning, the summary and the free slot together; one killed and re-run study che
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -17,8 +20,10 @@ from helpers.sweeps import (
     parent_id_of,
     summary_rows,
     sweep,
+    without_generated_line,
 )
 from runner.sweeps.grid_study import GRID_STUDY
+from runner.sweeps.report import REPORT_FILE
 from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, open_storage
 from runner.sweeps.summary import MARKDOWN_FILE
 
@@ -92,6 +97,20 @@ def test_a_pruned_study_on_two_slots(tmp_path):
     assert "optimizer.lr=1e-09" in pruned_row and pruned_row.endswith("|  |  |  |  |  |  |  |")  # not compared
     assert configurations in result.stdout
     assert result.stdout.count("| pruned at epoch 1 |") == 4  # the configuration, and each of its three jobs
+
+    # The report marks the pruned configuration and draws the study's parameter importances; rebuilt from the
+    # sweep directory (its store read from multirun.yaml, its study found there), it is the same page.
+    report = (sweep_dir / REPORT_FILE).read_text()
+    assert 'id="param-importances"' in report and "pruned: not compared" in report and "pruned at epoch 1" in report
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "runner.report", str(sweep_dir), "--out", str(tmp_path / "elsewhere")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert without_generated_line((tmp_path / "elsewhere" / REPORT_FILE).read_text()) == without_generated_line(report)
 
     # Trial 2 (8 epochs and a model) and trial 3 (pruned after 1) ran side by side; trial 4 took trial 3's slot
     # while trial 2 was still training.

@@ -14,9 +14,10 @@ import pytest
 
 from helpers.config import compose
 from helpers.presets import SWEEP_JOB
-from helpers.sweeps import all_runs, children, client_for, parent_id_of
+from helpers.sweeps import all_runs, children, client_for, parent_id_of, without_generated_line
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.sweeps.job import validation_of_job
+from runner.sweeps.report import REPORT_FILE
 from runner.sweeps.summary import MARKDOWN_FILE
 from runner.sweeps.terms import CHOSEN_BY_TAG, PARENT_RUN_ID_FILE, what_chose
 
@@ -147,6 +148,26 @@ def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinish
     assert f",fold=0) already FINISHED as MLflow run {folds[0].info.run_id}: skipped" in said
     assert f",fold=1): continuing MLflow run {folds[1].info.run_id}" in said
     assert client.get_run(folds[1].info.run_id).info.status == "FINISHED"
+
+    # The sweep's report, in its directory and on its parent run: the configuration's interval holds each fold's value.
+    report = (tmp_path / "sweep" / REPORT_FILE).read_text()
+    assert REPORT_FILE in {item.path for item in client.list_artifacts(parent_id)}
+    [row] = summary_rows(tmp_path / "sweep", CSV_FILE)
+    values = [client.get_run(run.info.run_id).data.metrics["val_accuracy"] for run in folds]
+    assert float(row["val_accuracy_ci95_low"]) <= min(values) <= max(values) <= float(row["val_accuracy_ci95_high"])
+    assert f"[{min(values):.4f}, {max(values):.4f}]" in report  # two folds: the interval is theirs
+    # Rebuilt from the MLflow store alone, in an empty directory: the same page, but for its Generated line.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "runner.report", parent_id, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert without_generated_line((elsewhere / REPORT_FILE).read_text()) == without_generated_line(report)
 
 
 @pytest.mark.slow

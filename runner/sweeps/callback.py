@@ -202,7 +202,7 @@ def finish_parent_run(config: DictConfig) -> None:
         )
         objective = summary.objective  # the test set's, where the data could not be split
         client.set_tag(parent_id, CHOSEN_BY_TAG, objective)
-        for path in sweep_summary.write(summary, sweep_dir):
+        for path in [*sweep_summary.write(summary, sweep_dir), _write_report(config, summary, sweep_dir)]:
             client.log_artifact(parent_id, path)
         if summary.best is not None:
             client.log_metric(parent_id, f"best_{objective}", summary.best.metrics[objective])
@@ -241,6 +241,21 @@ def finish_parent_run(config: DictConfig) -> None:
             f"the summary above and under MLflow parent run {parent_id}. Fix: correct the failing values, or "
             f"re-run the same command with hydra.sweep.dir={sweep_dir} to run only the jobs that did not finish."
         )
+
+
+def _write_report(config: DictConfig, summary, sweep_dir: str) -> str:
+    """sweep_report.html (runner.sweeps.report) in the sweep directory, with an Optuna sweep's study."""
+    from runner.sweeps.report import StudySource, write_report
+    from runner.sweeps.study import is_optuna_sweep, storage_of
+
+    study = None
+    if is_optuna_sweep(config):
+        study = StudySource(
+            storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir),
+            str(OmegaConf.select(config, "hydra.sweeper.study_name") or "runner"),
+        )
+    direction = OmegaConf.select(config, "hydra.sweeper.direction")
+    return write_report(summary, sweep_dir, sweep_dir, lower_is_better(summary.objective, direction), study)
 
 
 def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:

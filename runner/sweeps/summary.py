@@ -1,6 +1,9 @@
 """A sweep's summary, read back from MLflow (the parent run's children): one row per configuration (the
-jobs that differ only in `seed`) with n, mean and standard deviation of each final metric, and one row
-per job; each as CSV and Markdown, and a PNG of each configuration's mean curves with a min-max band."""
+jobs that differ only in `seed` and `fold`) with n, mean and standard deviation of each final metric, the
+objective's 95% bootstrap interval and its paired test against the best configuration (runner.sweeps.uncertainty),
+and one row per job; each as CSV and Markdown, and a PNG of each configuration's mean curves with a min-max band.
+The per-epoch histories are read in bulk (runner.sweeps.histories): through a tracking server, a few requests per
+hundred runs."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from runner.outcome import RESULT_KEYS
 from runner.plots import plot_sweep_curves
+from runner.sweeps.histories import read_histories
 from runner.sweeps.study import PRUNED_TAG
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
@@ -25,11 +29,13 @@ from runner.sweeps.terms import (
     SEED_KEY,
     SEED_TAG,
     SWEEP_DIR_TAG,
+    SWEPT_KEYS_TAG,
     WALL_SECONDS,
     chosen_on_test,
     run_name_for,
     what_chose,
 )
+from runner.sweeps.uncertainty import LEVEL, PairedTest, compare_with_best, confidence_interval
 from runner.tracking.lifecycle import ERROR_TAG
 
 CSV_FILE = "sweep_summary.csv"  # one row per configuration
@@ -37,7 +43,8 @@ MARKDOWN_FILE = "sweep_summary.md"
 JOBS_CSV_FILE = "sweep_jobs.csv"  # one row per job (per seed)
 JOBS_MARKDOWN_FILE = "sweep_jobs.md"
 CURVES_FILE = "sweep_curves.png"
-CURVE_METRICS = ("test_accuracy", "test_loss", "train_loss")
+CURVE_METRICS = ("test_accuracy", "test_loss", "train_loss")  # the PNG's
+REPORT_CURVE_METRICS = ("val_accuracy", "val_loss", "train_loss")  # the HTML report's (runner.sweeps.report)
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 
 
@@ -55,6 +62,14 @@ class JobRow:
     seed: str = ""  # the seed the run trained with
     configuration: str = ""  # its swept values without the seed: what it shares with the other seeds' runs
     pruned_at_epoch: int | None = None  # an Optuna trial its pruner stopped after this epoch
+    fold: str = ""  # with sweep.folds, the fold it held out
+    swept: dict[str, str] = field(default_factory=dict)  # its values of the keys the sweep varies (not seed, fold)
+
+    @property
+    def replicate(self) -> tuple[str, str]:
+        """What pairs it with a run of another configuration: the same seed and fold (the same split of the data
+        and the same initial weights)."""
+        return (self.seed, self.fold)
 
     @property
     def ended(self) -> bool:
@@ -112,6 +127,14 @@ class ConfigurationRow:
         values = self.values(metric)
         return statistics.stdev(values) if len(values) >= 2 else None
 
+    def replicates(self, metric: str) -> dict[tuple[str, str], float]:
+        """The finished runs' final `metric` by (seed, fold): what a paired test matches."""
+        return {job.replicate: job.metrics[metric] for job in self.finished if metric in job.metrics}
+
+    def interval(self, metric: str) -> tuple[float, float] | None:
+        """The 95% bootstrap interval of the mean over seeds and folds (seeded); None for fewer than two values."""
+        return confidence_interval(self.values(metric))
+
     def band(self, metric: str) -> list[tuple[int, float, float, float]]:
         """(epoch, mean, min, max) over the finished jobs' per-epoch values."""
         by_epoch: dict[int, list[float]] = {}
@@ -134,9 +157,34 @@ class Summary:
     best_configuration: ConfigurationRow | None = None  # the best mean objective among complete configurations
     asked: bool = True  # sweep.objective named the objective (False: the default, or its fallback on test)
 
+    swept_keys: tuple[str, ...] = ()  # the keys the sweep varies, as the parent run names them (without seed, fold)
+
     @property
     def failed(self) -> list[JobRow]:
         return [row for row in self.rows if not row.ended]
+
+    def comparisons(self) -> dict[str, PairedTest]:
+        """Each complete configuration but the best, by name: its paired test against the best configuration
+        over their matched seeds and folds, Holm-corrected across them (runner.sweeps.uncertainty)."""
+        best = self.best_configuration
+        if best is None:
+            return {}
+        others = {
+            row.configuration: row.replicates(self.objective)
+            for row in self.configurations
+            if row is not best and row.complete and not row.pruned
+        }
+        return compare_with_best(best.replicates(self.objective), others)
+
+    def verdict(self, row: ConfigurationRow, comparisons: dict[str, PairedTest]) -> str:
+        """In words, how the configuration compares with the best one."""
+        if row is self.best_configuration:
+            return "the best"
+        if row.pruned:
+            return "pruned: not compared"
+        if row.configuration not in comparisons:
+            return "not compared (a run did not finish)" if row.n else "no finished run"
+        return comparisons[row.configuration].verdict()
 
     @property
     def pruned(self) -> list[JobRow]:
@@ -152,12 +200,14 @@ class Summary:
 
     def markdown(self) -> str:
         """The configurations: n and mean ± standard deviation of each final metric, then the best one."""
-        header = ["configuration", "n", *RESULT_KEYS, WALL_SECONDS]
+        interval = f"{self.objective} {LEVEL:.0%} CI"
+        header = ["configuration", "n", *RESULT_KEYS, WALL_SECONDS, interval, "compared with the best"]
+        comparisons = self.comparisons()
         lines = [
             self._heading(),
             "",
             "| " + " | ".join(header) + " |",
-            "|---|---:|" + "|".join("---:" for _ in header[2:]) + "|",
+            "|---|---:|" + "|".join("---:" for _ in header[2:-1]) + "|---|",
         ]
         for row in self.configurations:
             if row.pruned:
@@ -169,10 +219,14 @@ class Summary:
             cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
             walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
             cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
+            cells.append(_interval(self.objective, row.interval(self.objective)))
+            cells.append(self.verdict(row, comparisons))
             lines.append("| " + " | ".join(cells) + " |")
         lines += [
             "",
-            "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and folds).",
+            "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and folds); "
+            f"{interval}: the seeded bootstrap interval of the mean; compared with the best: a paired t-test over "
+            "the matched seeds and folds, Holm-corrected across the configurations.",
         ]
         if self.pruned:
             lines += [
@@ -238,6 +292,10 @@ def _format(key: str, value: float | None) -> str:
     return f"{value:.4f}"
 
 
+def _interval(key: str, interval: tuple[float, float] | None) -> str:
+    return "" if interval is None else f"[{_format(key, interval[0])}, {_format(key, interval[1])}]"
+
+
 def _mean_std(key: str, mean: float | None, std: float | None) -> str:
     if mean is None:
         return ""
@@ -255,14 +313,6 @@ def _children(client: MlflowClient, parent_id: str):
         token = page.token
         if not token:
             return
-
-
-def _curve(client: MlflowClient, run_id: str, metric: str) -> list[tuple[int, float]]:
-    # A job re-run after an interruption logs its epochs again: the latest value per epoch wins.
-    by_step = {}
-    for point in sorted(client.get_metric_history(run_id, metric), key=lambda m: (m.timestamp, m.step)):
-        by_step[point.step] = point.value
-    return sorted(by_step.items())
 
 
 def _configuration_of(run) -> str:
@@ -294,9 +344,17 @@ def collect(
         )
         if key not in latest or run.info.start_time > latest[key].info.start_time:
             latest[key] = run
+    parent = client.get_run(parent_id)
+    swept_keys = tuple(
+        key for key in parent.data.tags.get(SWEPT_KEYS_TAG, "").split(",") if key and key not in (SEED_KEY, FOLD_TAG)
+    )
     rows = []
     ordered = sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]), _seed_order(item[0][2])))
-    for (number, seed, _), run in ordered:
+    # A job re-run after an interruption logs its epochs again: the latest value per epoch wins.
+    curves = read_histories(
+        client, [run.info.run_id for _, run in ordered], dict.fromkeys(CURVE_METRICS + REPORT_CURVE_METRICS)
+    )
+    for (number, seed, fold), run in ordered:
         metrics = run.data.metrics
         wall = metrics.get(WALL_SECONDS)
         if wall is None and run.info.end_time:
@@ -311,10 +369,12 @@ def collect(
                 wall_seconds=wall,
                 run_id=run.info.run_id,
                 error=run.data.tags.get(ERROR_TAG, ""),
-                curves={metric: _curve(client, run.info.run_id, metric) for metric in CURVE_METRICS},
+                curves=curves[run.info.run_id],
                 seed=seed,
                 configuration=_configuration_of(run),
                 pruned_at_epoch=_pruned_at(run),
+                fold=fold,
+                swept={key: value for key in swept_keys if (value := _swept_value(run, key)) is not None},
             )
         )
     if fallback is not None and not any(objective in row.metrics for row in rows if row.finished):
@@ -336,8 +396,18 @@ def collect(
     best = None
     if best_configuration is not None:
         best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
-    sweep = run_name_for(client.get_run(parent_id).data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
-    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked)
+    sweep = run_name_for(parent.data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
+    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys)
+
+
+def _swept_value(run, key: str) -> str | None:
+    """The run's value of a swept key: its `key=value` item in the run's name (as the command line gave it: a
+    config group's option too), else its logged parameter."""
+    for item in (run.info.run_name or "").split(","):
+        name, equals, value = item.partition("=")
+        if equals and name.lstrip("+~") == key:
+            return value
+    return run.data.params.get(key)
 
 
 def _pruned_at(run) -> int | None:
@@ -354,12 +424,20 @@ def write(summary: Summary, directory: str) -> list[str]:
     csv_path = os.path.join(directory, CSV_FILE)
     stats = [f"{key}_{stat}" for key in RESULT_KEYS for stat in ("mean", "std")]
     with open(csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, ["configuration", "n", "jobs", *stats, "run_ids"])
+        objective = summary.objective
+        low, high = f"{objective}_ci95_low", f"{objective}_ci95_high"
+        writer = csv.DictWriter(
+            handle, ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, "compared_with_best"]
+        )
         writer.writeheader()
+        comparisons = summary.comparisons()
         for row in summary.configurations:
-            values = {}
+            values: dict[str, object] = {}
             for key in RESULT_KEYS:
                 values[f"{key}_mean"], values[f"{key}_std"] = row.mean(key), row.std(key)
+            values["objective"] = objective
+            values[low], values[high] = row.interval(objective) or (None, None)
+            values["compared_with_best"] = summary.verdict(row, comparisons)
             writer.writerow(
                 {
                     "configuration": row.configuration,

@@ -18,6 +18,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from helpers.presets import SWEEP_JOB
 from runner import outcome
 from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
+from runner.sweeps.report import GENERATED_PREFIX
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.run_id_file import RUN_ID_FILE
@@ -94,6 +95,11 @@ def summary_rows(sweep_dir, name=JOBS_CSV_FILE):
     """The per-job table (name=CSV_FILE: the per-configuration one)."""
     with open(sweep_dir / name) as handle:
         return list(csv.DictReader(handle))
+
+
+def without_generated_line(report: str) -> str:
+    """A sweep report without the one line that differs between two reports of the same runs."""
+    return "\n".join(line for line in report.splitlines() if not line.startswith(GENERATED_PREFIX))
 
 
 def job_overrides(*swept):

@@ -1,0 +1,153 @@
+"""`python -m runner.report <sweep dir | parent run id> [--tracking-uri URI] [--out DIR]`: a sweep's report
+(sweep_report.html) and summaries (sweep_summary.csv/.md, sweep_jobs.csv/.md, sweep_curves.png), rebuilt from the
+MLflow store alone: for a sweep that ran on another machine, or to see one again after more runs finished.
+
+It reads what the sweep's own end (runner.sweeps.callback.finish_parent_run) reads: the parent run's children,
+the objective the parent records as chosen_by, the swept keys; so the report it writes equals the sweep's own, up
+to its `Generated` line. Nothing is logged to MLflow: the files are written to --out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from runner.errors import RunnerError
+
+
+def _multirun(sweep_dir: str):
+    """The sweep's composed config, which Hydra writes to <sweep dir>/multirun.yaml; None where it is not here."""
+    from omegaconf import OmegaConf
+
+    path = os.path.join(sweep_dir, "multirun.yaml")
+    return OmegaConf.load(path) if os.path.isfile(path) else None
+
+
+def _tracking_uri(target: str, given: str | None) -> str | None:
+    """--tracking-uri, else the sweep directory's own (its multirun.yaml records mlflow.tracking_uri), else
+    MLflow's default (MLFLOW_TRACKING_URI, or sqlite:///mlflow.db here)."""
+    from omegaconf import OmegaConf
+
+    config = _multirun(target) if os.path.isdir(target) else None
+    if given or config is None:
+        return given
+    return OmegaConf.select(config, "mlflow.tracking_uri") or None
+
+
+def _parent_run_id(target: str) -> str:
+    from runner.sweeps.terms import PARENT_RUN_ID_FILE, read_parent_run_id
+
+    if not os.path.isdir(target):
+        return target
+    parent_id = read_parent_run_id(target)
+    if parent_id is None:
+        raise RunnerError(
+            f"{target!r} is not valid: it is a directory without {PARENT_RUN_ID_FILE}, so not a sweep directory "
+            "whose sweep started (hydra.sweep.dir, e.g. multirun/2026-01-31/12-00-00). Fix: pass the sweep "
+            "directory, or the MLflow parent run id the sweep printed (`sweep ...: MLflow parent run <id>`)."
+        )
+    return parent_id
+
+
+def _open(tracking_uri: str | None):
+    from mlflow import get_tracking_uri
+    from mlflow.tracking import MlflowClient
+
+    from runner.tracking.store import sqlite_file
+
+    uri = tracking_uri or get_tracking_uri()
+    database = sqlite_file(uri)
+    if database is not None and not os.path.exists(database):
+        # MLflow would create an empty store there, in which no run can be found.
+        raise RunnerError(
+            f"--tracking-uri={uri!r} is not valid: there is no MLflow store at {database}. Fix: pass the sweep's "
+            "store with --tracking-uri (sqlite:///path/to/mlflow.db or the tracking server's URL)."
+        )
+    return MlflowClient(tracking_uri=uri)
+
+
+def write(target: str, tracking_uri: str | None = None, out: str | None = None) -> list[str]:
+    """Write the report and summaries of the sweep `target` (its directory or its parent run id) into `out`
+    (default: the sweep directory given, else the current directory); return the files' paths."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+    from omegaconf import OmegaConf
+
+    from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
+    from runner.sweeps import summary as sweep_summary
+    from runner.sweeps.report import find_study, write_report
+    from runner.sweeps.terms import CHOSEN_BY_TAG, OVERRIDES_TAG, SWEEP_DIR_TAG
+
+    parent_id = _parent_run_id(target)
+    client = _open(_tracking_uri(target, tracking_uri))
+    try:
+        parent = client.get_run(parent_id)
+    except MlflowException as error:
+        raise RunnerError(
+            f"{target!r} is not valid: {client.tracking_uri} has no run {parent_id!r} ({error.message[:200]}). "
+            "Fix: pass the sweep's parent run id (its sweep directory's mlflow_parent_run_id.txt) and the store "
+            "it is in with --tracking-uri."
+        ) from None
+    tags = parent.data.tags
+    if MLFLOW_PARENT_RUN_ID in tags:
+        raise RunnerError(
+            f"{target!r} is not valid: run {parent_id} is a child run of sweep parent {tags[MLFLOW_PARENT_RUN_ID]}. "
+            f"Fix: pass the parent: python -m runner.report {tags[MLFLOW_PARENT_RUN_ID]}."
+        )
+    if SWEEP_DIR_TAG not in tags:
+        raise RunnerError(
+            f"{target!r} is not valid: run {parent_id} is not a sweep's parent run (it has no {SWEEP_DIR_TAG} tag). "
+            "Fix: pass the parent run id a `python -m runner -m ...` sweep printed."
+        )
+    overrides = tags.get(OVERRIDES_TAG, "")
+    given = dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
+    # The objective the sweep's end recorded; before it ends, the one it will choose on.
+    objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or DEFAULT_OBJECTIVE
+    fallback = None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else FALLBACK_OBJECTIVE
+    sweep_dir = tags[SWEEP_DIR_TAG]
+    local_dir = target if os.path.isdir(target) else sweep_dir  # the sweep directory, where it is on this machine
+    config = _multirun(local_dir)
+    direction = given.get("hydra.sweeper.direction")
+    if direction is None and config is not None:
+        direction = OmegaConf.select(config, "hydra.sweeper.direction")
+    lower = lower_is_better(objective, direction)
+    # Whether sweep.objective named it (else the default chose, or its fallback on test), as the sweep's end says.
+    asked = "sweep.objective" in given or (
+        config is not None and OmegaConf.select(config, "sweep.objective") is not None
+    )
+    summary = sweep_summary.collect(client, parent_id, objective, lower, fallback=fallback, asked=asked)
+    directory = out or (target if os.path.isdir(target) else os.getcwd())
+    os.makedirs(directory, exist_ok=True)
+    study = find_study(local_dir, overrides)
+    paths = sweep_summary.write(summary, directory)
+    paths.append(write_report(summary, directory, sweep_dir, lower, study))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m runner.report",
+        description="Write a sweep's report (sweep_report.html) and summaries from its MLflow parent run's children.",
+    )
+    parser.add_argument("target", metavar="SWEEP_DIR_OR_PARENT_RUN_ID", help="the sweep directory or its parent run id")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="the MLflow store (default: the sweep directory's mlflow.tracking_uri, else MLFLOW_TRACKING_URI)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="where to write (default: the sweep directory given, else the current directory)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        paths = write(args.target, args.tracking_uri, args.out)
+    except RunnerError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""A sweep's report, `sweep_report.html`: one self-contained page (Plotly's JavaScript inlined, no network) that
+says which configurations the sweep could tell apart.
+
+It shows the configurations with the objective's mean and 95% bootstrap interval over seeds and folds, each one's
+paired test against the best (runner.sweeps.uncertainty), the swept values against the objective as parallel
+coordinates, each configuration's validation and training curves with a min-max band over its seeds and folds, the
+pruned and failed runs, and for an Optuna sweep its parameter importances. The page is deterministic (a seeded
+bootstrap, fixed element ids, a fixed fANOVA seed): two reports of the same runs differ only in their `Generated`
+line, so a report rebuilt elsewhere (`python -m runner.report`) can be compared with the sweep's own."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner.sweeps.study import JOURNAL_FILE
+from runner.sweeps.summary import REPORT_CURVE_METRICS, ConfigurationRow, JobRow, Summary
+from runner.sweeps.terms import what_chose
+from runner.sweeps.uncertainty import ALPHA, LEVEL
+
+REPORT_FILE = "sweep_report.html"
+GENERATED_PREFIX = '<p class="generated">Generated '  # the one line that differs between two reports of the same runs
+_COLORS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1400px; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.best { background: #e8f5e9; } tr.worse { color: #888; } tr.pruned, tr.failed { background: #fff3e0; }
+.note { color: #555; max-width: 60em; }
+"""
+
+
+@dataclass(frozen=True)
+class StudySource:
+    """Where an Optuna sweep's study is: its storage (a database URL or a journal file's path) and its name."""
+
+    storage: str
+    name: str = ""  # "": the storage's only study
+
+
+def find_study(sweep_dir: str, overrides: str) -> StudySource | None:
+    """An Optuna sweep's study, found from what the sweep left: the sweeper's settings in the sweep directory's
+    multirun.yaml (Hydra writes it there), else `hydra.sweeper.storage=` and `hydra.sweeper.study_name=` among
+    the command's overrides (the parent's `overrides` tag), else the default journal file in the sweep directory.
+    Where the name is not known, the storage's only study is the one (_importances)."""
+    from omegaconf import OmegaConf
+
+    from runner.sweeps.study import is_optuna_sweep, storage_of
+
+    multirun = os.path.join(sweep_dir, "multirun.yaml")
+    if os.path.exists(multirun):
+        config = OmegaConf.load(multirun)
+        if not is_optuna_sweep(config):
+            return None
+        return StudySource(
+            storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir),
+            str(OmegaConf.select(config, "hydra.sweeper.study_name") or ""),
+        )
+    given = dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
+    name = given.get("hydra.sweeper.study_name", "")
+    storage = given.get("hydra.sweeper.storage")
+    if storage and storage != "null":
+        return StudySource(storage if "://" in storage else os.path.join(sweep_dir, storage), name)
+    journal = os.path.join(sweep_dir, JOURNAL_FILE)
+    return StudySource(journal, name) if os.path.exists(journal) else None
+
+
+def write_report(
+    summary: Summary,
+    directory: str,
+    sweep_dir: str,
+    lower_is_better: bool,
+    study: StudySource | None = None,
+) -> str:
+    """Write sweep_report.html into directory; return its path."""
+    from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotly ships no type information
+
+    sections = [
+        _heading(summary, sweep_dir, lower_is_better),
+        _configurations_table(summary, lower_is_better),
+        _parallel_coordinates(summary),
+        _curves(summary),
+        _jobs_table(summary),
+        _importances(study),
+    ]
+    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    page = "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>Sweep report: {html.escape(os.path.basename(sweep_dir.rstrip('/')) or summary.parent_id)}</title>",
+            f"<style>{_STYLE}</style>",
+            f'<script type="text/javascript">{get_plotlyjs()}</script>',
+            "</head><body>",
+            *sections,
+            f"{GENERATED_PREFIX}{generated} from MLflow parent run {html.escape(summary.parent_id)}.</p>",
+            "</body></html>",
+            "",
+        ]
+    )
+    path = os.path.join(directory, REPORT_FILE)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(page)
+    return path
+
+
+def _figure_html(figure, div_id: str) -> str:
+    # No plotly.js here (the page loads it once); a fixed id, so that the page is the same for the same runs.
+    return figure.to_html(
+        full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False, "responsive": True}
+    )
+
+
+def _format(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.4f}"
+
+
+def _heading(summary: Summary, sweep_dir: str, lower_is_better: bool) -> str:
+    finished = [row for row in summary.rows if row.finished]
+    direction = "lower is better" if lower_is_better else "higher is better"
+    counts = (
+        f"{len(summary.rows)} runs in {len(summary.configurations)} configurations: {len(finished)} finished, "
+        f"{len(summary.pruned)} pruned, {len(summary.failed)} failed."
+    )
+    return (
+        f"<h1>Sweep report</h1>\n<p>Sweep directory <code>{html.escape(sweep_dir)}</code>, MLflow parent run "
+        f"<code>{html.escape(summary.parent_id)}</code>. {counts}</p>\n"
+        f"<p>Objective: <b>{html.escape(summary.objective)}</b> ({direction}). "
+        f"{html.escape(what_chose(summary.objective, summary.asked))}</p>"
+    )
+
+
+def _ordered(summary: Summary, lower_is_better: bool) -> list[ConfigurationRow]:
+    """The best first, then the compared ones from best to worst mean, then those that cannot be compared."""
+
+    def key(row: ConfigurationRow) -> tuple[bool, bool, float]:
+        mean = row.mean(summary.objective)
+        if mean is None or not row.complete or row.pruned:
+            return (True, True, 0.0)
+        return (row is not summary.best_configuration, False, mean if lower_is_better else -mean)
+
+    return sorted(summary.configurations, key=key)
+
+
+def _configurations_table(summary: Summary, lower_is_better: bool) -> str:
+    objective = summary.objective
+    comparisons = summary.comparisons()
+    rows = []
+    for row in _ordered(summary, lower_is_better):
+        mean, std, interval = row.mean(objective), row.std(objective), row.interval(objective)
+        verdict = summary.verdict(row, comparisons)
+        test = comparisons.get(row.configuration)
+        css = (
+            "best"
+            if row is summary.best_configuration
+            else "pruned"
+            if row.pruned
+            else "failed"
+            if any(not job.ended for job in row.jobs)
+            else "worse"
+            if test is not None and test.distinguishable
+            else ""
+        )
+        states = [job.shown_status for job in row.jobs if not job.finished]
+        rows.append(
+            f'<tr class="{css}"><td>{html.escape(row.configuration)}</td>'
+            f'<td class="number">{row.n} of {len(row.jobs)}</td>'
+            f'<td class="number">{_format(mean)}</td><td class="number">{_format(std)}</td>'
+            f'<td class="number">{"" if interval is None else f"[{_format(interval[0])}, {_format(interval[1])}]"}</td>'
+            f"<td>{html.escape(verdict)}</td><td>{html.escape('; '.join(states))}</td></tr>"
+        )
+    return (
+        "<h2>Configurations</h2>\n<table><thead><tr><th>configuration</th><th>n</th>"
+        f"<th>{html.escape(objective)} mean</th><th>std</th><th>{LEVEL:.0%} CI of the mean</th>"
+        "<th>compared with the best</th><th>runs not finished</th></tr></thead><tbody>\n"
+        + "\n".join(rows)
+        + "\n</tbody></table>\n"
+        f'<p class="note">n: the runs (seeds &times; folds) that trained every epoch. The interval is a seeded '
+        f"percentile bootstrap of the mean over them (none with fewer than two). Each configuration is compared "
+        f"with the best by a paired t-test over the runs with the same seed and fold, and the p-values are "
+        f"Holm-corrected across the configurations: <i>worse than the best</i> means the corrected p is below "
+        f"{ALPHA}; <i>indistinguishable from the best</i> means these runs cannot tell the two apart: it is not "
+        f"evidence that they are equal, only that more seeds or folds would be needed to separate them. Pruned "
+        f"and failed runs are never compared.</p>"
+    )
+
+
+def _numeric(values: Sequence[str]) -> list[float] | None:
+    try:
+        return [float(value) for value in values]
+    except ValueError:
+        return None
+
+
+def _parallel_coordinates(summary: Summary) -> str:
+    import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
+
+    shown = [
+        (row, mean)
+        for row in summary.configurations
+        if not row.pruned and (mean := row.mean(summary.objective)) is not None and row.finished
+    ]
+    keys = [key for key in summary.swept_keys if any(key in row.finished[0].swept for row, _ in shown)]
+    if not keys or not shown:
+        return "<h2>Swept values</h2>\n<p>No swept values with a finished run to draw.</p>"
+    dimensions = []
+    for key in keys:
+        values = [row.finished[0].swept.get(key, "") for row, _ in shown]
+        numbers = _numeric(values)
+        if numbers is not None:
+            dimensions.append({"label": key, "values": numbers})
+        else:
+            categories = sorted(set(values))
+            dimensions.append(
+                {
+                    "label": key,
+                    "values": [categories.index(value) for value in values],
+                    "tickvals": list(range(len(categories))),
+                    "ticktext": categories,
+                }
+            )
+    means = [mean for _, mean in shown]
+    dimensions.append({"label": summary.objective, "values": means})
+    figure = go.Figure(
+        go.Parcoords(
+            line={"color": means, "colorscale": "Viridis", "showscale": True},
+            dimensions=dimensions,
+        )
+    )
+    figure.update_layout(height=450, margin={"l": 80, "r": 80, "t": 60, "b": 40})
+    return (
+        "<h2>Swept values against the objective</h2>\n"
+        f'<p class="note">One line per configuration, at its mean {html.escape(summary.objective)} over its finished '
+        "runs; drag along an axis to select a range.</p>\n" + _figure_html(figure, "parallel-coordinates")
+    )
+
+
+def _rgba(color: str, alpha: float) -> str:
+    red, green, blue = (int(color[index : index + 2], 16) for index in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+def _job_label(job: JobRow) -> str:
+    replicate = ", ".join(
+        part for part in (f"seed {job.seed}" if job.seed else "", f"fold {job.fold}" if job.fold else "") if part
+    )
+    return f"job {job.job}" + (f" ({replicate})" if replicate else "") + f": {job.shown_status}"
+
+
+def _curves(summary: Summary) -> str:
+    import plotly.graph_objects as go
+
+    parts = ["<h2>Curves</h2>"]
+    drawn = False
+    for metric in REPORT_CURVE_METRICS:
+        figure = go.Figure()
+        for index, row in enumerate(summary.configurations):
+            color = _COLORS[index % len(_COLORS)]
+            band = row.band(metric)
+            if band:
+                epochs, means, lows, highs = (list(values) for values in zip(*band, strict=True))
+                figure.add_trace(
+                    go.Scatter(
+                        x=epochs + epochs[::-1],
+                        y=highs + lows[::-1],
+                        fill="toself",
+                        fillcolor=_rgba(color, 0.2),
+                        line={"width": 0},
+                        hoverinfo="skip",
+                        legendgroup=str(index),
+                        showlegend=False,
+                    )
+                )
+                figure.add_trace(
+                    go.Scatter(
+                        x=epochs,
+                        y=means,
+                        mode="lines+markers",
+                        line={"color": color},
+                        name=f"{row.configuration} (n={row.n})",
+                        legendgroup=str(index),
+                    )
+                )
+            for job in row.jobs:
+                points = job.curves.get(metric) or []
+                if job.finished or not points:
+                    continue
+                figure.add_trace(
+                    go.Scatter(
+                        x=[step for step, _ in points],
+                        y=[value for _, value in points],
+                        mode="lines+markers",
+                        line={"color": color, "dash": "dot", "width": 1},
+                        marker={"symbol": "x"},
+                        name=f"{row.configuration}, {_job_label(job)}",
+                        legendgroup=str(index),
+                    )
+                )
+        if not figure.data:
+            continue
+        drawn = True
+        figure.update_layout(
+            title=metric,
+            xaxis_title="epoch",
+            yaxis_title=metric,
+            height=420,
+            legend={"font": {"size": 10}},
+            margin={"t": 50},
+        )
+        parts.append(_figure_html(figure, f"curves-{metric}"))
+    if not drawn:
+        parts.append(f"<p>No run logged {', '.join(REPORT_CURVE_METRICS)} per epoch.</p>")
+    else:
+        parts.append(
+            '<p class="note">Each configuration: its mean over the seeds and folds that trained every epoch (line) '
+            "and their lowest to highest value (band); a pruned or failed run is its own dotted line, marked x.</p>"
+        )
+    return "\n".join(parts)
+
+
+def _jobs_table(summary: Summary) -> str:
+    rows = []
+    for job in summary.rows:
+        css = "pruned" if job.pruned else "" if job.ended else "failed"
+        rows.append(
+            f'<tr class="{css}"><td class="number">{job.job}</td><td>{html.escape(job.seed)}</td>'
+            f"<td>{html.escape(job.fold)}</td><td>{html.escape(job.configuration)}</td>"
+            f"<td>{html.escape(job.shown_status)}</td>"
+            f'<td class="number">{_format(job.metrics.get(summary.objective))}</td>'
+            f"<td><code>{html.escape(job.run_id)}</code></td><td>{html.escape(_shorten(job.error))}</td></tr>"
+        )
+    return (
+        "<h2>Runs</h2>\n<table><thead><tr><th>job</th><th>seed</th><th>fold</th><th>configuration</th><th>status</th>"
+        f"<th>{html.escape(summary.objective)}</th><th>MLflow run</th><th>error</th></tr></thead><tbody>\n"
+        + "\n".join(rows)
+        + "\n</tbody></table>"
+    )
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _importances(study: StudySource | None) -> str:
+    """An Optuna sweep's parameter importances (fANOVA, seeded), or a sentence saying why there are none."""
+    if study is None:
+        return ""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator
+    from optuna.trial import TrialState
+
+    from runner.errors import RunnerError
+    from runner.sweeps.study import open_storage
+
+    heading = "<h2>Parameter importances (Optuna)</h2>\n"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = open_storage(study.storage)
+        # study_name=None: the storage's only study (Optuna refuses a storage of several).
+        loaded = optuna.load_study(study_name=study.name or None, storage=storage)
+    except (RunnerError, KeyError, ValueError) as error:
+        said = f"The study {study.name!r} in {study.storage} could not be opened ({error})."
+        return heading + f"<p>{html.escape(said[:500])}</p>"
+    completed = loaded.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(completed) < 2:
+        return heading + f"<p>Not drawn: {len(completed)} completed trial(s); importances need at least 2.</p>"
+    try:
+        figure = optuna.visualization.plot_param_importances(loaded, evaluator=FanovaImportanceEvaluator(seed=0))
+    except (ValueError, RuntimeError) as error:
+        return heading + f"<p>Not drawn: {html.escape(str(error)[:300])}</p>"
+    return (
+        heading + '<p class="note">How much of the objective\'s variation across the completed trials each parameter '
+        "explains (fANOVA over a random forest, seeded).</p>\n" + _figure_html(figure, "param-importances")
+    )
