@@ -174,6 +174,7 @@ def test_image_folder_trains_and_its_model_takes_uint8_images(tmp_path, train, t
     assert inputs["image_folder-train"]["source"] == {"uri": str(tmp_path / "images")}
 
 
+@pytest.mark.slow  # trains three runs in this process: about 10 s
 def test_a_callables_stream_of_unknown_length_needs_steps_per_epoch(train):
     stream = ["dataset._target_=test_data_kinds.stream_of_examples", "dataset.name=stream", "strategy=one_device"]
     with pytest.raises(RunnerError, match="^dataset.name='stream' streams examples.*Fix: pass loop.steps_per_epoch"):

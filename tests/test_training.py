@@ -211,6 +211,7 @@ def loss_noting_xla(labels, logits):
     return sparse_categorical_crossentropy(labels, logits)
 
 
+@pytest.mark.slow  # XLA compiles the step: about 10 s
 def test_jit_compile_compiles_the_training_step_with_xla_and_gives_the_same_training(train, tmp_path):
     probe = f"loss._target_={__name__}.loss_noting_xla"
     LOSS_TRACES_IN_XLA.clear()
@@ -224,6 +225,7 @@ def test_jit_compile_compiles_the_training_step_with_xla_and_gives_the_same_trai
         assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-3)
 
 
+@pytest.mark.slow  # float16 runs as emulated kernels on a CPU: 10-25 s
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_tracks_float32_training(train, tmp_path, policy):
     """Lower-precision maths, same training: the loss curve stays close to float32's."""
