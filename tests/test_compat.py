@@ -93,3 +93,24 @@ def test_mlflows_context_tags_and_git_source_are_where_the_runner_reads_them():
     assert commit is None or len(commit) == 40, _changed(
         "mlflow", f"get_git_commit ({commit!r})", "mlflow_internals.py"
     )
+
+
+def test_mlflows_rest_helpers_and_the_uis_bulk_history_route_are_where_the_runner_reads_them():
+    """runner.sweeps.histories reads a tracking server's histories in bulk through these (the read itself, through a
+    real server, is tests/test_sweep_report.py's 500-run test)."""
+    import mlflow.server
+    from mlflow.utils import credentials, rest_utils
+
+    from runner.compat import mlflow_internals
+
+    parameters = set(inspect.signature(rest_utils.http_request).parameters)
+    # `params` reaches requests through **kwargs, as MLflow's REST store passes it.
+    assert {"host_creds", "endpoint", "method", "kwargs"} <= parameters, _changed(
+        "mlflow", f"http_request's parameters ({sorted(parameters)})", "mlflow_internals.py"
+    )
+    assert callable(rest_utils.verify_rest_response) and callable(credentials.get_default_host_creds)
+    routes = {str(rule) for rule in mlflow.server.app.url_map.iter_rules()}
+    assert any(route.endswith(mlflow_internals.UI_BULK_HISTORY_ENDPOINT) for route in routes), _changed(
+        "mlflow", f"the UI's route {mlflow_internals.UI_BULK_HISTORY_ENDPOINT}", "mlflow_internals.py"
+    )
+    assert mlflow_internals.ServerRequests("http://127.0.0.1:1").credentials.host == "http://127.0.0.1:1"

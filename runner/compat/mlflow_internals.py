@@ -1,11 +1,15 @@
 """What the fluent `mlflow.start_run` does for a run that the runner, which creates its runs with MlflowClient, does
 through MLflow's undocumented internals: the system-metrics monitor attached to any run by id, and the context tags
-(user, source, git). tests/test_compat.py fails, naming MLflow's version, when any of them changes.
+(user, source, git); and the bulk read of metric histories that MLflow's UI makes from a tracking server, which no
+client API offers. tests/test_compat.py fails, naming MLflow's version, when any of them changes.
 
 The monitor relies on SystemMetricsMonitor's constructor, its `monitors`, `sampling_interval`,
 `samples_before_logging`, `collect_metrics`/`aggregate_metrics`, its private `_shutdown_event`, `_metrics_prefix`
 and `_logging_step`, and on CPUMonitor; the tags on `mlflow.tracking.context.registry.resolve_tags(ignore=...)`,
-`GitRunContext` and `mlflow.utils.git_utils`.
+`GitRunContext` and `mlflow.utils.git_utils`; the bulk read on `mlflow.utils.rest_utils.http_request` and
+`verify_rest_response` (what MlflowClient's REST store calls, with its credentials from
+`mlflow.utils.credentials.get_default_host_creds`) and on the UI's route
+`/ajax-api/2.0/mlflow/metrics/get-history-bulk`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking.context.git_context import GitRunContext
 from mlflow.tracking.context.registry import resolve_tags
+from mlflow.utils.credentials import get_default_host_creds
 from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
+from mlflow.utils.rest_utils import http_request, verify_rest_response
 
 log = logging.getLogger("runner")
 
@@ -117,3 +123,25 @@ def git_source(path: str) -> tuple[str | None, str | None, str | None]:
     if commit is None:
         return None, None, None
     return commit, get_git_branch(path), get_git_repo_url(path)
+
+
+# The route MLflow's UI reads charts from: every point of one metric of up to 100 runs, in one query, at most
+# 25,000 points a response (mlflow/server/__init__.py; MAX_RUNS_GET_METRIC_HISTORY_BULK, MAX_HISTORY_RESULTS).
+UI_BULK_HISTORY_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
+
+
+class ServerRequests:
+    """GET requests to a tracking server's REST endpoints, with the credentials MlflowClient would send
+    (MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN, the TLS variables)."""
+
+    def __init__(self, tracking_uri: str):
+        self.credentials = get_default_host_creds(tracking_uri)
+
+    def get(self, endpoint: str, params: dict[str, Any], *, missing_ok: bool = False) -> dict[str, Any] | None:
+        """The JSON answer; None where `missing_ok` and the server does not serve `endpoint` (404). Any other
+        failure raises MLflow's own exception, as MlflowClient's would."""
+        response = http_request(self.credentials, endpoint, "GET", params=params)
+        if missing_ok and response.status_code == 404:
+            return None
+        verify_rest_response(response, endpoint)
+        return response.json()

@@ -8,9 +8,10 @@ to 100 runs, in one SQL query, at most 25,000 points a response) and the REST AP
 to 2,500 points per run, a longer history evenly sampled, but two queries per run on the server: measured 2 s for
 100 runs on 2 cores, against 0.1 s). So the first is asked, a batch that comes back full is halved and asked again,
 and where a server does not serve it (404) the REST one is asked instead. Either way the histories cost about
-ceil(runs / 100) requests per metric, whatever the number of epochs. The requests use MLflow's own REST helpers and
-credentials (MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN, the TLS variables), as MlflowClient would. A local store
-(sqlite:///, a database URI) is read in-process, where a request is a query, per run and metric."""
+ceil(runs / 100) requests per metric, whatever the number of epochs. The requests go through MLflow's own REST helpers
+and credentials, as MlflowClient's would (runner.compat.mlflow_internals, where those internals and the UI's route
+are kept). A local store (sqlite:///, a database URI) is read in-process, where a request is a query, per run and
+metric."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from collections.abc import Iterable, Sequence
 
 from mlflow.tracking import MlflowClient
 
-UI_BULK_ENDPOINT = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
+from runner.compat.mlflow_internals import UI_BULK_HISTORY_ENDPOINT as UI_BULK_ENDPOINT
+from runner.compat.mlflow_internals import ServerRequests
+
 BULK_ENDPOINT = "/api/2.0/mlflow/metrics/get-history-bulk-interval"
 RUNS_PER_REQUEST = 100  # the server's limit for both (MAX_RUNS_GET_METRIC_HISTORY_BULK)
 UI_POINTS_PER_REQUEST = 25000  # the UI endpoint's limit per response (MAX_HISTORY_RESULTS)
@@ -64,9 +67,7 @@ class _BulkReader:
     """Bulk reads from one tracking server: the UI's endpoint while the server serves it, else the REST one."""
 
     def __init__(self, tracking_uri: str):
-        from mlflow.utils.credentials import get_default_host_creds
-
-        self.credentials = get_default_host_creds(tracking_uri)
+        self.server = ServerRequests(tracking_uri)
         self.ui_endpoint = True
 
     def read(self, run_ids: Sequence[str], metric: str) -> list[tuple[str, int, int, float]]:
@@ -88,13 +89,10 @@ class _BulkReader:
         return points
 
     def _get(self, endpoint: str, params: dict) -> list[tuple[str, int, int, float]] | None:
-        from mlflow.utils.rest_utils import http_request, verify_rest_response
-
-        response = http_request(self.credentials, endpoint, "GET", params=params)
-        if response.status_code == 404 and endpoint == UI_BULK_ENDPOINT:
+        answer = self.server.get(endpoint, params, missing_ok=endpoint == UI_BULK_ENDPOINT)
+        if answer is None:
             return None
-        verify_rest_response(response, endpoint)
         return [
             (point["run_id"], int(point.get("timestamp", 0)), int(point.get("step", 0)), float(point["value"]))
-            for point in response.json().get("metrics", [])
+            for point in answer.get("metrics", [])
         ]
