@@ -115,6 +115,7 @@ def test_a_users_keras3_model_trains_on_two_mirrored_replicas_resumes_and_predic
     # Registered by the run (mlflow.register=true): its version serves what the run logged.
     [version] = client.search_model_versions("name='fashion_mnist'")
     assert version.run_id == resumed_run
+    assert client.get_model_version_by_alias("fashion_mnist", "champion").version == version.version
     done = subprocess.run(
         [sys.executable, "-c", _PREDICT, f"models:/fashion_mnist/{version.version}", str(lab / "test_images.npy")],
         cwd=lab,

@@ -150,7 +150,8 @@ def test_a_grid_sweep_with_a_pruner_prunes_its_folds_and_a_rerun_counts_no_job_t
     """Hydra's basic sweeper over two learning rates, two folds each, median pruner after one complete job: a job's
     folds report to its one trial as consecutive steps (fold 1's epoch e is step 2 + e); the job that cannot learn
     is pruned after its first fold's first epoch against the first job's, and its second fold never trains. The
-    same command again skips every finished run and adds no trial."""
+    same command again skips every finished run and adds no trial. The CNN is Keras 3's (runtime.keras=3): folds
+    and pruning are the same for either Keras."""
     sweep_dir = tmp_path / "sweep"
     overrides = (
         "pruner=median",
@@ -160,6 +161,7 @@ def test_a_grid_sweep_with_a_pruner_prunes_its_folds_and_a_rerun_counts_no_job_t
         "batch=64",
         "dataset.train_examples=512",
         "sweep.folds=2",
+        "runtime.keras=3",
         "sweep.objective=test_loss",  # a loss moves at every step; minimized, as its name says
         f"optimizer.lr={GOOD.split('=')[1]},{BAD.split('=')[1]}",
     )

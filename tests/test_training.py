@@ -68,6 +68,40 @@ def test_loop_styles_see_the_same_batches_and_agree(train, tmp_path):
     assert reference.history[1].train_loss < reference.history[0].train_loss
 
 
+@pytest.mark.slow  # the Keras 3 CNN, five short runs in this process
+def test_the_keras3_lane_agrees_across_loop_styles_and_trains_with_warmup_xla_and_bfloat16(train, tmp_path):
+    """runtime.keras=3: the built-in CNN, Adam and loss in Keras 3, under every loop style (the same batches, the
+    for-in loop's losses), and with warm-up, XLA and mixed_bfloat16 together."""
+    from runner.builtins import keras_lane
+
+    try:
+        results = {
+            style: train(f"loop={style}", "runtime.keras=3", "epochs=2", run_dir=tmp_path / style)
+            for style in ("for_in", "iterator", "in_function", "multi_step")
+        }
+        reference = results["for_in"]
+        for style, result in results.items():
+            _finite_and_in_range(result)
+            for ours, theirs in zip(result.history, reference.history, strict=True):
+                assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-4), style
+                assert ours.test_accuracy == pytest.approx(theirs.test_accuracy, abs=1e-6), style
+        assert reference.history[1].train_loss < reference.history[0].train_loss
+        tuned = train(
+            "runtime.keras=3",
+            "lr_scaling=warmup",
+            "lr_scaling.base_batch=32",
+            "runtime.jit_compile=true",
+            "runtime.mixed_precision=mixed_bfloat16",
+            "epochs=2",
+            run_dir=tmp_path / "tuned",
+        )
+        _finite_and_in_range(tuned)
+        assert tuned.learning_rate == pytest.approx(0.002)  # linear: 0.001 x 64 / 32, reached after the warm-up
+        assert tuned.history[1].train_loss < tuned.history[0].train_loss
+    finally:
+        keras_lane.select(2)  # this process's other tests build tf_keras models
+
+
 def test_multi_step_handles_a_last_call_shorter_than_steps_per_call(train):
     result = train("loop=multi_step", "loop.steps_per_call=3", "loop.steps_per_epoch=7", "epochs=2")
     assert [e.steps for e in result.history] == [7, 7]
