@@ -70,7 +70,7 @@ def read(path: Path) -> str:
 @pytest.fixture(scope="module")
 def ray_session(tmp_path_factory):
     """One Ray head for every case: a 3-job sweep on it (one job with a bad value), then, with the cluster
-    stopped, a sweep at the address that no longer answers, then a 1-job sweep that starts its own Ray."""
+    stopped, a sweep at the address that no longer answers, then a 1-job sweep of two folds that starts its own Ray."""
     work = tmp_path_factory.mktemp("ray_sweeps")
     head, temp = work / "head", tmp_path_factory.mktemp("ray")
     head.mkdir()
@@ -105,7 +105,13 @@ echo $? > cluster.rc
     } > unreachable.out 2> unreachable.err
 echo $? > unreachable.rc
 {
-        runner_command(*SWEEP, "batch=32", f"mlflow.tracking_uri=sqlite:///{work}/local.db", "hydra.sweep.dir=local")
+        runner_command(
+            *SWEEP,
+            "batch=32",
+            "sweep.folds=2",
+            f"mlflow.tracking_uri=sqlite:///{work}/local.db",
+            "hydra.sweep.dir=local",
+        )
     } > local.out 2> local.err
 echo $? > local.rc
 ps -eo args > ps_end.txt
@@ -205,9 +211,13 @@ def test_an_address_that_does_not_answer_is_one_paragraph_before_anything_starts
 def test_without_an_address_the_sweep_starts_its_own_ray(ray_session):
     work, _ = ray_session
     assert read(work / "local.rc").strip() == "0", read(work / "local.err")[-4000:]
-    parent, [job] = sweep_runs(work, "local.db", "local")
-    assert parent.info.status == "FINISHED" and job.info.status == "FINISHED"
-    assert job.data.tags["launcher"] == "ray" and re.fullmatch(r"[0-9a-f]{56}", job.data.tags["ray_node_id"])
+    parent, folds = sweep_runs(work, "local.db", "local")
+    assert parent.info.status == "FINISHED"
+    # sweep.folds=2: the job, one Ray task, trains its two folds as two child runs.
+    assert sorted(run.data.tags["fold"] for run in folds) == ["0", "1"]
+    for run in folds:
+        assert run.info.status == "FINISHED" and run.data.tags["launcher"] == "ray"
+        assert re.fullmatch(r"[0-9a-f]{56}", run.data.tags["ray_node_id"])
     assert "Started a local Ray instance" in read(work / "local.err")
 
 

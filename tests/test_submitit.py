@@ -224,8 +224,9 @@ def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
 
 @pytest.mark.server
 @requires("slurm")
-def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(slurm, tmp_path):
-    """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it."""
+def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job_and_fold(slurm, tmp_path):
+    """hydra.launcher.tasks_per_node=2: every job is a 2-task MultiWorkerMirrored cluster; task 0 records it, one
+    child run per fold (sweep.folds=2: both tasks train fold 0, then fold 1, as one cluster each time)."""
     sweep_dir = tmp_path / "sweep"
     single = [item for item in SWEEP_JOB if not item.startswith("strategy=")]
     command = [
@@ -244,21 +245,28 @@ def test_a_sweep_of_two_task_multi_worker_mirrored_jobs_has_one_child_per_job(sl
         "strategy=multi_worker_mirrored",
         "cluster=slurm",
         "batch=32,64",
+        "sweep.folds=2",
     ]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
     parent_id = parent_id_of(sweep_dir)
-    assert len(all_runs(client)) == 3  # the parent and one child per job, not per task
-    jobs = children(client, parent_id)
-    assert [run.info.run_name for run in jobs] == ["batch=32", "batch=64"]
-    for run in jobs:
+    assert len(all_runs(client)) == 5  # the parent and one child per job and fold, not per task
+    runs = sorted(children(client, parent_id), key=lambda run: run.info.run_name)
+    assert [run.info.run_name for run in runs] == [
+        "batch=32,fold=0",
+        "batch=32,fold=1",
+        "batch=64,fold=0",
+        "batch=64,fold=1",
+    ]
+    jobs = [run for run in runs if run.data.tags["fold"] == "0"]
+    for run in runs:
         assert run.info.status == "FINISHED"
         assert (run.data.params["num_replicas"], run.data.params["cluster.kind"]) == ("2", "slurm")
         assert run.data.tags["launcher"] == "submitit_slurm"
         assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
     _slurm_tags_match_the_jobs(jobs)
-    assert "2 jobs, 2 finished, 0 failed" in result.stdout
+    assert "4 jobs, 4 finished, 0 failed" in result.stdout
 
 
 def test_missing_sbatch_and_missing_extra_are_one_paragraph(tmp_path):
