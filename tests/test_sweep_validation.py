@@ -109,7 +109,6 @@ def test_a_sweep_over_data_it_cannot_split_chooses_on_test_and_says_so(tmp_path)
     assert said in (tmp_path / "sweep" / MARKDOWN_FILE).read_text() and said in result.stdout
 
 
-@pytest.mark.slow
 def _learnable_npz(path, train: int, test: int, classes: int = 3) -> None:
     """Images whose class is a bright band at a place of its own, over noise: a CNN learns them in a few steps."""
     import numpy as np
@@ -127,6 +126,7 @@ def _learnable_npz(path, train: int, test: int, classes: int = 3) -> None:
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
+@pytest.mark.slow
 def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinished_fold(tmp_path):
     """Two configurations by three folds: a child per fold, the folds partitioning the training examples the same
     way for both; the summary's mean is the folds' mean, the report's interval holds the folds' values and calls the
