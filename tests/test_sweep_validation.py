@@ -128,9 +128,10 @@ def _learnable_npz(path, train: int, test: int, classes: int = 3) -> None:
 
 @pytest.mark.slow
 def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinished_fold(tmp_path):
-    """Two configurations by three folds: a child per fold, the folds partitioning the training examples the same
-    way for both; the summary's mean is the folds' mean, the report's interval holds the folds' values and calls the
-    learning rate that cannot learn worse than the best; a re-run trains only the fold that did not finish."""
+    """Two configurations by three folds, under joblib and MirroredStrategy: a child per fold, the folds partitioning
+    the training examples the same way for both; the summary's mean is the folds' mean, the report's interval holds
+    the folds' values and calls the learning rate that cannot learn worse than the best; a re-run trains only the
+    fold that did not finish."""
     import json
     import statistics
 
@@ -139,7 +140,9 @@ def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinish
 
     _learnable_npz(tmp_path / "data.npz", train=300, test=30)
     npz = ["dataset=npz", f"dataset.path={tmp_path / 'data.npz'}", "dataset.name=npz"]
-    overrides = [*npz, "sweep.folds=3", "batch=32", "optimizer.lr=0.01,1e-9"]
+    # Two jobs at once (joblib), each fold on two mirrored replicas of 16 (the global batch of 32).
+    parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "strategy=mirrored", "strategy.cpu_replicas=2"]
+    overrides = [*npz, *parallel, "sweep.folds=3", "batch=16", "optimizer.lr=0.01,1e-9"]
     result = _sweep(tmp_path, *overrides, without="dataset=")
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -156,6 +159,7 @@ def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinish
         held = []
         for run in folds:
             assert run.data.params["dataset.folds"] == "3" and run.data.params["dataset.split_seed"] == "42"
+            assert run.data.params["num_replicas"] == "2" and run.data.tags["launcher"] == "joblib"
             path = client.download_artifacts(run.info.run_id, "validation_split.json", str(tmp_path))
             held.append(json.loads(open(path).read())["examples"])
         # The folds partition the training examples (the preset's dataset.train_examples=256 of the file's 300).
