@@ -238,3 +238,31 @@ def test_data_that_cannot_be_cut_into_the_folds_is_refused_before_the_sweep_star
         assert why in line and "Fix:" in line
         assert not (case / "sweep" / PARENT_RUN_ID_FILE).exists()
         assert all_runs(client_for(case)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        ["strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=4"],
+        ["strategy=central_storage", "strategy.cpu_replicas=2", "batch=16"],
+    ],
+    ids=["parameter_server", "central_storage"],
+)
+def test_k_fold_trains_each_fold_under_the_other_strategies(tmp_path, strategy):
+    """sweep.folds=2 with a parameter-server cluster (the coordinator's validation pass) and with central storage:
+    a FINISHED child per fold, each validated on its own fold, the two folds partitioning the training examples."""
+    import json
+
+    result = _sweep(tmp_path, *strategy, "sweep.folds=2", "optimizer.lr=0.001")
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    folds = sorted(children(client, parent_id_of(tmp_path / "sweep")), key=lambda run: run.data.tags["fold"])
+    assert [(run.data.tags["fold"], run.info.status) for run in folds] == [("0", "FINISHED"), ("1", "FINISHED")]
+    held = []
+    for run in folds:
+        assert run.data.params["strategy.name"] == strategy[0].partition("=")[2]
+        assert 0.0 <= run.data.metrics["val_accuracy"] <= 1.0
+        path = client.download_artifacts(run.info.run_id, "validation_split.json", str(tmp_path))
+        held.append(json.loads(open(path).read())["examples"])
+    assert sorted(held[0] + held[1]) == list(range(256))  # the preset's dataset.train_examples
