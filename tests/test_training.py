@@ -69,9 +69,11 @@ def test_loop_styles_see_the_same_batches_and_agree(train, tmp_path):
 
 
 @pytest.mark.slow  # the Keras 3 CNN, five short runs in this process
-def test_the_keras3_lane_agrees_across_loop_styles_and_trains_with_warmup_xla_and_bfloat16(train, tmp_path):
+def test_the_keras3_lane_agrees_across_loop_styles_and_its_resnet_trains_with_warmup_xla_and_bfloat16(
+    train, tmp_path, tracking_uri
+):
     """runtime.keras=3: the built-in CNN, Adam and loss in Keras 3, under every loop style (the same batches, the
-    for-in loop's losses), and with warm-up, XLA and mixed_bfloat16 together."""
+    for-in loop's losses); and the built-in ResNet in Keras 3 with warm-up, XLA and mixed_bfloat16 together."""
     from runner.builtins import keras_lane
 
     try:
@@ -86,8 +88,12 @@ def test_the_keras3_lane_agrees_across_loop_styles_and_trains_with_warmup_xla_an
                 assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-4), style
                 assert ours.test_accuracy == pytest.approx(theirs.test_accuracy, abs=1e-6), style
         assert reference.history[1].train_loss < reference.history[0].train_loss
-        tuned = train(
+        tuned = train(  # the ResNet in Keras 3 (its BatchNormalization), under the default strategy
             "runtime.keras=3",
+            "model=resnet",
+            "model.widths=[8]",
+            "model.blocks_per_stage=1",
+            "strategy=default",
             "lr_scaling=warmup",
             "lr_scaling.base_batch=32",
             "runtime.jit_compile=true",
@@ -97,7 +103,8 @@ def test_the_keras3_lane_agrees_across_loop_styles_and_trains_with_warmup_xla_an
         )
         _finite_and_in_range(tuned)
         assert tuned.learning_rate == pytest.approx(0.002)  # linear: 0.001 x 64 / 32, reached after the warm-up
-        assert tuned.history[1].train_loss < tuned.history[0].train_loss
+        for result in (reference, tuned):
+            assert mlflow_client(tracking_uri).get_run(result.run_id).data.tags["keras"].startswith("keras 3.")
     finally:
         keras_lane.select(2)  # this process's other tests build tf_keras models
 
