@@ -75,7 +75,7 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
 
     from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
     from runner.sweeps import summary as sweep_summary
-    from runner.sweeps.report import find_study, write_report
+    from runner.sweeps.report import find_study, given_overrides, write_report
     from runner.sweeps.terms import CHOSEN_BY_TAG, OVERRIDES_TAG, SWEEP_DIR_TAG
 
     parent_id = _parent_run_id(target)
@@ -99,8 +99,7 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
             f"{target!r} is not valid: run {parent_id} is not a sweep's parent run (it has no {SWEEP_DIR_TAG} tag). "
             "Fix: pass the parent run id a `python -m runner -m ...` sweep printed."
         )
-    overrides = tags.get(OVERRIDES_TAG, "")
-    given = dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
+    given = given_overrides(tags.get(OVERRIDES_TAG, ""))
     # The objective the sweep's end recorded; before it ends, the one it will choose on.
     objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or DEFAULT_OBJECTIVE
     fallback = None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else FALLBACK_OBJECTIVE
@@ -118,7 +117,7 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
     summary = sweep_summary.collect(client, parent_id, objective, lower, fallback=fallback, asked=asked)
     directory = out or (target if os.path.isdir(target) else os.getcwd())
     os.makedirs(directory, exist_ok=True)
-    study = find_study(local_dir, overrides)
+    study = find_study(local_dir, given, config)
     paths = sweep_summary.write(summary, directory)
     paths.append(write_report(summary, directory, sweep_dir, lower, study))
     return paths

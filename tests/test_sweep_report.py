@@ -202,10 +202,10 @@ def test_an_optuna_studys_importances_are_drawn_from_two_completed_trials_and_ot
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="fashion_mnist", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
     study.optimize(lambda trial: trial.suggest_float("lr", 0.001, 0.1) + trial.suggest_int("batch", 1, 4) * 0, 1)
-    source = find_study(str(tmp_path), "hparams_search=optuna")
+    source = find_study(str(tmp_path), {"hparams_search": "optuna"})
     assert source is not None and source.storage == str(tmp_path / JOURNAL_FILE) and source.name == ""
     assert "Not drawn: 1 completed trial(s); importances need at least 2." in _importances(source)
     study.optimize(lambda trial: trial.suggest_float("lr", 0.001, 0.1) + trial.suggest_int("batch", 1, 4) * 0, 4)
     drawn = _importances(source)
     assert 'id="param-importances"' in drawn and drawn == _importances(source)  # seeded: the same every time
-    assert find_study(str(tmp_path / "elsewhere"), "batch=32,64") is None  # no study: not an Optuna sweep
+    assert find_study(str(tmp_path / "elsewhere"), {"batch": "32,64"}) is None  # no study: not an Optuna sweep

@@ -22,13 +22,13 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from runner.compat.hydra_internals import parse_command_line
 from runner.config.components import check_targets
 from runner.config.help import group_names, group_options
-from runner.config.plain import as_dict
+from runner.config.plain import as_dict, job_config
 from runner.config.schema import TARGET_GROUPS, Settings, config_name, declared, group_class, register
 from runner.config.settings import sweep_settings, target_components, validate
 from runner.errors import RunnerError
@@ -171,9 +171,7 @@ class _Composer:
         """Each value of each swept key, in the config of the point that differs from `config` in it (Hydra's sweep
         config holds none of the swept values)."""
         points = [_values(override) for override in overrides]
-        job = copy.deepcopy(config)  # without the hydra node, which no value of a job changes: copied per value
-        with open_dict(job):
-            job.pop("hydra", None)
+        job = job_config(config)  # without the hydra node, which no value of a job changes: copied per value
         _check_targets(job)
         for index, override in enumerate(overrides):
             if not override.is_sweep_override():

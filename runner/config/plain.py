@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 
 def as_dict(config: DictConfig) -> dict[str, Any]:
@@ -13,3 +14,12 @@ def as_dict(config: DictConfig) -> dict[str, Any]:
     assert isinstance(container, dict)  # a DictConfig's container is a dict
     # OmegaConf types any container's keys as every kind a key may be; a composed config's names are strings.
     return cast(dict[str, Any], container)
+
+
+def job_config(sweep_config: DictConfig) -> DictConfig:
+    """A copy of a sweep's config without its `hydra` node: the keys each of its jobs validates (Hydra's sweep
+    config holds none of the swept values)."""
+    job = copy.deepcopy(sweep_config)
+    with open_dict(job):
+        job.pop("hydra", None)
+    return job

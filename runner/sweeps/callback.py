@@ -245,16 +245,10 @@ def finish_parent_run(config: DictConfig) -> None:
 
 def _write_report(config: DictConfig, summary, sweep_dir: str) -> str:
     """sweep_report.html (runner.sweeps.report) in the sweep directory, with an Optuna sweep's study."""
-    from runner.sweeps.report import StudySource, write_report
-    from runner.sweeps.study import is_optuna_sweep, storage_of
+    from runner.sweeps.report import find_study, write_report
 
-    study = None
-    if is_optuna_sweep(config):
-        study = StudySource(
-            storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir),
-            str(OmegaConf.select(config, "hydra.sweeper.study_name") or "runner"),
-        )
     direction = OmegaConf.select(config, "hydra.sweeper.direction")
+    study = find_study(sweep_dir, {}, config)
     return write_report(summary, sweep_dir, sweep_dir, lower_is_better(summary.objective, direction), study)
 
 

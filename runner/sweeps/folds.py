@@ -8,12 +8,11 @@ point.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
-from runner.config.plain import as_dict
+from runner.config.plain import as_dict, job_config
 from runner.config.settings import checked_targets, sweep_settings, validate
 
 
@@ -26,9 +25,6 @@ def check_folds(config: DictConfig) -> None:
     # TensorFlow, and the user's data module: only for a sweep that folds its data, once, before its jobs.
     from runner.data.loading import load_data
 
-    job = copy.deepcopy(config)
-    with open_dict(job):
-        del job["hydra"]  # the job's own keys, as its runs validate them
-    settings = checked_targets(validate(as_dict(job)))
+    settings = checked_targets(validate(as_dict(job_config(config))))
     first_fold = dataclasses.replace(settings.dataset, folds=folds, fold=0)
     load_data(first_fold, seed=settings.seed)

@@ -488,13 +488,13 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
 
 def trial_link(hydra_config: DictConfig):
     """The Optuna trial this job is (runner.sweeps.optuna_sweeper launches trial N as job N), or None."""
-    from runner.sweeps.study import SWEEPER_TARGET, storage_of
+    from runner.sweeps.study import SWEEPER_TARGET, storage_of, study_name_of
 
     sweeper = hydra_config.get("sweeper")
     if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:
         return None
     storage = storage_of(sweeper.get("storage"), str(hydra_config.sweep.dir))
-    return TrialLink(storage, str(sweeper.get("study_name") or "runner"), int(hydra_config.job.num))
+    return TrialLink(storage, study_name_of(sweeper), int(hydra_config.job.num))
 
 
 def _train(command: list[str], cwd: str, outcome_file: str, environ: dict[str, str] | None = None) -> int:

@@ -33,6 +33,7 @@ from runner.sweeps.study import (
     SearchSpace,
     open_storage,
     storage_of,
+    study_name_of,
 )
 
 log = logging.getLogger("runner")
@@ -91,7 +92,7 @@ class OptunaSweep:
         if isinstance(sampler, Mapping):
             sampler = instantiate(sampler)
         study = optuna.create_study(
-            study_name=str(self.settings.get("study_name") or "runner"),
+            study_name=study_name_of(self.settings),
             storage=open_storage(storage),
             sampler=sampler,
             direction=_direction(self.settings.get("direction")),

@@ -14,8 +14,9 @@ import datetime
 import html
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from runner.sweeps.study import JOURNAL_FILE
 from runner.sweeps.summary import REPORT_CURVE_METRICS, ConfigurationRow, JobRow, Summary
@@ -43,31 +44,35 @@ class StudySource:
     name: str = ""  # "": the storage's only study
 
 
-def find_study(sweep_dir: str, overrides: str) -> StudySource | None:
-    """An Optuna sweep's study, found from what the sweep left: the sweeper's settings in the sweep directory's
-    multirun.yaml (Hydra writes it there), else `hydra.sweeper.storage=` and `hydra.sweeper.study_name=` among
-    the command's overrides (the parent's `overrides` tag), else the default journal file in the sweep directory.
-    Where the name is not known, the storage's only study is the one (_importances)."""
+def find_study(sweep_dir: str, given: Mapping[str, str], config: Any = None) -> StudySource | None:
+    """An Optuna sweep's study, found from what the sweep left: its composed config (`config`, which the sweep's
+    own end holds; else the sweep directory's multirun.yaml, where Hydra writes it), else `hydra.sweeper.storage=`
+    and `hydra.sweeper.study_name=` among the command's overrides (`given`: the parent's `overrides` tag, by key),
+    else the default journal file in the sweep directory. Where the name is not known, the storage's only study is
+    the one (_importances)."""
     from omegaconf import OmegaConf
 
-    from runner.sweeps.study import is_optuna_sweep, storage_of
+    from runner.sweeps.study import is_optuna_sweep, storage_of, study_name_of
 
     multirun = os.path.join(sweep_dir, "multirun.yaml")
-    if os.path.exists(multirun):
+    if config is None and os.path.exists(multirun):
         config = OmegaConf.load(multirun)
+    if config is not None:
         if not is_optuna_sweep(config):
             return None
-        return StudySource(
-            storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir),
-            str(OmegaConf.select(config, "hydra.sweeper.study_name") or ""),
-        )
-    given = dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
+        sweeper = config.hydra.sweeper
+        return StudySource(storage_of(sweeper.get("storage"), sweep_dir), study_name_of(sweeper))
     name = given.get("hydra.sweeper.study_name", "")
     storage = given.get("hydra.sweeper.storage")
     if storage and storage != "null":
         return StudySource(storage if "://" in storage else os.path.join(sweep_dir, storage), name)
     journal = os.path.join(sweep_dir, JOURNAL_FILE)
     return StudySource(journal, name) if os.path.exists(journal) else None
+
+
+def given_overrides(overrides: str) -> dict[str, str]:
+    """A parent run's `overrides` tag (the command line's overrides, space-separated) by key."""
+    return dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
 
 
 def write_report(

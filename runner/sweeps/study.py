@@ -21,6 +21,8 @@ from runner.errors import RunnerError
 SWEEPER_TARGET = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
 # The default storage: Optuna's journal file in the sweep directory.
 JOURNAL_FILE = "optuna_study.journal"
+# The study's name where hydra.sweeper.study_name is null (conf/hydra/sweeper/optuna.yaml's default too).
+DEFAULT_STUDY_NAME = "runner"
 # Set by a sweep job for its training process: JSON of a TrialLink.
 TRIAL_VARIABLE = "RUNNER_OPTUNA_TRIAL"
 # On a trial (an Optuna user attribute) and on its child run (a tag): the epoch after which the pruner stopped it.
@@ -34,6 +36,11 @@ def is_optuna_sweep(config: Any) -> bool:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(config, "hydra.sweeper._target_") == SWEEPER_TARGET
+
+
+def study_name_of(sweeper: Any) -> str:
+    """The study an Optuna sweep's settings (the hydra.sweeper node) name."""
+    return str(sweeper.get("study_name") or DEFAULT_STUDY_NAME)
 
 
 def storage_of(storage: Any, sweep_dir: str) -> str:
