@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tensorflow as tf
 from omegaconf import OmegaConf
@@ -413,7 +414,7 @@ def _loop_and_evaluation(
         loop: TrainingLoop = CoordinatorLoop(steps, coordinator, dataset_fn, plan.steps_per_epoch)
         return loop, make_evaluate(steps, test_batches, inline=True)
 
-    def distributed_train_dataset(**epochs: int) -> tf.distribute.DistributedDataset:
+    def distributed_train_dataset(**epochs: Any) -> tf.distribute.DistributedDataset:
         return strategy.experimental_distribute_dataset(training_data.train_dataset(global_batch, seed, **epochs))
 
     loop = make_loop(
@@ -424,6 +425,8 @@ def _loop_and_evaluation(
         settings.loop.steps_per_call,
         done_epochs,
         int(checkpointer.partial.steps.numpy()),
+        # A TPU's input pipeline runs on its host, which cannot read a variable of this process.
+        epoch_read_when_iterated=training_data.epoch_read_when_iterated and settings.strategy.name != "tpu",
     )
     return loop, make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
 

@@ -12,6 +12,7 @@ from runner.data.idx import read_idx
 from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.errors import RunnerError
+from runner.training.loop import EpochDatasets
 
 
 def _settings(name: str = "fashion_mnist", **keys):
@@ -103,6 +104,32 @@ def test_epoch_batches_depend_only_on_seed_and_epoch():
     assert _label_batches(endless.take(12)) == from_start
     assert from_start[:4] != from_start[4:8]  # a new order each epoch
     assert _label_batches(arrays.train_dataset(32, seed=6, epochs=1)) != from_start[:4]
+
+
+def test_one_dataset_serves_every_epoch_through_its_epoch_variable():
+    """loop=for_in and loop=in_function build their distributed dataset once (EpochDatasets) and set its epoch
+    before each pass: pass e gives exactly epoch e's batches, and a preempted epoch's rest skips what was trained."""
+    arrays = load_data(_settings(name="synthetic", train_examples=100, test_examples=10), seed=0)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    built = []
+
+    def make_dataset(**epochs):
+        built.append(epochs)
+        return strategy.experimental_distribute_dataset(arrays.train_dataset(32, seed=5, **epochs))
+
+    from_start = _label_batches(arrays.train_dataset(32, seed=5, first_epoch=1, epochs=3))
+    datasets = EpochDatasets(make_dataset, reusable=True)
+    assert [_label_batches(datasets.of_epoch(epoch)) for epoch in (1, 2, 3, 2)] == [
+        from_start[:4],
+        from_start[4:8],
+        from_start[8:],
+        from_start[4:8],
+    ]
+    assert len(built) == 1 and isinstance(built[0]["first_epoch"], tf.Variable)  # built once
+    assert _label_batches(datasets.of_epoch(3, done_steps=1)) == from_start[9:]
+    assert built[1] == {"first_epoch": 3, "epochs": 1, "skip_batches": 1}
+    per_epoch = EpochDatasets(make_dataset, reusable=False)  # a source that takes the epoch as a number
+    assert _label_batches(per_epoch.of_epoch(2)) == from_start[4:8] and built[2]["first_epoch"] == 2
 
 
 def test_input_pipelines_take_disjoint_shards():

@@ -46,11 +46,15 @@ class InMemoryData:
         """The first `count` test inputs as the data holds them (the served model's input)."""
         return to_raw(self.test_images[:count], self.spec)
 
+    # train_dataset(first_epoch=<tf.Variable>) reads the variable when an iterator starts, so that one dataset serves
+    # every epoch (loop=for_in).
+    epoch_read_when_iterated = True
+
     def train_dataset(
         self,
         batch_size: int,
         seed,
-        first_epoch: int = 1,
+        first_epoch: int | tf.Variable = 1,
         epochs: int | None = 1,
         skip_batches: int = 0,
         input_context: tf.distribute.InputContext | None = None,
@@ -60,9 +64,10 @@ class InMemoryData:
 
         Each epoch is a fresh permutation of the training set drawn from (seed, epoch) alone, so epoch e
         sees the same batches whether the run started at epoch 1 or resumed at e (`seed` may also be an
-        int64 tensor, computed where the dataset is built). Every epoch ends with
-        its own (possibly partial) batch, as the tutorial's `for x in dataset` does. With an
-        `input_context` (distribute_datasets_from_function), each input pipeline takes its shard.
+        int64 tensor, computed where the dataset is built; `first_epoch` an int64 tf.Variable, read each
+        time an iterator over the dataset starts). Every epoch ends with its own (possibly partial) batch,
+        as the tutorial's `for x in dataset` does. With an `input_context` (distribute_datasets_from_function),
+        each input pipeline takes its shard.
         """
         count = len(self.train_labels)
         images, labels = self._train_tensors if tf.executing_eagerly() else self._fresh_train_tensors()
@@ -76,11 +81,10 @@ class InMemoryData:
                 indices = indices.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
             return indices.batch(batch_size)
 
-        epoch_numbers = (
-            tf.data.Dataset.range(first_epoch, first_epoch + epochs)
-            if epochs is not None
-            else tf.data.Dataset.range(first_epoch, 2**62)
-        )
+        # Epochs first_epoch, first_epoch + 1, ...: offsets added in a map, so that a tf.Variable first_epoch is read
+        # whenever an iterator starts (loop=for_in builds this dataset once and sets the epoch before each pass).
+        offsets = tf.data.Dataset.range(epochs if epochs is not None else 2**62)
+        epoch_numbers = offsets.map(lambda offset: offset + tf.cast(first_epoch, tf.int64))
         dataset = epoch_numbers.flat_map(epoch_batches).skip(skip_batches)
         # One gather per batch from tensors already in memory: no per-example work in the pipeline.
         dataset = dataset.map(

@@ -93,6 +93,12 @@ class TrainingData(Protocol):
         """How MultiWorkerMirrored workers split the training set: "FILE" or "DATA"."""
         ...
 
+    @property
+    def epoch_read_when_iterated(self) -> bool:
+        """Whether train_dataset(first_epoch=<an int64 tf.Variable>) reads the epoch each time an iterator starts, so
+        that one dataset serves every epoch of loop=for_in; False: it takes a number, one dataset per epoch."""
+        ...
+
     def train_dataset(
         self,
         batch_size: int,

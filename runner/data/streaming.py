@@ -108,6 +108,9 @@ class StreamingData:
     def inputs(self) -> list[dict[str, Any]]:
         return self.descriptions
 
+    # The shuffle buffer's seed is fixed when a dataset is built: loop=for_in builds one per epoch.
+    epoch_read_when_iterated = False
+
     def train_dataset(
         self,
         batch_size: int,

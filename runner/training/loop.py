@@ -68,19 +68,44 @@ def iterator_step(steps: ReplicaSteps, loss_sum: LossSum):
     return train_step
 
 
-class ForInLoop:
-    """The tutorial's epoch: one pass over a distributed dataset made for the epoch, one tf.function call per
-    step, until the dataset ends (`for x in dist_dataset`, with the batch drawn inside the call)."""
+class EpochDatasets:
+    """The distributed dataset of one epoch, for the loops that start a pass over a dataset every epoch.
 
-    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int):
+    Where the data reads its epoch from a variable when an iterator starts (`reusable`), the dataset is built and
+    distributed once and each epoch sets the variable, so an epoch pays only for its iterator, as model.fit does;
+    otherwise each epoch builds its own. A preempted epoch's rest, less the batches already trained, is built alone.
+    Either way epoch e's batches are the same."""
+
+    def __init__(self, make_dataset: MakeDataset, reusable: bool):
         self.make_dataset = make_dataset
+        self.epoch: tf.Variable | None = None
+        if reusable:
+            with tf.device("/cpu:0"):  # where the input pipeline runs
+                self.epoch = tf.Variable(1, dtype=tf.int64, trainable=False, name="dataset_epoch")
+        self._dataset: Iterable[Any] | None = None
+
+    def of_epoch(self, epoch: int, done_steps: int = 0) -> Iterable[Any]:
+        if self.epoch is None or done_steps:
+            return self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps)
+        if self._dataset is None:
+            self._dataset = self.make_dataset(first_epoch=self.epoch, epochs=1)
+        self.epoch.assign(epoch)
+        return self._dataset
+
+
+class ForInLoop:
+    """The tutorial's epoch: one pass over the epoch's distributed dataset, one tf.function call per step,
+    until the dataset ends (`for x in dist_dataset`, with the batch drawn inside the call)."""
+
+    def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int):
+        self.datasets = datasets
         self.steps_per_epoch = steps_per_epoch
         self.loss_sum = LossSum()
         self.step = iterator_step(steps, self.loss_sum)
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         total, count = self.loss_sum.start(total), done_steps
-        batches = iter(self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps))
+        batches = iter(self.datasets.of_epoch(epoch, done_steps))
         while True:
             try:
                 loss = self.step(batches)
@@ -94,8 +119,8 @@ class ForInLoop:
 class InFunctionLoop:
     """The whole epoch inside one tf.function: AutoGraph turns `for x in dist_dataset` into a loop."""
 
-    def __init__(self, steps: ReplicaSteps, make_dataset: MakeDataset, steps_per_epoch: int):
-        self.make_dataset = make_dataset
+    def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int):
+        self.datasets = datasets
         self.steps_per_epoch = steps_per_epoch
         step = steps.distributed_train_step
 
@@ -111,9 +136,7 @@ class InFunctionLoop:
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         started = tf.constant(total, tf.float32)
-        total, count = self.train_whole_epoch(
-            self.make_dataset(first_epoch=epoch, epochs=1, skip_batches=done_steps), started
-        )
+        total, count = self.train_whole_epoch(self.datasets.of_epoch(epoch, done_steps), started)
         count = int(count)
         progress.advance(count, (total - started) / max(count, 1), total)
         return total, done_steps + count
@@ -258,15 +281,17 @@ def make_loop(
     steps_per_call: int,
     done_epochs: int = 0,
     done_steps: int = 0,
+    epoch_read_when_iterated: bool = False,
 ):
     """The loop for `style`, ready to train epoch done_epochs + 1 onwards, whose first `done_steps` steps
-    were trained before a preemption."""
+    were trained before a preemption. `epoch_read_when_iterated`: make_dataset(first_epoch=<a tf.Variable>)
+    reads the epoch when an iterator starts (EpochDatasets)."""
     if style == "for_in":
-        return ForInLoop(steps, make_dataset, steps_per_epoch)
+        return ForInLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch)
     if style == "iterator":
         return IteratorLoop(steps, make_dataset, steps_per_epoch, done_epochs, done_steps)
     if style == "in_function":
-        return InFunctionLoop(steps, make_dataset, steps_per_epoch)
+        return InFunctionLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch)
     if style == "multi_step":
         return MultiStepLoop(steps, make_dataset, steps_per_epoch, done_epochs, steps_per_call, done_steps)
     raise ValueError(f"unknown loop style {style!r}")
