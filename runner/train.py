@@ -18,6 +18,7 @@ import tensorflow as tf
 from omegaconf import OmegaConf
 
 from runner.builtins import keras_lane
+from runner.clusters.agreement import any_worker_stops
 from runner.clusters.preemption import AgreedStop, CoordinatedPreemption, PreemptionGuard
 from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.config.schema import Settings
@@ -216,6 +217,7 @@ class Trainer:
                 validate=self.validate,
                 # A trial its pruner stopped keeps its curves and its checkpoint, and logs no model.
                 stop_actions=[action for action in actions if isinstance(action, PlotCurves)],
+                agree_to_stop=self._agreement(),
             )
             ending = _RunEnding(self, tracker, run_id, actions, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):
@@ -233,6 +235,13 @@ class Trainer:
         eval_accuracy = restored.accuracy if restored else float("nan")
         replicas, plan = self.strategy.num_replicas_in_sync, self.plan
         return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, plan.global_batch, plan.learning_rate)
+
+    def _agreement(self) -> Callable[[bool], bool] | None:
+        """MultiWorkerMirrored: a stop the chief's pruner decides after an epoch is every worker's (the others have no
+        trial to ask), as a preemption's is."""
+        if self.settings.strategy.name == "multi_worker_mirrored" and self.task.type is not None:
+            return any_worker_stops(self.strategy)
+        return None
 
     def _guard(self) -> PreemptionGuard:
         """MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM."""

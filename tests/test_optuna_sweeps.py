@@ -201,6 +201,56 @@ def test_a_grid_sweep_with_a_pruner_prunes_its_folds_and_a_rerun_counts_no_job_t
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
+    "cluster",
+    [
+        ("strategy=multi_worker_mirrored", "cluster.workers=2", "batch=32"),
+        ("strategy=parameter_server", "loop.steps_per_epoch=8"),
+    ],
+    ids=["multi_worker_mirrored", "parameter_server"],
+)
+def test_a_pruned_cluster_trial_stops_every_task(tmp_path, cluster):
+    """A grid sweep of two learning rates, each job a local cluster, median pruner after one complete job. The rate
+    that cannot learn is pruned before its last epoch: under MultiWorkerMirrored the chief's decision is every
+    worker's (both stop after the same epoch, in step, with the chief's checkpoint of it), under ParameterServer the
+    coordinator stops and its servers are told the end; either way the job ends as a pruned trial does."""
+    sweep_dir = tmp_path / "sweep"
+    result = sweep(
+        tmp_path,
+        sweep_dir,
+        *cluster,
+        "cluster=local",
+        "pruner=median",
+        "pruner.n_startup_trials=1",
+        "pruner.n_warmup_steps=0",
+        "epochs=3",
+        "sweep.objective=test_loss",
+        f"optimizer.lr={GOOD.split('=')[1]},{BAD.split('=')[1]}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = sorted(_study(sweep_dir, name=GRID_STUDY).trials, key=lambda trial: trial.number)
+    assert [trial.state for trial in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+    pruned_at = trials[1].last_step  # the first epoch its test_loss is behind the good job's at that epoch
+    assert pruned_at < 3 and list(trials[1].intermediate_values) == list(range(1, pruned_at + 1))
+    client = client_for(tmp_path)
+    runs = sorted(children(client, parent_id_of(sweep_dir)), key=lambda run: run.data.tags["job_number"])
+    assert [run.info.status for run in runs] == ["FINISHED", "FINISHED"]
+    assert [run.data.tags.get(PRUNED_TAG) for run in runs] == [None, str(pruned_at)]
+    history = client.get_metric_history(runs[1].info.run_id, "test_loss")
+    assert [m.step for m in history] == list(trials[1].intermediate_values)
+    assert len(client.get_metric_history(runs[0].info.run_id, "test_loss")) == 3
+    steps = pruned_at * (4 if "multi_worker_mirrored" in cluster[0] else 8)  # 256 / (2 x 32), or steps_per_epoch
+    assert [path.name for path in (sweep_dir / "1" / "checkpoints").glob("*.index")] == [f"ckpt-{steps}.index"]
+    if "multi_worker_mirrored" in cluster[0]:
+        worker = (sweep_dir / "1" / "tasks" / "worker-1.log").read_text()
+        # It trained the chief's epochs and no more, and ended in step with it.
+        assert f"epoch {pruned_at}/3: " in worker and f"epoch {pruned_at + 1}/3" not in worker
+        # Not left alone in the next epoch's all-reduces, failing once the chief has gone.
+        assert "error:" not in worker, worker[-2000:]
+    assert sorted(row[PRUNED_TAG] for row in summary_rows(sweep_dir)) == ["", str(pruned_at)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
     ("overrides", "paragraph"),
     [
         (("pruner=bogus",), "pruner=bogus"),

@@ -25,7 +25,6 @@ PRUNERS = ("none", "median", "successive_halving", "hyperband")
 PER_EPOCH = (
     "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_second"
 )  # fmt: skip
-MULTI_PROCESS = ("multi_worker_mirrored", "parameter_server")
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
 # (runner.sweeps.grid_study).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -50,7 +49,8 @@ def _plain(node: Any) -> Mapping[str, Any]:
 
 def check_pruner(config: Any) -> None:
     """Before a sweep's parent run exists: its pruner imports and takes the arguments its option gives, and the sweep
-    can prune (an Optuna or a grid sweep, a per-epoch objective, one training process per run)."""
+    can prune (an Optuna or a grid sweep, a per-epoch objective). Any strategy: under MultiWorkerMirrored every worker
+    stops with the chief (runner.clusters.agreement), under ParameterServer the coordinator, which alone trains."""
     node = pruner_node(config)
     if node is None:
         return
@@ -72,12 +72,6 @@ def check_pruner(config: Any) -> None:
             f"sweep.objective={objective} is not valid with pruner={_option(target)}: a pruner compares each "
             f"epoch's objective, and {objective} exists only once training has ended. Fix: pass a per-epoch "
             f"objective ({', '.join(PER_EPOCH)}), e.g. sweep.objective=test_accuracy, or pruner=none."
-        )
-    if config.strategy.name in MULTI_PROCESS:
-        raise RunnerError(
-            f"strategy={config.strategy.name} is not valid with pruner={_option(target)}: a pruned trial would stop "
-            "its chief but not its other tasks. Fix: prune single-process trials (strategy=mirrored, one_device), "
-            "or use pruner=none."
         )
 
 

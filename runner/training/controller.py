@@ -107,11 +107,13 @@ class Controller:
         end_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
         validate: Callable[[], tuple[float, float]] | None = None,
         stop_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
+        agree_to_stop: Callable[[bool], bool] | None = None,
     ):
         """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
         a SIGTERM waits for them. `validate`: the validation split's (loss, accuracy) after each epoch
         (make_validate), or None without one. `stop_actions`: called instead when a listener stopped training
-        early (a pruned trial)."""
+        early (a pruned trial). `agree_to_stop`: in a cluster whose workers train in step
+        (runner.clusters.agreement), every worker's wish to stop after an epoch becomes all of theirs."""
         self.state = state
         self.loop = loop
         self.evaluate = evaluate
@@ -123,6 +125,7 @@ class Controller:
         self.end_actions = list(end_actions)
         self.validate = validate
         self.stop_actions = list(stop_actions)
+        self.agree_to_stop = agree_to_stop
         self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
@@ -242,6 +245,8 @@ class Controller:
                     for listener in self.listeners:
                         listener.on_epoch_end(result)
                     stopping = any(_stop_requested(listener) for listener in self.listeners)
+                    if self.agree_to_stop is not None:  # every worker, after every epoch: the chief's stop is theirs
+                        stopping = self.agree_to_stop(stopping)
                     if self.checkpointer.due(epoch) or stopping:  # a run stopped early keeps its last epoch
                         self._save_checkpoint(epoch)
                 if stopping:
