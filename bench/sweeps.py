@@ -8,6 +8,7 @@ sweep in a fresh directory. Read back from its MLflow runs and its study:
 
     python -m bench.sweeps --trials 16 --epochs 4 --json docs/performance-sweeps.json
     python -m bench.sweeps --trials 4 --epochs 2 --train-examples 2000    # a quick look
+    python -m bench.sweeps --studies "successive_halving, serial" --json docs/performance-sweeps-sha.json
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ STUDIES = (
     ("median, serial", ["pruner=median"]),
     ("none, 2 slots", ["pruner=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]),
     ("median, 2 slots", ["pruner=median", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]),
+    # Not run by default: asynchronous successive halving (keeps the best quarter at each rung).
+    ("successive_halving, serial", ["pruner=successive_halving"]),
 )
+DEFAULT_STUDIES = [name for name, _ in STUDIES[:4]]
 FIRST_STEP = re.compile(r"first training step done, ([0-9.]+) s after the process started")
 
 
@@ -43,6 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--startup-trials", type=int, default=4, help="complete trials before the median pruner prunes")
     parser.add_argument("--data", default=str(SHARED_DATA))
     parser.add_argument("--json", default=None, help="write the rows here")
+    parser.add_argument(
+        "--studies", nargs="+", default=DEFAULT_STUDIES, choices=[name for name, _ in STUDIES], metavar="STUDY"
+    )
     return parser.parse_args(argv)
 
 
@@ -131,7 +138,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     rows = []
-    for name, extra in STUDIES:
+    for name, extra in [study for study in STUDIES if study[0] in args.studies]:
         rows.append(measure(args, name, extra))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
         if args.json:  # after each study, so that a long measurement keeps what it has
