@@ -6,7 +6,7 @@ sweep in a fresh directory. Read back from its MLflow runs and its study:
 - idle slot time: slots x wall time minus the time the trials' runs were open, over slots x wall time;
 - each trial's fixed cost: process start to first step (the runner logs it) and last epoch to the run's end.
 
-    python -m bench.sweeps --trials 16 --epochs 4 --json docs/performance-sweeps.json
+    python -m bench.sweeps --trials 16 --epochs 4 --json docs/performance-sweeps-full.json
     python -m bench.sweeps --trials 4 --epochs 2 --train-examples 2000    # a quick look
     python -m bench.sweeps --studies "successive_halving, serial" --json docs/performance-sweeps-sha.json
 """
