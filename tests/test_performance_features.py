@@ -258,3 +258,35 @@ def test_the_sweeper_bookkeeping_bench_runs_the_sweeper_with_a_stand_in_launch(t
     out = capsys.readouterr().out
     assert "| storage | trials | ask ms | record ms | tell ms | summary ms/row |" in out
     assert out.rstrip().splitlines()[-1].startswith("| journal file | 10 | ")
+
+
+def test_the_sweeps_benchmark_runs_the_studies_asked_and_tables_the_best_trial_by_its_objective(tmp_path):
+    """bench.sweeps: `--studies` picks among the studies (successive halving only when asked), the median pruner alone
+    gets the startup-trials override, and the table shows the best val_accuracy with its test_accuracy beside it."""
+    from bench import sweeps
+
+    assert "successive_halving, serial" not in sweeps.parse_args([]).studies
+    args = sweeps.parse_args(["--studies", "successive_halving, serial", "median, 2 slots", "--startup-trials", "3"])
+    chosen = dict(study for study in sweeps.STUDIES if study[0] in args.studies)
+    halving = sweeps.command(args, tmp_path, chosen["successive_halving, serial"])
+    median = sweeps.command(args, tmp_path, chosen["median, 2 slots"])
+    assert "pruner=successive_halving" in halving and not any("n_startup_trials" in item for item in halving)
+    assert "pruner.n_startup_trials=3" in median and "hydra.launcher.n_jobs=2" in median
+    with pytest.raises(SystemExit):
+        sweeps.parse_args(["--studies", "median"])  # not a study's name
+    row = {
+        "study": "median, serial",
+        "trials": 16,
+        "pruned": 5,
+        "epochs": 49,
+        "wall_seconds": 738.2,
+        "best_val_accuracy": 0.89471,
+        "best_test_accuracy": 0.89612,
+        "idle_fraction": 0.0421,
+        "first_step_seconds": 4.93,
+        "last_epoch_to_end_seconds": 1.14,
+    }
+    assert (
+        sweeps.table([row]).splitlines()[-1]
+        == "| median, serial | 16 (5) | 49 | 738 | 0.8947 (0.8961) | 4.2% | 4.9 | 1.1 |"
+    )
