@@ -236,16 +236,19 @@ class Trainer:
         replicas, plan = self.strategy.num_replicas_in_sync, self.plan
         return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, plan.global_batch, plan.learning_rate)
 
+    @property
+    def _workers_in_step(self) -> bool:
+        """A MultiWorkerMirrored cluster's task: its workers train in step, so any of them stopping stops them all."""
+        return self.settings.strategy.name == "multi_worker_mirrored" and self.task.type is not None
+
     def _agreement(self) -> Callable[[bool], bool] | None:
         """MultiWorkerMirrored: a stop the chief's pruner decides after an epoch is every worker's (the others have no
         trial to ask), as a preemption's is."""
-        if self.settings.strategy.name == "multi_worker_mirrored" and self.task.type is not None:
-            return any_worker_stops(self.strategy)
-        return None
+        return any_worker_stops(self.strategy) if self._workers_in_step else None
 
     def _guard(self) -> PreemptionGuard:
         """MultiWorkerMirrored: every worker stops at one agreed step, whichever task got the SIGTERM."""
-        if self.settings.strategy.name == "multi_worker_mirrored" and self.task.type is not None:
+        if self._workers_in_step:
             return CoordinatedPreemption(self.strategy.cluster_resolver)
         return PreemptionGuard()
 
