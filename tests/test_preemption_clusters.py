@@ -241,7 +241,7 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_itself_and_finishe
     30 s later: its check runs every 30 s), after the tasks' first steps (about 30 s after they start here). The
     tasks stop together after the chief's checkpoint and, with RUNNER_REQUEUE=1, the script requeues the job,
     which resumes under the same job id into the same MLflow run and finishes it."""
-    from helpers.slurm import MULTI_WORKER, job_output, start_now_once_pending, submit
+    from helpers.slurm import JOB_STATES_NOT_ENDED, MULTI_WORKER, job_output, start_now_once_pending, submit
 
     run_dir = tmp_path / "run"
     # Longer than the 60-90 s before the signal, at the speed of an idle machine (about 2.5 s an epoch; twice that
@@ -262,7 +262,7 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_itself_and_finishe
     requeued = f"runner: job {job} was preempted after its checkpoint; requeueing it (RUNNER_REQUEUE=1)"
     deadline = time.monotonic() + 240
     while requeued not in job_output(tmp_path, MULTI_WORKER, job):
-        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), job_output(tmp_path, MULTI_WORKER, job)[-3000:]
+        assert slurm.job(job).get("JobState") in JOB_STATES_NOT_ENDED, job_output(tmp_path, MULTI_WORKER, job)[-3000:]
         assert time.monotonic() < deadline, job_output(tmp_path, MULTI_WORKER, job)[-3000:]
         time.sleep(0.5)
     # Requeued, the job waits out SLURM's BeginTime; start it now, with the time the rest of the run needs.

@@ -33,6 +33,11 @@ INSTALL_HINT = (
 SCRIPTS = REPO / "slurm"
 MULTI_WORKER = SCRIPTS / "train_multi_worker.sbatch"
 PARAMETER_SERVER = SCRIPTS / "train_parameter_server.sbatch"
+# The states of a job that has not ended (squeue(1) "JOB STATE CODES"): SIGNALING while slurmctld delivers a
+# `--signal`, COMPLETING while its processes exit, REQUEUED on its way back to PENDING.
+JOB_STATES_NOT_ENDED = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "SIGNALING", "COMPLETING", "STAGE_OUT", "SUSPENDED", "REQUEUED", "RESIZING"}
+)
 # A job that ended stays visible to `scontrol show job` this long: there is no accounting to ask.
 MIN_JOB_AGE_SECONDS = 3600
 
@@ -197,16 +202,8 @@ PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 M
         deadline = time.monotonic() + timeout
         while True:
             fields = self.job(job_id)
-            if fields.get("JobState") not in (
-                None,
-                "PENDING",
-                "RUNNING",
-                "CONFIGURING",
-                "COMPLETING",
-                "SUSPENDED",
-                "REQUEUED",
-                "RESIZING",
-            ):
+            state = fields.get("JobState")
+            if state is not None and state not in JOB_STATES_NOT_ENDED:
                 return fields
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} still {fields.get('JobState')} after {timeout:.0f} s")
@@ -308,7 +305,7 @@ def job_output(tmp_path: Path, script: Path, job: str) -> str:
 def wait_for_checkpoint(run_dir: Path, slurm: Slurm, job: str, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
-        assert slurm.job(job).get("JobState") in ("PENDING", "RUNNING"), f"job {job} ended before a checkpoint"
+        assert slurm.job(job).get("JobState") in JOB_STATES_NOT_ENDED, f"job {job} ended before a checkpoint"
         assert time.monotonic() < deadline, f"no checkpoint within {timeout} s"
         time.sleep(0.2)
 
