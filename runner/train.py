@@ -42,6 +42,7 @@ from runner.training.loop import CoordinatorLoop, ForInLoop, InFunctionLoop, Ite
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
 from runner.training.progress import EpochProgress
+from runner.training.reaper import IteratorReaper
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, check_model_keras, gpu_models
 from runner.training.task import ClassificationTask
@@ -118,6 +119,7 @@ class Trainer:
     done_epochs: int  # epochs restored from the run directory's checkpoints (0: a fresh run)
     plan: BatchPlan
     origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
+    reaper: IteratorReaper  # releases the loop's and the evaluations' finished iterators while training goes on
     validate: Callable[[], tuple[float, float]] | None = None  # the validation split's pass, if the data has one
 
     @classmethod
@@ -148,8 +150,9 @@ class Trainer:
         # Before the MLflow run exists: a source that cannot be found or does not fit leaves no run behind.
         origin = warm_start(settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=checkpointer.latest)
         test_batches = training_data.test_dataset(global_batch)
+        reaper = IteratorReaper()
         loop, evaluate = _loop_and_evaluation(
-            settings, strategy, steps, training_data, plan, test_batches, checkpointer, done_epochs
+            settings, strategy, steps, training_data, plan, test_batches, checkpointer, done_epochs, reaper
         )
         return cls(
             settings=settings,
@@ -166,7 +169,8 @@ class Trainer:
             done_epochs=done_epochs,
             plan=plan,
             origin_tags=origin.tags if origin else {},
-            validate=_validation(settings, strategy, steps, state, training_data, global_batch),
+            reaper=reaper,
+            validate=_validation(settings, strategy, steps, state, training_data, global_batch, reaper),
         )
 
     def end_actions(self, tracker: Tracker, run_id: str | None) -> list[EndAction]:
@@ -228,7 +232,8 @@ class Trainer:
                     if held_out is not None:
                         tracker.log_text(json.dumps(held_out), VALIDATION_SPLIT_FILE)
                     tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
-                history = controller.run()
+                with self.reaper:
+                    history = controller.run()
                 histories = tracker.metric_histories() if self.task.chief else {}
         final_metrics = {key: points[-1][1] for key, points in histories.items()}
         restored = next((action for action in actions if isinstance(action, RestoreAndEvaluate)), None)
@@ -417,6 +422,7 @@ def _loop_and_evaluation(
     test_batches: tf.data.Dataset,
     checkpointer: Checkpointer,
     done_epochs: int,
+    reaper: IteratorReaper,
 ) -> tuple[TrainingLoop, Callable[[], None]]:
     """The loop style's loop over the training set, and the evaluation of the test set after each epoch."""
     global_batch, seed = plan.global_batch, settings.seed
@@ -424,7 +430,7 @@ def _loop_and_evaluation(
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         dataset_fn = _worker_dataset_fn(training_data, global_batch, seed)
         loop: TrainingLoop = CoordinatorLoop(steps, coordinator, dataset_fn, plan.steps_per_epoch)
-        return loop, make_evaluate(steps, test_batches, inline=True)
+        return loop, make_evaluate(steps, test_batches, reaper, inline=True)
 
     def distributed_train_dataset(**epochs: Any) -> tf.distribute.DistributedDataset:
         return strategy.experimental_distribute_dataset(training_data.train_dataset(global_batch, seed, **epochs))
@@ -437,10 +443,11 @@ def _loop_and_evaluation(
         settings.loop.steps_per_call,
         done_epochs,
         int(checkpointer.partial.steps.numpy()),
+        reaper=reaper,
         # A TPU's input pipeline runs on its host, which cannot read a variable of this process.
         epoch_read_when_iterated=training_data.epoch_read_when_iterated and settings.strategy.name != "tpu",
     )
-    return loop, make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches))
+    return loop, make_evaluate(steps, strategy.experimental_distribute_dataset(test_batches), reaper)
 
 
 def _validation(
@@ -450,14 +457,15 @@ def _validation(
     state: TrainingState,
     training_data: TrainingData,
     global_batch: int,
+    reaper: IteratorReaper,
 ) -> Callable[[], tuple[float, float]] | None:
     """The validation split's pass after each epoch (dataset.validation_fraction), or None without one."""
     batches = training_data.validation_dataset(global_batch)
     if batches is None:
         return None
     if settings.strategy.name == "parameter_server":
-        return make_validate(steps, state, batches, inline=True)
-    return make_validate(steps, state, strategy.experimental_distribute_dataset(batches))
+        return make_validate(steps, state, batches, reaper, inline=True)
+    return make_validate(steps, state, strategy.experimental_distribute_dataset(batches), reaper)
 
 
 def _input_workers(settings: Settings, task: Task) -> int:

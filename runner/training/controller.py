@@ -16,6 +16,7 @@ import tensorflow as tf
 from runner.clusters.preemption import AgreedStop, PreemptionGuard
 from runner.errors import Preempted, RunnerError
 from runner.training.optimizer import current_learning_rate
+from runner.training.reaper import IteratorReaper
 from runner.training.steps import NON_FINITE_LOSS, TrainingState
 
 
@@ -258,29 +259,34 @@ class Controller:
                     self.save_for_preemption()
             raise
         self.guard.training_done()
+        finish = getattr(self.loop, "finish", None)  # a loop that holds an iterator for the whole run
+        if finish is not None:
+            finish()
         with self.guard.deferred():
             for action in self.end_actions if self.stopped_at is None else self.stop_actions:
                 action(history)
         return history
 
 
-def make_evaluate(steps, dist_test_dataset, inline: bool = False):
-    """The tutorial's test pass: a tf.function test step per distributed batch. `inline`: the replica
-    step itself over plain batches, here (ParameterServerStrategy's coordinator, which reads the
-    variables from the parameter servers)."""
+def make_evaluate(steps, dist_test_dataset, reaper: IteratorReaper, inline: bool = False):
+    """The tutorial's test pass: a tf.function test step per distributed batch, the pass's finished iterator
+    released by `reaper`. `inline`: the replica step itself over plain batches, here (ParameterServerStrategy's
+    coordinator, which reads the variables from the parameter servers)."""
     test_step = tf.function(steps.test_replica_step if inline else steps.distributed_test_step)
 
     def evaluate() -> None:
-        for inputs in dist_test_dataset:
+        batches = iter(dist_test_dataset)
+        for inputs in batches:
             test_step(inputs)
+        reaper.release(batches)
 
     return evaluate
 
 
-def make_validate(steps, state: TrainingState, dist_validation_dataset, inline: bool = False):
+def make_validate(steps, state: TrainingState, dist_validation_dataset, reaper: IteratorReaper, inline: bool = False):
     """The validation split's pass, as the test pass (make_evaluate) but read at once: its (loss, accuracy), with
     the test metrics reset for the test pass that follows."""
-    evaluate = make_evaluate(steps, dist_validation_dataset, inline)
+    evaluate = make_evaluate(steps, dist_validation_dataset, reaper, inline)
 
     def validate() -> tuple[float, float]:
         evaluate()

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import tensorflow as tf
 
+from runner.training.reaper import IteratorReaper
 from runner.training.steps import ReplicaSteps
 
 MakeDataset = Callable[..., Iterable[Any]]
@@ -95,10 +96,12 @@ class EpochDatasets:
 
 class ForInLoop:
     """The tutorial's epoch: one pass over the epoch's distributed dataset, one tf.function call per step,
-    until the dataset ends (`for x in dist_dataset`, with the batch drawn inside the call)."""
+    until the dataset ends (`for x in dist_dataset`, with the batch drawn inside the call). The finished
+    epoch's iterator goes to `reaper`, whose thread waits for its release instead of the next epoch."""
 
-    def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int):
+    def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int, reaper: IteratorReaper):
         self.datasets = datasets
+        self.reaper = reaper
         self.steps_per_epoch = steps_per_epoch
         self.loss_sum = LossSum()
         self.step = iterator_step(steps, self.loss_sum)
@@ -113,6 +116,7 @@ class ForInLoop:
                 break
             count += 1
             progress.advance(1, loss, total)
+        self.reaper.release(batches)
         return self.loss_sum.value(), count
 
 
@@ -146,7 +150,8 @@ class IteratorLoop:
     """`steps_per_epoch` steps per epoch, one call each, from one endless dataset and iterator per run.
 
     A run resumed after `done_epochs` and `done_steps` steps of the next epoch skips the batches they
-    consumed, so it continues exactly where an uninterrupted run would be.
+    consumed, so it continues exactly where an uninterrupted run would be. `finish()`, after the last epoch,
+    hands the iterator to `reaper` (releasing a long-lived one waits longest: 16 s measured).
     """
 
     def __init__(
@@ -154,11 +159,13 @@ class IteratorLoop:
         steps: ReplicaSteps,
         make_dataset: MakeDataset,
         steps_per_epoch: int,
+        reaper: IteratorReaper,
         done_epochs: int = 0,
         done_steps: int = 0,
     ):
         self.dataset = make_dataset(first_epoch=1, epochs=None, skip_batches=done_epochs * steps_per_epoch + done_steps)
         self.steps_per_epoch = steps_per_epoch
+        self.reaper = reaper
         self.loss_sum = LossSum()
         self.step = iterator_step(steps, self.loss_sum)
         self._iterator: Iterator[Any] | None = None
@@ -168,6 +175,11 @@ class IteratorLoop:
         if self._iterator is None:
             self._iterator = iter(self.dataset)
         return self._iterator
+
+    def finish(self) -> None:
+        if self._iterator is not None:
+            self.reaper.release(self._iterator)
+            self._iterator = None
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         total = self.loss_sum.start(total)
@@ -186,11 +198,12 @@ class MultiStepLoop(IteratorLoop):
         steps: ReplicaSteps,
         make_dataset: MakeDataset,
         steps_per_epoch: int,
+        reaper: IteratorReaper,
         done_epochs: int,
         steps_per_call: int,
         done_steps: int = 0,
     ):
-        super().__init__(steps, make_dataset, steps_per_epoch, done_epochs, done_steps)
+        super().__init__(steps, make_dataset, steps_per_epoch, reaper, done_epochs, done_steps)
         self.steps_per_call = steps_per_call
         step = steps.distributed_train_step
 
@@ -281,17 +294,19 @@ def make_loop(
     steps_per_call: int,
     done_epochs: int = 0,
     done_steps: int = 0,
+    *,
+    reaper: IteratorReaper,
     epoch_read_when_iterated: bool = False,
 ):
     """The loop for `style`, ready to train epoch done_epochs + 1 onwards, whose first `done_steps` steps
     were trained before a preemption. `epoch_read_when_iterated`: make_dataset(first_epoch=<a tf.Variable>)
-    reads the epoch when an iterator starts (EpochDatasets)."""
+    reads the epoch when an iterator starts (EpochDatasets). `reaper` releases a pass's finished iterator."""
     if style == "for_in":
-        return ForInLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch)
+        return ForInLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch, reaper)
     if style == "iterator":
-        return IteratorLoop(steps, make_dataset, steps_per_epoch, done_epochs, done_steps)
+        return IteratorLoop(steps, make_dataset, steps_per_epoch, reaper, done_epochs, done_steps)
     if style == "in_function":
         return InFunctionLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch)
     if style == "multi_step":
-        return MultiStepLoop(steps, make_dataset, steps_per_epoch, done_epochs, steps_per_call, done_steps)
+        return MultiStepLoop(steps, make_dataset, steps_per_epoch, reaper, done_epochs, steps_per_call, done_steps)
     raise ValueError(f"unknown loop style {style!r}")

@@ -1,0 +1,120 @@
+"""The iterator reaper: finished iterators are released on its thread, never on the training thread.
+
+TensorFlow's iterator destructor can wait seconds for tf.data's autotuning thread (docs/performance.md, "Where an
+epoch's seconds went"); what these tests pin is where that destructor runs: a weakref's callback runs on the
+thread that drops the object's last reference.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from runner.training.controller import make_evaluate
+from runner.training.loop import EpochDatasets, make_loop
+from runner.training.reaper import IteratorReaper
+from runner.training.steps import ReplicaSteps, TrainingState
+
+REAPER_THREAD = "runner-iterator-reaper"
+
+
+class _Iterator:
+    """An object whose release is seen: the thread it is dropped on, after `linger` seconds of its destructor."""
+
+    def __init__(self, name: str, dropped: list[tuple[str, str]], linger: float = 0.0):
+        self.name, self.dropped, self.linger = name, dropped, linger
+
+    def __del__(self):
+        time.sleep(self.linger)
+        self.dropped.append((self.name, threading.current_thread().name))
+
+
+def _wait_for(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.01)
+
+
+def test_a_release_is_dropped_on_the_reapers_thread_one_release_later_and_close_drops_the_last():
+    dropped: list[tuple[str, str]] = []
+    reaper = IteratorReaper()
+    reaper.release(_Iterator("first", dropped))
+    time.sleep(0.05)
+    assert dropped == []  # held until the next release: the releasing function may still refer to it
+    reaper.release(_Iterator("second", dropped))
+    _wait_for(lambda: dropped)
+    assert dropped == [("first", REAPER_THREAD)]
+    reaper.close()
+    assert dropped == [("first", REAPER_THREAD), ("second", REAPER_THREAD)]
+    assert REAPER_THREAD not in [thread.name for thread in threading.enumerate()]
+
+
+def test_close_waits_for_a_slow_release_and_a_reaper_used_as_a_context_manager_closes():
+    dropped: list[tuple[str, str]] = []
+    with IteratorReaper() as reaper:
+        reaper.release(_Iterator("slow", dropped, linger=0.5))
+        reaper.release(_Iterator("last", dropped, linger=0.5))
+        started = time.monotonic()
+    assert dropped == [("slow", REAPER_THREAD), ("last", REAPER_THREAD)]
+    assert time.monotonic() - started >= 0.5  # the last release's wait was close's, not the training thread's
+    assert REAPER_THREAD not in [thread.name for thread in threading.enumerate()]
+
+
+class _WatchingReaper(IteratorReaper):
+    """The runner's reaper, noting for each iterator it is given the thread that finally drops it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped_on: list[str] = []
+        self.watched: list[weakref.ref] = []
+
+    def release(self, iterator) -> None:
+        self.watched.append(weakref.ref(iterator, lambda _: self.dropped_on.append(threading.current_thread().name)))
+        super().release(iterator)
+
+
+def _steps(strategy: tf.distribute.Strategy, global_batch: int) -> ReplicaSteps:
+    with strategy.scope():
+        state = TrainingState.create(
+            lambda: tf.keras.Sequential([tf.keras.layers.Flatten(input_shape=(4, 4, 1)), tf.keras.layers.Dense(3)]),
+            lambda variables: tf.keras.optimizers.SGD(0.1),
+        )
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    return ReplicaSteps(strategy, state, global_batch, loss)
+
+
+def test_the_for_in_loop_and_the_test_pass_release_each_passs_tf_data_iterator_on_the_reapers_thread():
+    """Real distributed tf.data iterators (OneDeviceStrategy, a prefetching pipeline): the for_in loop's epochs and
+    the test passes hand every iterator they finish to the reaper, and each is finalized on its thread."""
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    steps = _steps(strategy, global_batch=8)
+    images = np.random.default_rng(0).random((40, 4, 4, 1), dtype=np.float32)
+    labels = np.arange(40, dtype=np.int64) % 3
+
+    def make_dataset(first_epoch=1, epochs=1, skip_batches=0):
+        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8).skip(skip_batches)
+        return strategy.experimental_distribute_dataset(dataset.prefetch(tf.data.AUTOTUNE))
+
+    reaper = _WatchingReaper()
+    loop = make_loop("for_in", steps, make_dataset, 5, 1, reaper=reaper)
+    assert isinstance(loop.datasets, EpochDatasets)
+    evaluate = make_evaluate(steps, make_dataset(), reaper)
+
+    class _Progress:
+        def advance(self, steps, loss, total):
+            pass
+
+    with reaper:
+        for epoch in (1, 2):
+            _, count = loop.train_epoch(epoch, _Progress())
+            assert count == 5
+            evaluate()
+        assert len(reaper.watched) == 4  # an iterator per epoch and per test pass
+        _wait_for(lambda: len(reaper.dropped_on) == 3)  # all but the one held until the next release
+    assert reaper.dropped_on == [REAPER_THREAD] * 4
+    assert all(ref() is None for ref in reaper.watched)
