@@ -12,6 +12,7 @@ import time
 import weakref
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from runner.training.controller import make_evaluate
@@ -51,7 +52,7 @@ def test_a_release_is_dropped_on_the_reapers_thread_one_release_later_and_close_
     assert dropped == [("first", REAPER_THREAD)]
     reaper.close()
     assert dropped == [("first", REAPER_THREAD), ("second", REAPER_THREAD)]
-    assert REAPER_THREAD not in [thread.name for thread in threading.enumerate()]
+    assert not [thread for thread in threading.enumerate() if thread.name == REAPER_THREAD]
 
 
 def test_close_waits_for_a_slow_release_and_a_reaper_used_as_a_context_manager_closes():
@@ -62,7 +63,7 @@ def test_close_waits_for_a_slow_release_and_a_reaper_used_as_a_context_manager_c
         started = time.monotonic()
     assert dropped == [("slow", REAPER_THREAD), ("last", REAPER_THREAD)]
     assert time.monotonic() - started >= 0.5  # the last release's wait was close's, not the training thread's
-    assert REAPER_THREAD not in [thread.name for thread in threading.enumerate()]
+    assert not [thread for thread in threading.enumerate() if thread.name == REAPER_THREAD]
 
 
 class _WatchingReaper(IteratorReaper):
@@ -88,9 +89,11 @@ def _steps(strategy: tf.distribute.Strategy, global_batch: int) -> ReplicaSteps:
     return ReplicaSteps(strategy, state, global_batch, loss)
 
 
-def test_the_for_in_loop_and_the_test_pass_release_each_passs_tf_data_iterator_on_the_reapers_thread():
-    """Real distributed tf.data iterators (OneDeviceStrategy, a prefetching pipeline): the for_in loop's epochs and
-    the test passes hand every iterator they finish to the reaper, and each is finalized on its thread."""
+@pytest.mark.parametrize("style", ["for_in", "in_function"])
+def test_a_loops_epochs_and_the_test_passes_release_each_passs_tf_data_iterator_on_a_reapers_thread(style):
+    """Real distributed tf.data iterators (OneDeviceStrategy, a prefetching pipeline): the epochs of the loops that
+    start an iterator each epoch and the test passes hand every iterator they finish to the reaper, and each is
+    finalized on its thread."""
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     steps = _steps(strategy, global_batch=8)
     images = np.random.default_rng(0).random((40, 4, 4, 1), dtype=np.float32)
@@ -101,7 +104,7 @@ def test_the_for_in_loop_and_the_test_pass_release_each_passs_tf_data_iterator_o
         return strategy.experimental_distribute_dataset(dataset.prefetch(tf.data.AUTOTUNE))
 
     reaper = _WatchingReaper()
-    loop = make_loop("for_in", steps, make_dataset, 5, 1, reaper=reaper)
+    loop = make_loop(style, steps, make_dataset, 5, 1, reaper=reaper)
     assert isinstance(loop.datasets, EpochDatasets)
     evaluate = make_evaluate(steps, make_dataset(), reaper)
 
@@ -115,6 +118,6 @@ def test_the_for_in_loop_and_the_test_pass_release_each_passs_tf_data_iterator_o
             assert count == 5
             evaluate()
         assert len(reaper.watched) == 4  # an iterator per epoch and per test pass
-        _wait_for(lambda: len(reaper.dropped_on) == 3)  # all but the one held until the next release
+        _wait_for(lambda: len(reaper.dropped_on) == 3, seconds=30)  # all but the one held until the next release
     assert reaper.dropped_on == [REAPER_THREAD] * 4
     assert all(ref() is None for ref in reaper.watched)

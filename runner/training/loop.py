@@ -121,17 +121,20 @@ class ForInLoop:
 
 
 class InFunctionLoop:
-    """The whole epoch inside one tf.function: AutoGraph turns `for x in dist_dataset` into a loop."""
+    """The whole epoch inside one tf.function: AutoGraph turns `for x in <the epoch's distributed iterator>`
+    into a loop. The iterator starts outside the function, so that its release goes to `reaper` (one started
+    inside would be released inside, and the call would wait for it)."""
 
-    def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int):
+    def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int, reaper: IteratorReaper):
         self.datasets = datasets
         self.steps_per_epoch = steps_per_epoch
+        self.reaper = reaper
         step = steps.distributed_train_step
 
         @tf.function
-        def train_whole_epoch(dataset, total):
+        def train_whole_epoch(batches, total):
             count = tf.constant(0)
-            for inputs in dataset:
+            for inputs in batches:
                 total += step(inputs)
                 count += 1
             return total, count
@@ -140,7 +143,9 @@ class InFunctionLoop:
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         started = tf.constant(total, tf.float32)
-        total, count = self.train_whole_epoch(self.datasets.of_epoch(epoch, done_steps), started)
+        batches = iter(self.datasets.of_epoch(epoch, done_steps))
+        total, count = self.train_whole_epoch(batches, started)
+        self.reaper.release(batches)
         count = int(count)
         progress.advance(count, (total - started) / max(count, 1), total)
         return total, done_steps + count
@@ -306,7 +311,7 @@ def make_loop(
     if style == "iterator":
         return IteratorLoop(steps, make_dataset, steps_per_epoch, reaper, done_epochs, done_steps)
     if style == "in_function":
-        return InFunctionLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch)
+        return InFunctionLoop(steps, EpochDatasets(make_dataset, epoch_read_when_iterated), steps_per_epoch, reaper)
     if style == "multi_step":
         return MultiStepLoop(steps, make_dataset, steps_per_epoch, reaper, done_epochs, steps_per_call, done_steps)
     raise ValueError(f"unknown loop style {style!r}")
