@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers.cli import wait_for
 from runner.training.controller import make_evaluate
 from runner.training.loop import EpochDatasets, make_loop
 from runner.training.reaper import IteratorReaper
@@ -34,13 +35,6 @@ class _Iterator:
         self.dropped.append((self.name, threading.current_thread().name))
 
 
-def _wait_for(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.01)
-
-
 def test_a_release_is_dropped_on_the_reapers_thread_one_release_later_and_close_drops_the_last():
     dropped: list[tuple[str, str]] = []
     reaper = IteratorReaper()
@@ -48,7 +42,7 @@ def test_a_release_is_dropped_on_the_reapers_thread_one_release_later_and_close_
     time.sleep(0.05)
     assert dropped == []  # held until the next release: the releasing function may still refer to it
     reaper.release(_Iterator("second", dropped))
-    _wait_for(lambda: dropped)
+    wait_for(lambda: dropped, timeout=10, what="the first release")
     assert dropped == [("first", REAPER_THREAD)]
     reaper.close()
     assert dropped == [("first", REAPER_THREAD), ("second", REAPER_THREAD)]
@@ -118,6 +112,7 @@ def test_a_loops_epochs_and_the_test_passes_release_each_passs_tf_data_iterator_
             assert count == 5
             evaluate()
         assert len(reaper.watched) == 4  # an iterator per epoch and per test pass
-        _wait_for(lambda: len(reaper.dropped_on) == 3, seconds=30)  # all but the one held until the next release
+        # All but the one held until the next release.
+        wait_for(lambda: len(reaper.dropped_on) == 3, timeout=30, what="three releases")
     assert reaper.dropped_on == [REAPER_THREAD] * 4
     assert all(ref() is None for ref in reaper.watched)
