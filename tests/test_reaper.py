@@ -55,9 +55,21 @@ def test_close_waits_for_a_slow_release_and_a_reaper_used_as_a_context_manager_c
         reaper.release(_Iterator("slow", dropped, linger=0.5))
         reaper.release(_Iterator("last", dropped, linger=0.5))
         started = time.monotonic()
-    assert dropped == [("slow", REAPER_THREAD), ("last", REAPER_THREAD)]
+    assert sorted(dropped) == [("last", REAPER_THREAD), ("slow", REAPER_THREAD)]  # on threads of their own
     assert time.monotonic() - started >= 0.5  # the last release's wait was close's, not the training thread's
     assert not [thread for thread in threading.enumerate() if thread.name == REAPER_THREAD]
+
+
+def test_a_slow_release_delays_no_other():
+    dropped: list[tuple[str, str]] = []
+    reaper = IteratorReaper()
+    reaper.release(_Iterator("slow", dropped, linger=2.0))
+    reaper.release(_Iterator("quick", dropped))
+    reaper.release(_Iterator("held", dropped))
+    wait_for(lambda: dropped, timeout=1.5, what="the quick release, while the slow one still waits")
+    assert dropped == [("quick", REAPER_THREAD)]
+    reaper.close()
+    assert sorted(dropped) == [("held", REAPER_THREAD), ("quick", REAPER_THREAD), ("slow", REAPER_THREAD)]
 
 
 class _WatchingReaper(IteratorReaper):
