@@ -60,6 +60,15 @@ def test_close_waits_for_a_slow_release_and_a_reaper_used_as_a_context_manager_c
     assert not [thread for thread in threading.enumerate() if thread.name == REAPER_THREAD]
 
 
+def test_flush_drops_the_held_release_at_once():
+    dropped: list[tuple[str, str]] = []
+    with IteratorReaper() as reaper:
+        reaper.release(_Iterator("last", dropped))
+        reaper.flush()
+        wait_for(lambda: dropped, timeout=10, what="the flushed release")
+        assert dropped == [("last", REAPER_THREAD)]
+
+
 def test_a_slow_release_delays_no_other():
     dropped: list[tuple[str, str]] = []
     reaper = IteratorReaper()
@@ -126,5 +135,7 @@ def test_a_loops_epochs_and_the_test_passes_release_each_passs_tf_data_iterator_
         assert len(reaper.watched) == 4  # an iterator per epoch and per test pass
         # All but the one held until the next release.
         wait_for(lambda: len(reaper.dropped_on) == 3, timeout=30, what="three releases")
+        loop.finish()  # after the last epoch: the held one too, before the reaper closes
+        wait_for(lambda: len(reaper.dropped_on) == 4, timeout=30, what="the last release")
     assert reaper.dropped_on == [REAPER_THREAD] * 4
     assert all(ref() is None for ref in reaper.watched)

@@ -259,7 +259,7 @@ class Controller:
                     self.save_for_preemption()
             raise
         self.guard.training_done()
-        finish = getattr(self.loop, "finish", None)  # a loop that holds an iterator for the whole run
+        finish = getattr(self.loop, "finish", None)  # a loop whose iterators a reaper releases
         if finish is not None:
             finish()
         with self.guard.deferred():

@@ -119,6 +119,10 @@ class ForInLoop:
         self.reaper.release(batches)
         return self.loss_sum.value(), count
 
+    def finish(self) -> None:
+        """After the last epoch (and its evaluation): the last iterator released starts its release now."""
+        self.reaper.flush()
+
 
 class InFunctionLoop:
     """The whole epoch inside one tf.function: AutoGraph turns `for x in <the epoch's distributed iterator>`
@@ -149,6 +153,10 @@ class InFunctionLoop:
         count = int(count)
         progress.advance(count, (total - started) / max(count, 1), total)
         return total, done_steps + count
+
+    def finish(self) -> None:
+        """After the last epoch (and its evaluation): the last iterator released starts its release now."""
+        self.reaper.flush()
 
 
 class IteratorLoop:
@@ -182,9 +190,11 @@ class IteratorLoop:
         return self._iterator
 
     def finish(self) -> None:
+        """After the last epoch: the run's iterator (and the last evaluation's) start their release now."""
         if self._iterator is not None:
             self.reaper.release(self._iterator)
             self._iterator = None
+        self.reaper.flush()
 
     def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
         total = self.loss_sum.start(total)

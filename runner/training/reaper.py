@@ -29,11 +29,22 @@ class IteratorReaper:
         self._dropping: list[threading.Thread] = []
 
     def release(self, iterator: Any) -> None:
-        self._drop_held()
+        self.flush()
         self._held.append(iterator)
 
+    def flush(self) -> None:
+        """Drop the held iterator now, where no frame refers to it any more (after the last epoch): its wait,
+        which grows with its age, then overlaps the end-of-run actions instead of lengthening `close()`."""
+        if not self._held:
+            return
+        held, self._held = self._held, []  # the list is the only reference left: the thread empties it
+        # A daemon, so that a process that never closes its reaper still ends.
+        thread = threading.Thread(target=held.clear, name="runner-iterator-reaper", daemon=True)
+        thread.start()
+        self._dropping = [each for each in self._dropping if each.is_alive()] + [thread]
+
     def close(self) -> None:
-        self._drop_held()
+        self.flush()
         for thread in self._dropping:
             thread.join()
         self._dropping = []
@@ -43,12 +54,3 @@ class IteratorReaper:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _drop_held(self) -> None:
-        if not self._held:
-            return
-        held, self._held = self._held, []  # the list is the only reference left: the thread empties it
-        # A daemon, so that a process that never closes its reaper still ends.
-        thread = threading.Thread(target=held.clear, name="runner-iterator-reaper", daemon=True)
-        thread.start()
-        self._dropping = [each for each in self._dropping if each.is_alive()] + [thread]
