@@ -222,6 +222,7 @@ class Trainer:
                 # A trial its pruner stopped keeps its curves and its checkpoint, and logs no model.
                 stop_actions=[action for action in actions if isinstance(action, PlotCurves)],
                 agree_to_stop=self._agreement(),
+                release_iterators=self._release_iterators,
             )
             ending = _RunEnding(self, tracker, run_id, actions, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):
@@ -240,6 +241,12 @@ class Trainer:
         eval_accuracy = restored.accuracy if restored else float("nan")
         replicas, plan = self.strategy.num_replicas_in_sync, self.plan
         return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, plan.global_batch, plan.learning_rate)
+
+    def _release_iterators(self) -> None:
+        """After the last epoch: the iterator loops' run-long iterator, and the last pass's, start their release."""
+        if isinstance(self.loop, IteratorLoop):  # and MultiStepLoop
+            self.loop.finish()
+        self.reaper.flush()
 
     @property
     def _workers_in_step(self) -> bool:

@@ -135,7 +135,7 @@ def test_a_loops_epochs_and_the_test_passes_release_each_passs_tf_data_iterator_
         assert len(reaper.watched) == 4  # an iterator per epoch and per test pass
         # All but the one held until the next release.
         wait_for(lambda: len(reaper.dropped_on) == 3, timeout=30, what="three releases")
-        loop.finish()  # after the last epoch: the held one too, before the reaper closes
+        reaper.flush()  # after the last epoch (Trainer._release_iterators): the held one too, before close
         wait_for(lambda: len(reaper.dropped_on) == 4, timeout=30, what="the last release")
     assert reaper.dropped_on == [REAPER_THREAD] * 4
     assert all(ref() is None for ref in reaper.watched)

@@ -109,12 +109,15 @@ class Controller:
         validate: Callable[[], tuple[float, float]] | None = None,
         stop_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
         agree_to_stop: Callable[[bool], bool] | None = None,
+        release_iterators: Callable[[], None] | None = None,
     ):
         """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
         a SIGTERM waits for them. `validate`: the validation split's (loss, accuracy) after each epoch
         (make_validate), or None without one. `stop_actions`: called instead when a listener stopped training
         early (a pruned trial). `agree_to_stop`: in a cluster whose workers train in step
-        (runner.clusters.agreement), every worker's wish to stop after an epoch becomes all of theirs."""
+        (runner.clusters.agreement), every worker's wish to stop after an epoch becomes all of theirs.
+        `release_iterators`: called once the last epoch is trained, before the end actions, to start releasing the
+        iterators the run still holds (runner.training.reaper), so that the wait overlaps those actions."""
         self.state = state
         self.loop = loop
         self.evaluate = evaluate
@@ -127,6 +130,7 @@ class Controller:
         self.validate = validate
         self.stop_actions = list(stop_actions)
         self.agree_to_stop = agree_to_stop
+        self.release_iterators = release_iterators
         self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
@@ -259,9 +263,8 @@ class Controller:
                     self.save_for_preemption()
             raise
         self.guard.training_done()
-        finish = getattr(self.loop, "finish", None)  # a loop whose iterators a reaper releases
-        if finish is not None:
-            finish()
+        if self.release_iterators is not None:
+            self.release_iterators()
         with self.guard.deferred():
             for action in self.end_actions if self.stopped_at is None else self.stop_actions:
                 action(history)
