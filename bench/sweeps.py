@@ -9,6 +9,11 @@ sweep in a fresh directory. Read back from its MLflow runs and its study:
     python -m bench.sweeps --trials 16 --epochs 4 --json docs/performance-sweeps-full.json
     python -m bench.sweeps --trials 4 --epochs 2 --train-examples 2000    # a quick look
     python -m bench.sweeps --studies "successive_halving, serial" --json docs/performance-sweeps-sha.json
+    python -m bench.sweeps --seed 1 2 3 --studies "none, serial" "median, serial"    # the spread over sampler seeds
+
+With several seeds, every study runs once per seed, and a last table sets each pruned study against the unpruned
+study of the same seed and slots: its epochs as a fraction of the unpruned study's, and its best objective's
+difference.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--train-examples", type=int, default=None, help="a subset of Fashion-MNIST (default: all)")
-    parser.add_argument("--seed", type=int, default=42, help="the sampler's seed, the same for every study")
+    parser.add_argument(
+        "--seed", type=int, nargs="+", default=[42], help="the sampler's seed(s): every study runs once per seed"
+    )
     parser.add_argument("--startup-trials", type=int, default=4, help="complete trials before the median pruner prunes")
     parser.add_argument("--data", default=str(SHARED_DATA))
     parser.add_argument("--json", default=None, help="write the rows here")
@@ -53,14 +60,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def command(args: argparse.Namespace, workdir: Path, extra: list[str]) -> list[str]:
+def command(args: argparse.Namespace, workdir: Path, extra: list[str], seed: int) -> list[str]:
     return [
         sys.executable,
         "-m",
         "runner",
         "hparams_search=optuna",
         f"hydra.sweeper.n_trials={args.trials}",
-        f"hydra.sweeper.sampler.seed={args.seed}",
+        f"hydra.sweeper.sampler.seed={seed}",
         "optimizer.lr=tag(log, interval(1e-5, 1e-1))",
         "batch=choice(32, 64, 128)",
         *([f"pruner.n_startup_trials={args.startup_trials}"] if "pruner=median" in extra else []),
@@ -76,12 +83,12 @@ def command(args: argparse.Namespace, workdir: Path, extra: list[str]) -> list[s
     ]
 
 
-def measure(args: argparse.Namespace, name: str, extra: list[str]) -> dict:
+def measure(args: argparse.Namespace, name: str, extra: list[str], seed: int) -> dict:
     from mlflow.tracking import MlflowClient
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-sweeps-"))
     started = time.monotonic()
-    done = subprocess.run(command(args, workdir, extra), cwd=workdir, capture_output=True, text=True)
+    done = subprocess.run(command(args, workdir, extra, seed), cwd=workdir, capture_output=True, text=True)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"{name}: the sweep failed:\n{done.stderr[-3000:]}")
@@ -105,6 +112,7 @@ def measure(args: argparse.Namespace, name: str, extra: list[str]) -> dict:
     best = max(finished, key=lambda run: run.data.metrics["val_accuracy"])
     return {
         "study": name,
+        "seed": seed,
         "trials": len(trials),
         "pruned": len(trials) - len(finished),
         "epochs": epochs,
@@ -127,7 +135,8 @@ def table(rows: list[dict]) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row['study']} | {row['trials']} ({row['pruned']}) | {row['epochs']} | {row['wall_seconds']:.0f} | "
+            f"| {row['study']}{_seed(row)} | {row['trials']} ({row['pruned']}) | {row['epochs']} | "
+            f"{row['wall_seconds']:.0f} | "
             f"{row['best_val_accuracy']:.4f} ({row['best_test_accuracy']:.4f}) | {row['idle_fraction']:.1%} | "
             f"{row['first_step_seconds']:.1f} | "
             f"{row['last_epoch_to_end_seconds']:.1f} |"
@@ -135,15 +144,42 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _seed(row: dict) -> str:
+    return f", seed {row['seed']}" if "seed" in row else ""
+
+
+def against_unpruned(rows: list[dict]) -> str:
+    """Each pruned study set against the unpruned study ("none, ...") of the same seed and slots: its epochs as a
+    fraction of the unpruned study's, and its best val_accuracy minus the unpruned study's."""
+    unpruned = {(row.get("seed"), row["study"].split(", ")[1]): row for row in rows if row["study"].startswith("none")}
+    lines = [
+        "| seed | study | trials pruned | epochs (x unpruned) | best val_accuracy (- unpruned) |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for row in rows:
+        reference = unpruned.get((row.get("seed"), row["study"].split(", ")[1]))
+        if row["study"].startswith("none") or reference is None:
+            continue
+        lines.append(
+            f"| {row.get('seed')} | {row['study']} | {row['pruned']} of {row['trials']} | {row['epochs']} "
+            f"({row['epochs'] / reference['epochs']:.2f}x) | {row['best_val_accuracy']:.4f} "
+            f"({row['best_val_accuracy'] - reference['best_val_accuracy']:+.4f}) |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     rows = []
-    for name, extra in [study for study in STUDIES if study[0] in args.studies]:
-        rows.append(measure(args, name, extra))
-        print(table(rows[-1:]).splitlines()[-1], flush=True)
-        if args.json:  # after each study, so that a long measurement keeps what it has
-            Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
+    for seed in args.seed:
+        for name, extra in [study for study in STUDIES if study[0] in args.studies]:
+            rows.append(measure(args, name, extra, seed))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            if args.json:  # after each study, so that a long measurement keeps what it has
+                Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
     print(table(rows))
+    if len(args.seed) > 1 or len(args.studies) > 1:
+        print(against_unpruned(rows))
 
 
 if __name__ == "__main__":

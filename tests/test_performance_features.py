@@ -268,8 +268,10 @@ def test_the_sweeps_benchmark_runs_the_studies_asked_and_tables_the_best_trial_b
     assert "successive_halving, serial" not in sweeps.parse_args([]).studies
     args = sweeps.parse_args(["--studies", "successive_halving, serial", "median, 2 slots", "--startup-trials", "3"])
     chosen = dict(study for study in sweeps.STUDIES if study[0] in args.studies)
-    halving = sweeps.command(args, tmp_path, chosen["successive_halving, serial"])
-    median = sweeps.command(args, tmp_path, chosen["median, 2 slots"])
+    halving = sweeps.command(args, tmp_path, chosen["successive_halving, serial"], seed=42)
+    median = sweeps.command(args, tmp_path, chosen["median, 2 slots"], seed=7)
+    assert "hydra.sweeper.sampler.seed=42" in halving and "hydra.sweeper.sampler.seed=7" in median
+    assert sweeps.parse_args([]).seed == [42] and sweeps.parse_args(["--seed", "1", "2"]).seed == [1, 2]
     assert "pruner=successive_halving" in halving and not any("n_startup_trials" in item for item in halving)
     assert "pruner.n_startup_trials=3" in median and "hydra.launcher.n_jobs=2" in median
     with pytest.raises(SystemExit):
@@ -290,3 +292,31 @@ def test_the_sweeps_benchmark_runs_the_studies_asked_and_tables_the_best_trial_b
         sweeps.table([row]).splitlines()[-1]
         == "| median, serial | 16 (5) | 49 | 738 | 0.8947 (0.8961) | 4.2% | 4.9 | 1.1 |"
     )
+    assert sweeps.table([{**row, "seed": 3}]).splitlines()[-1].startswith("| median, serial, seed 3 | 16 (5) |")
+
+
+def test_the_sweeps_benchmark_sets_each_pruned_study_against_the_unpruned_one_of_its_seed_and_slots():
+    """bench.sweeps' last table: a pruned study's epochs as a fraction of the unpruned study's with the same sampler
+    seed and slots (not another seed's, nor the serial one's for two slots), and its best objective's difference."""
+    from bench.sweeps import against_unpruned
+
+    BEST = "best_val_accuracy"
+
+    def row(study, seed, pruned, epochs, best):
+        return {"study": study, "seed": seed, "trials": 16, "pruned": pruned, "epochs": epochs, **{BEST: best}}
+
+    rows = [
+        row("none, serial", 1, 0, 64, 0.88),
+        row("median, serial", 1, 5, 48, 0.87),
+        row("none, serial", 2, 0, 60, 0.90),
+        row("median, serial", 2, 10, 30, 0.905),
+        row("none, 2 slots", 2, 0, 50, 0.80),
+        row("median, 2 slots", 2, 4, 40, 0.81),
+        row("median, 2 slots", 3, 4, 40, 0.81),  # no unpruned study of seed 3: not tabled
+    ]
+    lines = against_unpruned(rows).splitlines()
+    assert lines[2:] == [
+        "| 1 | median, serial | 5 of 16 | 48 (0.75x) | 0.8700 (-0.0100) |",
+        "| 2 | median, serial | 10 of 16 | 30 (0.50x) | 0.9050 (+0.0050) |",
+        "| 2 | median, 2 slots | 4 of 16 | 40 (0.80x) | 0.8100 (+0.0100) |",
+    ]
