@@ -151,13 +151,17 @@ def _seed(row: dict) -> str:
 def against_unpruned(rows: list[dict]) -> str:
     """Each pruned study set against the unpruned study ("none, ...") of the same seed and slots: its epochs as a
     fraction of the unpruned study's, and its best val_accuracy minus the unpruned study's."""
-    unpruned = {(row.get("seed"), row["study"].split(", ")[1]): row for row in rows if row["study"].startswith("none")}
+
+    def seed_and_slots(row: dict) -> tuple[int | None, str]:
+        return row.get("seed"), row["study"].split(", ")[1]  # "median, 2 slots": "2 slots"
+
+    unpruned = {seed_and_slots(row): row for row in rows if row["study"].startswith("none")}
     lines = [
         "| seed | study | trials pruned | epochs (x unpruned) | best val_accuracy (- unpruned) |",
         "|---:|---|---:|---:|---:|",
     ]
     for row in rows:
-        reference = unpruned.get((row.get("seed"), row["study"].split(", ")[1]))
+        reference = unpruned.get(seed_and_slots(row))
         if row["study"].startswith("none") or reference is None:
             continue
         lines.append(

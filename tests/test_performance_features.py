@@ -300,10 +300,8 @@ def test_the_sweeps_benchmark_sets_each_pruned_study_against_the_unpruned_one_of
     seed and slots (not another seed's, nor the serial one's for two slots), and its best objective's difference."""
     from bench.sweeps import against_unpruned
 
-    BEST = "best_val_accuracy"
-
     def row(study, seed, pruned, epochs, best):
-        return {"study": study, "seed": seed, "trials": 16, "pruned": pruned, "epochs": epochs, **{BEST: best}}
+        return dict(study=study, seed=seed, trials=16, pruned=pruned, epochs=epochs, best_val_accuracy=best)
 
     rows = [
         row("none, serial", 1, 0, 64, 0.88),
