@@ -30,6 +30,7 @@ from runner.config.schema import register
 from runner.config.settings import checked_targets, refuse_credentials_in_uri, validate
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
+from runner.lifeline import record_sweep_process, watch
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
 from runner.sweeps.pruning import trial_reporter
@@ -56,6 +57,7 @@ def main(cfg: DictConfig) -> float:
         return run_sweep_job(cfg, hydra_config)
     run_dir = str(hydra_config.runtime.output_dir)
     ending = _Ending(run_dir)
+    watch()  # a sweep job's training process stops, resumable, once its sweep is gone (runner.lifeline)
     try:
         ended = _train(cfg, hydra_config, ending)
     except RunnerError as error:
@@ -168,6 +170,8 @@ def refuse_credentials_in_arguments(arguments: list[str]) -> None:
 def cli() -> None:
     """The command: `python -m runner ...` and the `runner` script."""
     prepare_for_tensorflow()
+    # Inherited by the processes this command starts: a sweep's jobs hand it to their training (runner.lifeline).
+    record_sweep_process()
     try:
         refuse_credentials_in_arguments(sys.argv[1:])
         check_launcher(sys.argv[1:])  # before Hydra, whose error for a missing launcher plugin is a traceback

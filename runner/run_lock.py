@@ -1,51 +1,27 @@
-"""One job per run directory: a second `python -m runner` with the same hydra.run.dir is refused at once.
+"""One job per run directory: a second `python -m runner` with the same hydra.run.dir is refused at once, and a
+sweep job that finds its directory held waits for the holder instead.
 
 Two processes in one run directory would write the same checkpoint files and log every epoch twice into
 the same MLflow run. The holder keeps an exclusive flock(2) on `<run dir>/.runner.lock` (which names its
 pid) for as long as it lives; the kernel drops it when the process ends, `kill -9` included, so a re-run
-after a crash resumes as usual. The lock is taken in a Hydra callback's on_run_start, before Hydra writes
-anything into the directory (`.hydra/`, the log file), so a refused run touches nothing there.
+after a crash resumes as usual. Who takes it, and when, is runner.clusters.run_directory's (a Hydra callback).
 
-Who holds it when several processes share a run directory by design:
-- a single process (cluster=none) holds its own;
-- cluster=local: the launcher holds it for the whole job; its tasks (its children) run under its hold;
-- cluster=tf_config and cluster=slurm: the chief task holds it (TF_CONFIG's chief, or worker 0 without
-  one; SLURM task 0); the other workers and the parameter servers take no lock;
-- a sweep: each job's training process holds its job directory (runner.sweeps.job starts it), so the
-  same sweep run twice at once has its duplicate jobs refused.
+A sweep re-run right after its sweep was killed can find a job's directory still held by the training process
+the killed sweep started, which is stopping (runner.lifeline): the job waits for it (wait_while_held) instead
+of failing its trial, then resumes the run it leaves.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import sys
-from typing import Any
+from collections.abc import Callable
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-
-from runner.clusters.roles import is_chief
-from runner.errors import RunnerError, report
+from runner.errors import RunnerError
 
 LOCK_FILE = ".runner.lock"
 
 _held: list[int] = []  # descriptors of the locks this process holds, open until it exits
-
-
-class RunDirectoryLock(Callback):
-    """Holds the run directory for this process (see the module's docstring), or exits with status 2."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not _holds_for_job(config.get("cluster")):
-            return
-        try:
-            hold(os.path.abspath(str(config.hydra.run.dir)))
-        except RunnerError as error:
-            # A callback's exceptions only become warnings in Hydra; SystemExit is what stops the command.
-            report("error", error)
-            sys.exit(2)
 
 
 def hold(run_dir: str) -> None:
@@ -62,7 +38,7 @@ def hold(run_dir: str) -> None:
         if holder is not None and holder == os.getppid():
             return
         raise RunnerError(
-            f"hydra.run.dir={run_dir} is in use by another runner process ({_describe(holder)}, which holds "
+            f"hydra.run.dir={run_dir} is in use by another runner process ({describe(holder)}, which holds "
             f"{path}): two processes in one run directory would write the same checkpoints and log each epoch "
             "twice into the same MLflow run. Fix: wait for that run to end (or stop it"
             f"{f': kill {holder}' if holder else ''}) and re-run this command to resume it, or leave "
@@ -73,6 +49,26 @@ def hold(run_dir: str) -> None:
     _held.append(descriptor)
 
 
+def wait_while_held(run_dir: str, waiting: Callable[[int | None], None]) -> bool:
+    """Block while another process holds run_dir, calling `waiting(its pid)` once first; return whether it did
+    wait. The lock is let go at once: the process started next takes it."""
+    path = os.path.join(run_dir, LOCK_FILE)
+    try:
+        descriptor = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            waiting(_pid_in(descriptor))
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # until the holder ends (the kernel drops its lock then)
+            return True
+    finally:
+        os.close(descriptor)  # and the lock with it
+
+
 def _pid_in(descriptor: int) -> int | None:
     try:
         return int(os.pread(descriptor, 32, 0).decode().strip())
@@ -80,7 +76,7 @@ def _pid_in(descriptor: int) -> int | None:
         return None
 
 
-def _describe(pid: int | None) -> str:
+def describe(pid: int | None) -> str:
     """'pid 123: python -m runner ...' from /proc when it can be read."""
     if pid is None:
         return "its pid is not written yet"
@@ -90,18 +86,3 @@ def _describe(pid: int | None) -> str:
     except OSError:
         return f"pid {pid}"
     return f"pid {pid}: {command[:200]}" if command else f"pid {pid}"
-
-
-def _holds_for_job(cluster: Any) -> bool:
-    """Whether this process holds the run directory for its job (cluster.kind and the task's role)."""
-    kind = cluster.get("kind", "none") if hasattr(cluster, "get") else "none"
-    if kind == "tf_config":
-        try:
-            config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-            task, spec = config["task"], config["cluster"]
-            return is_chief(dict(spec), task["type"], int(task.get("index", 0)))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return True  # a TF_CONFIG that does not parse: the run stops at its check anyway
-    if kind == "slurm":
-        return os.environ.get("SLURM_PROCID", "0") == "0"
-    return True

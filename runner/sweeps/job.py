@@ -42,8 +42,10 @@ from runner.config.schema import Settings
 from runner.config.settings import sweep_settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
+from runner.lifeline import Process, exit_once_gone, lifeline, sweep_process
 from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
+from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
 from runner.sweeps.grid_study import JobTrial, prunes_a_grid
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
@@ -76,6 +78,9 @@ log = logging.getLogger("runner")
 
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 _FAILED = RunStatus.to_string(RunStatus.FAILED)
+# The launchers whose jobs run on the sweep's machine: their training processes watch the sweep's process and
+# the job's (runner.lifeline). Under SLURM and Ray the engine owns the job.
+LOCAL_LAUNCHERS = ("basic", "joblib", "submitit_local")
 # How long an interrupted job's training process may take to save and mark its run (submitit signals a
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
 STOP_GRACE_SECONDS = 60.0
@@ -209,6 +214,7 @@ class _Job:
         self.grid_trial: JobTrial | None = None  # a pruned grid sweep's: asked and told by this job
         self.pruned_at: int | None = None  # the epoch at which the pruner stopped one of the job's runs
         self.failed = False  # one of its runs failed
+        self.lifeline = lifeline_of(where_it_runs(hydra_config)[LAUNCHER_TAG])
 
     def train_seed(
         self,
@@ -225,6 +231,7 @@ class _Job:
         client, overrides_tag = self.client, ",".join(overrides)
         label = f"job {self.number} ({name})"
         os.makedirs(run_dir, exist_ok=True)
+        wait_for_holder(run_dir, label)
         run = _existing_child(client, run_dir, self.parent.info.run_id, overrides_tag)
         if run is not None and run.info.status == _FINISHED:
             log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
@@ -288,7 +295,7 @@ class _Job:
         link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
         if link is not None:
             link = replace(link, first_step=first_step)
-        environ = {**self.validation.environ, **(link.to_environment() if link else {})}
+        environ = {**self.validation.environ, **(link.to_environment() if link else {}), **self.lifeline}
         returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
@@ -495,6 +502,37 @@ def trial_link(hydra_config: DictConfig):
         return None
     storage = storage_of(sweeper.get("storage"), str(hydra_config.sweep.dir))
     return TrialLink(storage, study_name_of(sweeper), int(hydra_config.job.num))
+
+
+def lifeline_of(launcher: str) -> dict[str, str]:
+    """What a job's training process watches (runner.lifeline): this job's process and the sweep's, where the
+    launcher runs them on this machine; nothing under SLURM or Ray, whose engine owns the job."""
+    if launcher not in LOCAL_LAUNCHERS:
+        return {}
+    watched = [Process.this()]
+    sweep = sweep_process()
+    if sweep is not None and sweep.pid != os.getpid():
+        watched.append(sweep)
+        if launcher == "joblib":  # this job runs in a loky worker, which would wait on for minutes
+            exit_once_gone(sweep)
+    return lifeline(watched)
+
+
+def wait_for_holder(run_dir: str, label: str) -> None:
+    """A training process of an earlier attempt (a killed sweep's, stopping) still holds the run directory: wait
+    for it to end, saying so, then resume what it leaves, rather than failing the trial."""
+
+    def waiting(pid: int | None) -> None:
+        log.warning(
+            "%s: %s still holds %s (a training process of an earlier attempt of this sweep): waiting for it to "
+            "end, then continuing its run",
+            label,
+            describe(pid),
+            run_dir,
+        )
+
+    if wait_while_held(run_dir, waiting):
+        log.info("%s: the earlier training process ended; continuing", label)
 
 
 def _train(command: list[str], cwd: str, outcome_file: str, environ: dict[str, str] | None = None) -> int:

@@ -18,6 +18,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from helpers.presets import SWEEP_JOB
 from runner import outcome
 from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
+from runner.run_lock import LOCK_FILE
 from runner.sweeps.report import GENERATED_PREFIX
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
@@ -55,6 +56,20 @@ def wait_until_training(process: subprocess.Popen, log: Path, what: str, timeout
         assert process.poll() is None, f"the sweep ended before {what} started training"
         assert time.monotonic() < deadline, f"{what} did not start training in time"
         time.sleep(0.2)
+
+
+def freeze_training(process: subprocess.Popen, run_dir: Path, what: str) -> int:
+    """Once the training process of `run_dir` trains (its "steps per epoch" line), stop it where it is (SIGSTOP);
+    return its pid, read from the run directory's lock, which it holds."""
+    deadline = time.monotonic() + 240
+    log = run_dir / "runner.log"
+    while not (log.exists() and "steps per epoch" in log.read_text()):
+        assert process.poll() is None, f"the sweep ended before {what} started training"
+        assert time.monotonic() < deadline, f"{what} did not start training in time"
+        time.sleep(0.05)
+    pid = int((run_dir / LOCK_FILE).read_text().strip())
+    os.kill(pid, signal.SIGSTOP)
+    return pid
 
 
 def kill_sweep_while_training(tmp_path, sweep_dir, overrides, log: Path, what: str) -> None:
