@@ -163,3 +163,91 @@ def test_a_grid_job_continues_its_running_trial_and_asks_a_new_one_after_a_failu
     assert study.direction == optuna.study.StudyDirection.MINIMIZE  # a loss
     states = {trial.number: trial.state for trial in study.trials}
     assert states == {first.number: TrialState.FAIL, other.number: TrialState.RUNNING, 2: TrialState.COMPLETE}
+
+
+class _RecordingLauncher:
+    """Hydra's launch, standing in for the jobs: each trial's overrides are recorded and it answers at once with a
+    value made from them (the same configuration, the same value: as the same seed trains)."""
+
+    def __init__(self):
+        import threading
+
+        self.launched: list[tuple[int, tuple[str, ...]]] = []
+        self.lock = threading.Lock()
+
+    def launch(self, job_overrides, initial_job_idx: int):
+        from hydra.core.utils import JobReturn, JobStatus
+
+        returns = []
+        for offset, overrides in enumerate(job_overrides):
+            with self.lock:
+                self.launched.append((initial_job_idx + offset, tuple(overrides)))
+            value = (sum(map(ord, "".join(overrides))) % 97) / 97
+            returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=value))
+        return returns
+
+
+def _optuna_sweep(tmp_path, n_trials: int, params: dict, n_jobs: int = 1) -> list[tuple[int, tuple[str, ...]]]:
+    from omegaconf import OmegaConf
+
+    from runner.sweeps.optuna_sweeper import OptunaSweep
+
+    settings = {
+        "direction": "maximize",
+        "n_trials": n_trials,
+        "n_jobs": n_jobs,
+        "storage": None,
+        "study_name": "s",
+        "sampler": {"_target_": "optuna.samplers.TPESampler", "seed": 42, "n_startup_trials": 5},
+        "enqueue": [],
+        "params": params,
+    }
+    launcher = _RecordingLauncher()
+    OptunaSweep(settings, OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), launcher).run([])
+    return launcher.launched
+
+
+def test_a_rerun_of_a_study_continues_its_samplers_draws_instead_of_repeating_them(tmp_path):
+    """A command that ended after 2 of 6 trials (killed), run again: the sampler's seed moves on by the trials the
+    study holds, so trials 2-5 are new draws, not trials 0 and 1 again (a sampler rebuilt with the same seed would
+    repeat its start-up draws)."""
+    from optuna.samplers import TPESampler
+
+    from runner.sweeps.optuna_sweeper import continued_sampler
+
+    space = {"optimizer.lr": "tag(log, interval(0.0001, 0.01))", "batch": "choice(32, 64, 128)"}
+    first = _optuna_sweep(tmp_path, 2, space)
+    second = _optuna_sweep(tmp_path, 6, space)
+    assert [number for number, _ in first + second] == list(range(6))
+    configurations = [overrides for _, overrides in first + second]
+    assert len(set(configurations)) == 6, configurations
+    # What the sampler of the re-run is: the configured one, its seed moved on by the trials already asked.
+    node = {"_target_": "optuna.samplers.TPESampler", "seed": 42}
+    from hydra.utils import instantiate
+
+    assert continued_sampler(node, 0, instantiate)._rng.rng.random() == TPESampler(seed=42)._rng.rng.random()
+    assert continued_sampler(node, 2, instantiate)._rng.rng.random() == TPESampler(seed=44)._rng.rng.random()
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_a_configuration_the_sampler_proposes_again_is_told_its_result_not_trained_twice(tmp_path, n_jobs, caplog):
+    """A 2 x 2 space and 6 trials: 4 configurations train once each; the 2 trials proposing one of them again are
+    told its result and marked `duplicate_of`, on one slot as on two (where the original may still be training)."""
+    from runner.sweeps.study import DUPLICATE_ATTR
+
+    caplog.set_level("INFO", logger="runner")
+    launched = _optuna_sweep(tmp_path, 6, {"batch": "choice(32, 64)", "optimizer.lr": "choice(0.01, 0.001)"}, n_jobs)
+    configurations = [overrides for _, overrides in launched]
+    assert len(configurations) == len(set(configurations)) <= 4, configurations
+    study = optuna.load_study(study_name="s", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
+    trials = {trial.number: trial for trial in study.trials}
+    assert len(trials) == 6 and all(trial.state == optuna.trial.TrialState.COMPLETE for trial in trials.values())
+    repeats = [trial for trial in trials.values() if DUPLICATE_ATTR in trial.user_attrs]
+    assert len(repeats) == 6 - len(launched)
+    for trial in repeats:
+        original = trials[trial.user_attrs[DUPLICATE_ATTR]]
+        assert original.params == trial.params and original.value == trial.value
+        assert DUPLICATE_ATTR not in original.user_attrs
+        assert (
+            f"trial {trial.number}: the sampler proposed trial {original.number}'s configuration again" in caplog.text
+        )

@@ -4,28 +4,34 @@ pruning, the summary and the free slot together; one killed and re-run study che
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from helpers.cli import run_cli
+from helpers.cli import run_cli, wait_for
 from helpers.presets import SWEEP_JOB
+from helpers.processes import live_members, wait_group
 from helpers.sweeps import (
     children,
     client_for,
-    kill_sweep_while_training,
+    freeze_training,
     parent_id_of,
+    start_sweep,
     summary_rows,
     sweep,
+    sweep_command,
     without_generated_line,
 )
 from runner.sweeps.grid_study import GRID_STUDY
 from runner.sweeps.report import REPORT_FILE
-from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, open_storage
-from runner.sweeps.summary import MARKDOWN_FILE
+from runner.sweeps.study import DUPLICATE_ATTR, JOURNAL_FILE, PRUNED_TAG, open_storage
+from runner.sweeps.summary import CSV_FILE, MARKDOWN_FILE
 
 GOOD, BAD = "optimizer.lr=0.01", "optimizer.lr=1e-09"  # BAD cannot learn: its loss stays where it began
 
@@ -120,29 +126,114 @@ def test_a_pruned_study_on_two_slots(tmp_path):
     assert ends[3] < ends[2]
 
 
+def _killed_while_frozen(tmp_path, sweep_dir, overrides, job: str) -> tuple[subprocess.Popen, int]:
+    """Start the sweep, freeze job `job`'s training process once it trains (SIGSTOP), and kill -9 the sweep's own
+    process alone, as a closed terminal or `kill -9 <its pid>` does: what it started is left running. Returns the
+    killed sweep (its process group holds what is left) and the frozen training process's pid."""
+    process = start_sweep(tmp_path, sweep_dir, overrides)
+    try:
+        frozen = freeze_training(process, sweep_dir / job, f"trial {job}")
+    except BaseException:
+        if live_members(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    process.kill()
+    process.wait()
+    return process, frozen
+
+
+def _left_running_then_stopped(process: subprocess.Popen, frozen: int) -> float:
+    """Let the frozen orphan go on (SIGCONT): it finds its sweep gone and stops; within 20 s nothing the killed
+    sweep started is alive. Returns how long that took."""
+    assert live_members(process.pid), "the kill of the sweep's process alone left nothing running"
+    started = time.monotonic()
+    os.kill(frozen, signal.SIGCONT)
+    try:
+        assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived their sweep"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
+    return time.monotonic() - started
+
+
 @pytest.mark.slow
-def test_a_killed_study_continues_to_n_trials_without_repeating_a_trial(tmp_path):
+def test_a_killed_study_stops_its_training_and_a_rerun_continues_it_to_six_distinct_trials(tmp_path):
+    """kill -9 of the sweep's process while trial 2 trains: the training process it left notices and stops
+    (KILLED, resumable, a checkpoint saved) instead of training on as an orphan; the same command then resumes trial
+    2 from that checkpoint in the same MLflow run and asks trials 3-5 from where the sampler's draws stopped (a
+    sampler rebuilt with its seed would repeat trials 0 and 1): six trials, six configurations."""
     sweep_dir = tmp_path / "sweep"
-    # Two slots on the basic launcher, which runs its jobs in this process: the trials go in batches of two.
-    overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2")
-    # The sweep, its job and the training process: kill -9.
-    kill_sweep_while_training(tmp_path, sweep_dir, overrides, sweep_dir / "2" / "runner.log", "trial 2")
+    # The search space of hparams_search=optuna (log learning rate, batch) with its TPE sampler, seed 42; one slot.
+    overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=6", "epochs=2", "dataset.train_examples=512")
+    process, frozen = _killed_while_frozen(tmp_path, sweep_dir, overrides, "2")
+    _left_running_then_stopped(process, frozen)
     before = {trial.number: trial for trial in _study(sweep_dir).trials}
     assert [before[n].state for n in range(3)] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
     client = client_for(tmp_path)
     runs_before = {run.data.tags["job_number"]: run for run in children(client, parent_id_of(sweep_dir))}
+    assert runs_before["2"].info.status == "KILLED" and runs_before["2"].data.tags["resumable"] == "true"
+    assert "the sweep that started this training is gone" in (sweep_dir / "2" / "runner.log").read_text()
 
     result = sweep(tmp_path, sweep_dir, *overrides)
     assert result.returncode == 0, result.stderr[-3000:]
+    said = result.stdout + result.stderr
     after = sorted(_study(sweep_dir).trials, key=lambda trial: trial.number)
-    assert [(trial.number, trial.state) for trial in after] == [(n, TrialState.COMPLETE) for n in range(3)]
-    assert [trial.params for trial in after] == [before[n].params for n in range(3)]  # trial 2 ran again as itself
+    assert [(trial.number, trial.state) for trial in after] == [(n, TrialState.COMPLETE) for n in range(6)]
+    assert [trial.params for trial in after[:3]] == [before[n].params for n in range(3)]  # trial 2 ran as itself
+    assert len({tuple(sorted(trial.params.items())) for trial in after}) == 6, [trial.params for trial in after]
     runs = children(client, parent_id_of(sweep_dir))
-    assert [run.data.tags["job_number"] for run in runs] == ["0", "1", "2"]  # one child run per trial
+    assert [run.data.tags["job_number"] for run in runs] == [str(n) for n in range(6)]  # one child run per trial
+    assert all(run.info.status == "FINISHED" for run in runs)
     for number in ("0", "1"):  # not trained again
         assert runs[int(number)].info.end_time == runs_before[number].info.end_time
     assert runs[2].info.run_id == runs_before["2"].info.run_id  # continued, not duplicated
-    assert "trial 2 was left running by an earlier command: it runs again" in result.stdout + result.stderr
+    assert "trial 2 was left running by an earlier command: it runs again" in said
+    assert "resuming after epoch" in (sweep_dir / "2" / "runner.log").read_text()  # from its checkpoint
+
+
+@pytest.mark.slow
+def test_a_rerun_waits_for_a_frozen_orphan_and_a_small_space_trains_no_configuration_twice(tmp_path):
+    """Two joblib slots over a 2 x 2 space, 6 trials: a configuration the sampler proposes again is told its
+    result, never trained twice. The sweep is killed while trial 2's training is frozen (SIGSTOP), and the same
+    command is started at once: it finds trial 2's directory held by that orphan and waits for it, saying so; the
+    orphan, let go, stops by itself, and the re-run resumes it. Nothing FAILED; each configuration is one run."""
+    sweep_dir = tmp_path / "sweep"
+    overrides = (
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=6",
+        "batch=choice(32, 64)",  # in place of hparams_search=optuna's own space
+        "optimizer.lr=choice(0.01, 0.001)",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "epochs=2",
+        "dataset.train_examples=512",
+    )
+    process, frozen = _killed_while_frozen(tmp_path, sweep_dir, overrides, "2")
+    with open(tmp_path / "rerun.log", "w") as log:
+        rerun = subprocess.Popen(
+            sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        waiting = f"pid {frozen}: "
+        wait_for(lambda: waiting in (tmp_path / "rerun.log").read_text(), 240, "the re-run waiting for the orphan")
+        assert rerun.poll() is None and "still holds" in (tmp_path / "rerun.log").read_text()
+        _left_running_then_stopped(process, frozen)
+        assert rerun.wait(timeout=300) == 0, (tmp_path / "rerun.log").read_text()[-3000:]
+    finally:
+        rerun.kill()
+    said = (tmp_path / "rerun.log").read_text()
+    assert "the earlier training process ended; continuing" in said
+
+    study = _study(sweep_dir)
+    assert len(study.trials) == 6 and all(trial.state == TrialState.COMPLETE for trial in study.trials)
+    trained = [trial for trial in study.trials if DUPLICATE_ATTR not in trial.user_attrs]
+    repeats = [trial for trial in study.trials if DUPLICATE_ATTR in trial.user_attrs]
+    assert repeats and len({tuple(sorted(t.params.items())) for t in trained}) == len(trained)
+    runs = children(client_for(tmp_path), parent_id_of(sweep_dir))
+    assert sorted(int(run.data.tags["job_number"]) for run in runs) == sorted(trial.number for trial in trained)
+    assert all(run.info.status == "FINISHED" for run in runs)  # nothing FAILED, the orphan's run continued
+    assert len({run.data.tags["configuration"] for run in runs}) == len(runs)
+    assert [row["n"] for row in summary_rows(sweep_dir, CSV_FILE)] == ["1"] * len(runs)
+    assert "resuming after epoch" in (sweep_dir / "2" / "runner.log").read_text()
 
 
 @pytest.mark.slow

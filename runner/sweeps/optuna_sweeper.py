@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
 from runner.sweeps.study import (
+    DUPLICATE_ATTR,
     PRUNED_TAG,
     RESULTS_FILE,
     SWEEP_DIR_ATTR,
@@ -45,6 +47,12 @@ THREAD_SAFE_LAUNCHERS = (
     "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
     "hydra_plugins.runner_submitit_launchers.LocalLauncher",
 )
+
+
+# Optuna's system attribute on a trial queued with enqueue_trial (optuna/study/study.py, enqueue_trial).
+ENQUEUED_SYSTEM_ATTR = "fixed_params"
+# How often a slot holding a repeated configuration looks whether its original has ended.
+DUPLICATE_POLL_SECONDS = 2.0
 
 
 def launcher_parallelism(launcher: Any) -> int:
@@ -88,16 +96,17 @@ class OptunaSweep:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         space = SearchSpace.parse(self.settings.get("params"), arguments)
         storage = storage_of(self.settings.get("storage"), self.sweep_dir)
-        sampler = self.settings.get("sampler")  # Hydra instantiates the sweeper's nested _target_s itself
-        if isinstance(sampler, Mapping):
-            sampler = instantiate(sampler)
         study = optuna.create_study(
             study_name=study_name_of(self.settings),
             storage=open_storage(storage),
-            sampler=sampler,
+            sampler=optuna.samplers.RandomSampler(),  # replaced below, once the study's trials are known
             direction=_direction(self.settings.get("direction")),
             load_if_exists=True,
         )
+        # The sampler's config node: Hydra has already instantiated the sweeper's nested _target_s in its settings.
+        node = OmegaConf.select(self.config, "hydra.sweeper.sampler")
+        sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else self.settings.get("sampler")
+        study.sampler = continued_sampler(sampler, len(study.trials), instantiate)
         n_trials = int(self.settings.get("n_trials") or 1)
         if not study.trials:  # queued once: a re-run of the command finds them among the study's trials
             for text in self.settings.get("enqueue") or []:
@@ -137,6 +146,9 @@ class OptunaSweep:
                         trial = state.next_trial()
                     if trial is None:
                         return
+                    original = state.same_configuration(trial)
+                    if original is not None and state.settle_duplicate(trial, original):
+                        continue
                     [ret] = self.launcher.launch([state.overrides(trial)], initial_job_idx=trial.number)
                     with self.lock:
                         returns.append(ret)
@@ -157,17 +169,28 @@ class OptunaSweep:
 
     def _in_batches(self, state: _Progress, slots: int, returns: list[JobReturn]) -> None:
         while True:
-            trials = [trial for trial in (state.next_trial() for _ in range(slots)) if trial is not None]
-            if not trials:
+            asked = [trial for trial in (state.next_trial() for _ in range(slots)) if trial is not None]
+            if not asked:
                 return
-            numbers = [trial.number for trial in trials]
-            if numbers == list(range(numbers[0], numbers[0] + len(numbers))):  # job numbers are trial numbers
-                batch = list(self.launcher.launch([state.overrides(t) for t in trials], initial_job_idx=numbers[0]))
-            else:  # a re-run's unfinished trials, or trials of another sweep on the same storage, in between
-                batch = [self.launcher.launch([state.overrides(t)], initial_job_idx=t.number)[0] for t in trials]
-            for trial, ret in zip(trials, batch, strict=True):
-                returns.append(ret)
-                state.tell(trial, ret)
+            # A configuration proposed again waits for its original (in this batch, or told already).
+            repeats = [(trial, original) for trial in asked if (original := state.same_configuration(trial))]
+            repeated = {trial.number for trial, _ in repeats}
+            trials = [trial for trial in asked if trial.number not in repeated]
+            self._launch_batch(state, trials, returns)
+            again = [trial for trial, original in repeats if not state.settle_duplicate(trial, original)]
+            self._launch_batch(state, again, returns)
+
+    def _launch_batch(self, state: _Progress, trials: list, returns: list[JobReturn]) -> None:
+        if not trials:
+            return
+        numbers = [trial.number for trial in trials]
+        if numbers == list(range(numbers[0], numbers[0] + len(numbers))):  # job numbers are trial numbers
+            batch = list(self.launcher.launch([state.overrides(t) for t in trials], initial_job_idx=numbers[0]))
+        else:  # a re-run's unfinished trials, or trials of another sweep on the same storage, in between
+            batch = [self.launcher.launch([state.overrides(t)], initial_job_idx=t.number)[0] for t in trials]
+        for trial, ret in zip(trials, batch, strict=True):
+            returns.append(ret)
+            state.tell(trial, ret)
 
     def _report_best(self, study) -> None:
         from optuna.trial import TrialState
@@ -205,6 +228,7 @@ class _Progress:
             for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if trial.user_attrs.get(SWEEP_DIR_ATTR) == sweep_dir
         ]
+        self.rerun = {trial.number for trial in self.unfinished}
 
     def done(self) -> int:
         from optuna.trial import TrialState
@@ -231,10 +255,49 @@ class _Progress:
     def overrides(self, trial) -> list[str]:
         return self.space.overrides(trial.params)
 
+    def _frozen(self, trial):
+        return next(other for other in self.study.get_trials(deepcopy=False) if other.number == trial.number)
+
+    def same_configuration(self, trial):
+        """The earlier trial whose configuration the sampler proposed again for `trial` (COMPLETE, PRUNED or still
+        RUNNING), or None. A trial queued with hydra.sweeper.enqueue is the user's own request, and a trial run
+        again after a killed command is not a proposal: both train."""
+        from optuna.trial import TrialState
+
+        if trial.number in self.rerun or ENQUEUED_SYSTEM_ATTR in self._frozen(trial).system_attrs:
+            return None
+        states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+        earlier = self.study.get_trials(deepcopy=False, states=states)
+        return next((o for o in earlier if o.number < trial.number and o.params == trial.params), None)
+
+    def settle_duplicate(self, trial, original) -> bool:
+        """`trial` repeats `original`'s configuration: once `original` has ended, told its result without training
+        and marked (DUPLICATE_ATTR), so that no configuration is trained twice and no run counts twice as a
+        replicate. False (train it after all) where `original` failed."""
+        from optuna.trial import TrialState
+
+        while (original := self._frozen(original)).state == TrialState.RUNNING:
+            time.sleep(DUPLICATE_POLL_SECONDS)  # another slot trains it
+        if original.state == TrialState.FAIL:
+            return False
+        trial.set_user_attr(DUPLICATE_ATTR, original.number)
+        if original.state == TrialState.PRUNED:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, original.value)
+        log.info(
+            "trial %d: the sampler proposed trial %d's configuration again (%s): told its result (%s), not trained",
+            trial.number,
+            original.number,
+            " ".join(self.space.overrides(trial.params)[len(self.space.fixed) :]),
+            original.value if original.state == TrialState.COMPLETE else "PRUNED",
+        )
+        return True
+
     def tell(self, trial, ret: JobReturn) -> None:
         from optuna.trial import TrialState
 
-        frozen = self.study._storage.get_trial(trial._trial_id)
+        frozen = self._frozen(trial)
         if ret.status != JobStatus.COMPLETED:
             log.error("trial %d failed: %s", trial.number, ret._return_value)
             self.study.tell(trial, state=TrialState.FAIL)
@@ -247,6 +310,20 @@ class _Progress:
                 self.study.tell(trial, float(value))
             else:  # the job failed (its child run says why) or returned nothing usable
                 self.study.tell(trial, state=TrialState.FAIL)
+
+
+def continued_sampler(sampler: Any, asked: int, instantiate: Callable[[Any], Any]) -> Any:
+    """The sampler of a study that already holds `asked` trials: its configured seed moved on by that many, so that
+    a re-run of a killed sweep draws on where the first command's draws stopped instead of repeating them (a
+    sampler rebuilt with the same seed repeats its random start-up draws). A new study (asked=0) gets the seed as
+    configured; a sampler without a seed draws afresh anyway; a sampler object (not a config node) is used as it
+    is."""
+    if not isinstance(sampler, Mapping):
+        return sampler
+    node = dict(sampler)
+    if asked and isinstance(node.get("seed"), int):
+        node["seed"] += asked
+    return instantiate(node)
 
 
 def _direction(value: Any) -> Literal["minimize", "maximize"]:

@@ -27,6 +27,9 @@ DEFAULT_STUDY_NAME = "runner"
 TRIAL_VARIABLE = "RUNNER_OPTUNA_TRIAL"
 # On a trial (an Optuna user attribute) and on its child run (a tag): the epoch after which the pruner stopped it.
 PRUNED_TAG = "pruned_at_epoch"
+# On a trial the sampler proposed with an earlier trial's configuration: that trial's number. It was told that
+# trial's result and never trained (runner.sweeps.optuna_sweeper).
+DUPLICATE_ATTR = "duplicate_of"
 # On a trial: the sweep directory whose command asked for it (a re-run continues the trials it left RUNNING).
 SWEEP_DIR_ATTR = "sweep_dir"
 RESULTS_FILE = "optimization_results.yaml"
