@@ -4,11 +4,8 @@ pruning, the summary and the free slot together; one killed and re-run study che
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import optuna
 import pytest
@@ -16,13 +13,12 @@ from optuna.trial import TrialState
 
 from helpers.cli import run_cli, wait_for
 from helpers.presets import SWEEP_JOB
-from helpers.processes import live_members, wait_group
 from helpers.sweeps import (
     children,
     client_for,
-    freeze_training,
+    killed_while_frozen,
+    left_running_then_stopped,
     parent_id_of,
-    start_sweep,
     summary_rows,
     sweep,
     sweep_command,
@@ -126,35 +122,6 @@ def test_a_pruned_study_on_two_slots(tmp_path):
     assert ends[3] < ends[2]
 
 
-def _killed_while_frozen(tmp_path, sweep_dir, overrides, job: str) -> tuple[subprocess.Popen, int]:
-    """Start the sweep, freeze job `job`'s training process once it trains (SIGSTOP), and kill -9 the sweep's own
-    process alone, as a closed terminal or `kill -9 <its pid>` does: what it started is left running. Returns the
-    killed sweep (its process group holds what is left) and the frozen training process's pid."""
-    process = start_sweep(tmp_path, sweep_dir, overrides)
-    try:
-        frozen = freeze_training(process, sweep_dir / job, f"trial {job}")
-    except BaseException:
-        if live_members(process.pid):
-            os.killpg(process.pid, signal.SIGKILL)
-        raise
-    process.kill()
-    process.wait()
-    return process, frozen
-
-
-def _left_running_then_stopped(process: subprocess.Popen, frozen: int) -> float:
-    """Let the frozen orphan go on (SIGCONT): it finds its sweep gone and stops; within 20 s nothing the killed
-    sweep started is alive. Returns how long that took."""
-    assert live_members(process.pid), "the kill of the sweep's process alone left nothing running"
-    started = time.monotonic()
-    os.kill(frozen, signal.SIGCONT)
-    try:
-        assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived their sweep"
-    finally:
-        os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
-    return time.monotonic() - started
-
-
 @pytest.mark.slow
 def test_a_killed_study_stops_its_training_and_a_rerun_continues_it_to_six_distinct_trials(tmp_path):
     """kill -9 of the sweep's process while trial 2 trains: the training process it left notices and stops
@@ -164,8 +131,8 @@ def test_a_killed_study_stops_its_training_and_a_rerun_continues_it_to_six_disti
     sweep_dir = tmp_path / "sweep"
     # The search space of hparams_search=optuna (log learning rate, batch) with its TPE sampler, seed 42; one slot.
     overrides = ("hparams_search=optuna", "hydra.sweeper.n_trials=6", "epochs=2", "dataset.train_examples=512")
-    process, frozen = _killed_while_frozen(tmp_path, sweep_dir, overrides, "2")
-    _left_running_then_stopped(process, frozen)
+    process, frozen = killed_while_frozen(tmp_path, sweep_dir, overrides, "2")
+    left_running_then_stopped(process, frozen)
     before = {trial.number: trial for trial in _study(sweep_dir).trials}
     assert [before[n].state for n in range(3)] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
     client = client_for(tmp_path)
@@ -207,7 +174,7 @@ def test_a_rerun_waits_for_a_frozen_orphan_and_a_small_space_trains_no_configura
         "epochs=2",
         "dataset.train_examples=512",
     )
-    process, frozen = _killed_while_frozen(tmp_path, sweep_dir, overrides, "2")
+    process, frozen = killed_while_frozen(tmp_path, sweep_dir, overrides, "2")
     with open(tmp_path / "rerun.log", "w") as log:
         rerun = subprocess.Popen(
             sweep_command(tmp_path, sweep_dir, overrides), cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
@@ -216,7 +183,7 @@ def test_a_rerun_waits_for_a_frozen_orphan_and_a_small_space_trains_no_configura
         waiting = f"pid {frozen}: "
         wait_for(lambda: waiting in (tmp_path / "rerun.log").read_text(), 240, "the re-run waiting for the orphan")
         assert rerun.poll() is None and "still holds" in (tmp_path / "rerun.log").read_text()
-        _left_running_then_stopped(process, frozen)
+        left_running_then_stopped(process, frozen)
         assert rerun.wait(timeout=300) == 0, (tmp_path / "rerun.log").read_text()[-3000:]
     finally:
         rerun.kill()

@@ -27,12 +27,15 @@ from helpers.sweeps import (
     assert_finished_sweep,
     children,
     client_for,
+    killed_while_frozen,
+    left_running_then_stopped,
     parent_id_of,
     summary_rows,
     sweep,
     sweep_command,
 )
 from runner.clusters.local import free_ports
+from runner.tracking.run_id_file import RUN_ID_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -215,11 +218,19 @@ def test_a_slurm_without_a_controller_is_one_paragraph_and_a_failed_parent_run(t
     assert children(client, parent.info.run_id) == []
 
 
-def test_submitit_local_sweep_runs_the_same_way_without_slurm(tmp_path):
+def test_submitit_local_sweep_runs_the_same_way_without_slurm_and_stops_with_a_killed_sweep(tmp_path):
+    """kill -9 of the sweep's process while job 1 trains: the training submitit's local job started stops by itself
+    (KILLED, resumable) and nothing of the sweep outlives it; the same command finishes the sweep as one run would."""
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "hydra/launcher=submitit_local", "batch=32,64")
+    overrides = ("hydra/launcher=submitit_local", "batch=32,64")
+    process, frozen = killed_while_frozen(tmp_path, sweep_dir, overrides, "1")
+    left_running_then_stopped(process, frozen)
+    killed = client_for(tmp_path).get_run((sweep_dir / "1" / RUN_ID_FILE).read_text().strip())
+    assert killed.info.status == "KILLED" and killed.data.tags["resumable"] == "true"
+    result = sweep(tmp_path, sweep_dir, *overrides)
     _, jobs = assert_finished_sweep(tmp_path, sweep_dir, result, POINTS, launcher="submitit_local")
     assert not any("slurm_job_id" in run.data.tags for run in jobs)
+    assert jobs[1].info.run_id == killed.info.run_id  # continued
 
 
 @pytest.mark.server

@@ -43,7 +43,7 @@ from runner.config.settings import sweep_settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 from runner.lifeline import Process, exit_once_gone, lifeline, sweep_process
-from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, KILLED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
@@ -118,6 +118,8 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
         values.append(job.train_seed(*run, first_step=index * int(cfg.epochs)))
         if job.pruned_at is not None:  # the pruner stopped the trial: its other seeds and folds do not train
             break
+        if job.interrupted:  # the rest is the re-run's
+            return job.worst
     mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
     job.tell_grid_trial(mean)
     if len(runs) > 1:
@@ -214,6 +216,7 @@ class _Job:
         self.grid_trial: JobTrial | None = None  # a pruned grid sweep's: asked and told by this job
         self.pruned_at: int | None = None  # the epoch at which the pruner stopped one of the job's runs
         self.failed = False  # one of its runs failed
+        self.interrupted = False  # one of its runs was stopped, resumable: a re-run of the sweep continues it
         self.lifeline = lifeline_of(where_it_runs(hydra_config)[LAUNCHER_TAG])
 
     def train_seed(
@@ -306,6 +309,12 @@ class _Job:
             if link is not None:
                 self._tag_if_pruned(link, run_id, label)
             return float(ended.metrics[chosen_by])
+        if ended.status == KILLED and ended.resumable:
+            # Stopped as on preemption (its sweep is gone: runner.lifeline): its run stays KILLED and resumable, and
+            # a re-run of the sweep continues it (its trial left as it is).
+            self.interrupted = True
+            log.warning("%s stopped, resumable (MLflow run %s is KILLED): %s", label, run_id, ended.message)
+            return self.worst
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         _mark_failed(client, run_id, error)
         self.failed = True

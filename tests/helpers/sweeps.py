@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from helpers.presets import SWEEP_JOB
+from helpers.processes import live_members, wait_group
 from runner import outcome
 from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
 from runner.run_lock import LOCK_FILE
@@ -70,6 +71,35 @@ def freeze_training(process: subprocess.Popen, run_dir: Path, what: str) -> int:
     pid = int((run_dir / LOCK_FILE).read_text().strip())
     os.kill(pid, signal.SIGSTOP)
     return pid
+
+
+def killed_while_frozen(tmp_path, sweep_dir, overrides, job: str) -> tuple[subprocess.Popen, int]:
+    """Start the sweep, freeze job `job`'s training process once it trains (SIGSTOP), and kill -9 the sweep's own
+    process alone, as a closed terminal or `kill -9 <its pid>` does: what it started is left running. Returns the
+    killed sweep (its process group holds what is left) and the frozen training process's pid."""
+    process = start_sweep(tmp_path, sweep_dir, overrides)
+    try:
+        frozen = freeze_training(process, sweep_dir / job, f"trial {job}")
+    except BaseException:
+        if live_members(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    process.kill()
+    process.wait()
+    return process, frozen
+
+
+def left_running_then_stopped(process: subprocess.Popen, frozen: int) -> float:
+    """Let the frozen orphan go on (SIGCONT): it finds its sweep gone and stops; within 20 s nothing the killed
+    sweep started is alive. Returns how long that took."""
+    assert live_members(process.pid), "the kill of the sweep's process alone left nothing running"
+    started = time.monotonic()
+    os.kill(frozen, signal.SIGCONT)
+    try:
+        assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived their sweep"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
+    return time.monotonic() - started
 
 
 def kill_sweep_while_training(tmp_path, sweep_dir, overrides, log: Path, what: str) -> None:
