@@ -14,13 +14,34 @@ def _pyplot():
     return plt
 
 
+def integer_epochs(axis, epochs) -> None:
+    """Ticks on whole epochs only: each epoch where there are 20 or fewer (matplotlib would put a lone epoch 1
+    between ticks 0.94 ... 1.06), else whole numbers matplotlib picks."""
+    from matplotlib.ticker import MaxNLocator
+
+    if 0 < len(epochs) <= 20:
+        axis.set_xticks(sorted(epochs))
+    else:
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_curves(histories, path: str, title: str = "") -> str:
     """Write train/test loss and accuracy against epoch to a PNG at `path`.
 
     `histories` maps a metric name to its (epoch, value) pairs, as MLflow's metric history gives them.
     """
     plt = _pyplot()
+    figure = curves_figure(histories, title)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def curves_figure(histories, title: str = ""):
+    """plot_curves' figure: loss and accuracy panels, train and test in each."""
+    plt = _pyplot()
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    epochs = {step for points in histories.values() for step, _ in points}
     for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
         for split, marker in (("train", "o-"), ("test", "s-")):
             points = histories.get(f"{split}_{metric}", [])
@@ -28,13 +49,11 @@ def plot_curves(histories, path: str, title: str = "") -> str:
         axis.set(xlabel="epoch", ylabel=metric, title=metric)
         axis.grid(alpha=0.3)
         axis.legend()
-        axis.xaxis.get_major_locator().set_params(integer=True)
+        integer_epochs(axis, epochs)
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return figure
 
 
 def plot_sweep_curves(curves, path: str, title: str = "") -> str:
@@ -43,6 +62,15 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
 
     `curves` maps a configuration's label to {metric name: [(epoch, mean, min, max), ...]}.
     """
+    plt = _pyplot()
+    figure = sweep_curves_figure(curves, title)
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def sweep_curves_figure(curves, title: str = ""):
+    """plot_sweep_curves' figure: the accuracy and the loss panel."""
     plt = _pyplot()
     figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -64,10 +92,7 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
     epochs = sorted({point[0] for metrics in curves.values() for points in metrics.values() for point in points})
     for axis in (accuracy_axis, loss_axis):
         axis.grid(alpha=0.3)
-        if 0 < len(epochs) <= 20:
-            axis.set_xticks(epochs)  # also keeps a one-epoch sweep from getting ticks at 0.96, 0.98, ...
-        else:
-            axis.xaxis.get_major_locator().set_params(integer=True)
+        integer_epochs(axis, epochs)
     if curves:
         # One legend for both panels, outside them: a sweep can have many configurations with long labels.
         figure.legend(
@@ -80,6 +105,4 @@ def plot_sweep_curves(curves, path: str, title: str = "") -> str:
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return figure

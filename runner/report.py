@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 from runner.errors import RunnerError
 
@@ -23,21 +24,52 @@ def _multirun(sweep_dir: str):
     return OmegaConf.load(path) if os.path.isfile(path) else None
 
 
-def _tracking_uri(target: str, given: str | None) -> str | None:
-    """--tracking-uri, else the sweep directory's own (its multirun.yaml records mlflow.tracking_uri), else
-    MLflow's default (MLFLOW_TRACKING_URI, or sqlite:///mlflow.db here)."""
+@dataclass(frozen=True)
+class Store:
+    """The MLflow store to read and where it came from, as the messages name it."""
+
+    uri: str
+    said: str
+
+
+def _store(target: str, given: str | None) -> Store:
+    """--tracking-uri, else the store the sweep directory recorded when its sweep started (mlflow_tracking_uri.txt,
+    absolute), else its multirun.yaml's mlflow.tracking_uri (a relative sqlite path taken from the directory the
+    sweep started in), else MLflow's default (MLFLOW_TRACKING_URI, or sqlite:///mlflow.db here)."""
+    from mlflow import get_tracking_uri
     from omegaconf import OmegaConf
 
-    config = _multirun(target) if os.path.isdir(target) else None
-    if given or config is None:
-        return given
-    return OmegaConf.select(config, "mlflow.tracking_uri") or None
+    from runner.sweeps.terms import TRACKING_URI_FILE, read_tracking_uri
+    from runner.tracking.store import absolute_tracking_uri
+
+    if given:
+        return Store(given, f"--tracking-uri={given!r}")
+    if os.path.isdir(target):
+        recorded = read_tracking_uri(target)
+        if recorded is not None:
+            return Store(recorded, f"the sweep's store {recorded!r} (from its {TRACKING_URI_FILE})")
+        config = _multirun(target)
+        named = OmegaConf.select(config, "mlflow.tracking_uri") if config is not None else None
+        if named:
+            started_in = OmegaConf.select(config, "hydra.runtime.cwd") or os.getcwd()
+            uri = absolute_tracking_uri(str(named), str(started_in))
+            return Store(uri, f"the sweep's store {uri!r} (mlflow.tracking_uri in its multirun.yaml)")
+    default = get_tracking_uri()
+    return Store(default, f"MLflow's default store {default!r} (MLFLOW_TRACKING_URI, else ./mlflow.db)")
 
 
 def _parent_run_id(target: str) -> str:
     from runner.sweeps.terms import PARENT_RUN_ID_FILE, read_parent_run_id
 
     if not os.path.isdir(target):
+        if os.path.exists(target) or _looks_like_a_path(target):
+            what = "a file, not a directory" if os.path.exists(target) else "a directory that does not exist"
+            where = "" if os.path.isabs(target) else f" (relative to {os.getcwd()})"
+            raise RunnerError(
+                f"{target!r} is not valid: it is {what}{where}. Fix: pass the sweep directory (hydra.sweep.dir, "
+                "e.g. multirun/2026-01-31/12-00-00), or the MLflow parent run id the sweep printed "
+                "(`sweep ...: MLflow parent run <id>`)."
+            )
         return target
     parent_id = read_parent_run_id(target)
     if parent_id is None:
@@ -49,21 +81,24 @@ def _parent_run_id(target: str) -> str:
     return parent_id
 
 
-def _open(tracking_uri: str | None):
-    from mlflow import get_tracking_uri
+def _looks_like_a_path(target: str) -> bool:
+    """A run id is letters and digits: a separator or a leading `.` or `~` means a directory was meant."""
+    return "/" in target or os.sep in target or target.startswith((".", "~"))
+
+
+def _open(store: Store):
     from mlflow.tracking import MlflowClient
 
     from runner.tracking.store import sqlite_file
 
-    uri = tracking_uri or get_tracking_uri()
-    database = sqlite_file(uri)
+    database = sqlite_file(store.uri)
     if database is not None and not os.path.exists(database):
         # MLflow would create an empty store there, in which no run can be found.
         raise RunnerError(
-            f"--tracking-uri={uri!r} is not valid: there is no MLflow store at {database}. Fix: pass the sweep's "
-            "store with --tracking-uri (sqlite:///path/to/mlflow.db or the tracking server's URL)."
+            f"{store.said} is not valid: there is no MLflow store at {database}. Fix: pass the sweep's store "
+            "with --tracking-uri (sqlite:///path/to/mlflow.db or the tracking server's URL)."
         )
-    return MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=store.uri)
 
 
 def write(target: str, tracking_uri: str | None = None, out: str | None = None) -> list[str]:
@@ -75,16 +110,17 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
 
     from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
     from runner.sweeps import summary as sweep_summary
-    from runner.sweeps.report import find_study, given_overrides, write_report
+    from runner.sweeps.report import find_study, given_overrides, log_scaled_keys, write_report
     from runner.sweeps.terms import CHOSEN_BY_TAG, OVERRIDES_TAG, SWEEP_DIR_TAG
 
     parent_id = _parent_run_id(target)
-    client = _open(_tracking_uri(target, tracking_uri))
+    store = _store(target, tracking_uri)
+    client = _open(store)
     try:
         parent = client.get_run(parent_id)
     except MlflowException as error:
         raise RunnerError(
-            f"{target!r} is not valid: {client.tracking_uri} has no run {parent_id!r} ({error.message[:200]}). "
+            f"{target!r} is not valid: {store.said} has no run {parent_id!r} ({error.message[:200]}). "
             "Fix: pass the sweep's parent run id (its sweep directory's mlflow_parent_run_id.txt) and the store "
             "it is in with --tracking-uri."
         ) from None
@@ -119,7 +155,8 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
     os.makedirs(directory, exist_ok=True)
     study = find_study(local_dir, given, config)
     paths = sweep_summary.write(summary, directory)
-    paths.append(write_report(summary, directory, sweep_dir, lower, study))
+    log_keys = log_scaled_keys(config, tags.get(OVERRIDES_TAG, ""))
+    paths.append(write_report(summary, directory, sweep_dir, lower, study, log_keys))
     return paths
 
 
@@ -132,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tracking-uri",
         default=None,
-        help="the MLflow store (default: the sweep directory's mlflow.tracking_uri, else MLFLOW_TRACKING_URI)",
+        help="the MLflow store (default: the one the sweep directory records, else MLFLOW_TRACKING_URI)",
     )
     parser.add_argument(
         "--out", default=None, help="where to write (default: the sweep directory given, else the current directory)"

@@ -251,3 +251,18 @@ def test_a_configuration_the_sampler_proposes_again_is_told_its_result_not_train
         assert (
             f"trial {trial.number}: the sampler proposed trial {original.number}'s configuration again" in caplog.text
         )
+
+
+def test_the_same_configuration_seed_and_fold_twice_is_one_replicate_not_two():
+    """Two finished runs of one configuration with the same seed (a configuration trained twice, as a re-run with a
+    repeated sampler used to do): n is 1, the interval is none and nothing is compared on it twice."""
+    twice = [_row(0, "lr=0.01", 0.8383), _row(2, "lr=0.01", 0.8383)]
+    twice = [JobRow(**{**vars(row), "seed": "42"}) for row in twice]
+    other = JobRow(**{**vars(_row(1, "lr=0.1", 0.7)), "seed": "42"})
+    configurations = [ConfigurationRow("lr=0.01", twice), ConfigurationRow("lr=0.1", [other])]
+    row = configurations[0]
+    assert row.n == 1 and row.finished == [twice[0]] and row.repeated == [twice[1]] and row.replicate_count == 1
+    assert row.values("test_accuracy") == [0.8383] and row.interval("test_accuracy").bounds is None
+    summary = Summary("sweep", "p", "test_accuracy", [*twice, other], twice[0], configurations, row)
+    markdown = summary.markdown()
+    assert "| lr=0.01 | 1 |" in markdown and "1 repeated: job 2 (lr=0.01)" in markdown

@@ -94,10 +94,13 @@ def test_champion_moves_only_to_a_strictly_better_version_of_its_objective(tmp_p
     client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = make_runs_with_models(client, 5)
 
+    said = []
+
     def register(run: int, value: float, objective: str = "test_accuracy"):
         registration = register_run_model(
             client, NAME, runs[run], objective, value, lower_is_better=objective.endswith("loss")
         )
+        said.append(registration.describe())
         return registration.version, int(registration.champion.version)
 
     assert register(0, 0.80) == (1, 1)
@@ -105,6 +108,18 @@ def test_champion_moves_only_to_a_strictly_better_version_of_its_objective(tmp_p
     assert register(2, 0.10, "test_loss") == (3, 1)  # another objective never displaces it
     assert register(3, 0.80) == (4, 1)  # a tie keeps it
     assert register(4, 0.85) == (5, 5)  # strictly better takes it
+    # Each says why the champion stayed: what was compared.
+    stays = "@champion stays on version 1"
+    assert said[0] == f"registered models:/{NAME}/1, now @champion"
+    assert said[1] == (
+        f"registered models:/{NAME}/2, {stays} because its test_accuracy 0.8 is better than or equal to this "
+        "version's 0.7 (higher is better; the alias moves only to a strictly better version)"
+    )
+    assert said[2] == (
+        f"registered models:/{NAME}/3, {stays} (test_accuracy 0.8): versions compare only on the champion's "
+        "objective, test_accuracy (maximize), and this version was chosen by test_loss (minimize)"
+    )
+    assert f"{stays} because its test_accuracy 0.8 is better than or equal to this version's 0.8 " in said[3]
     again = register_run_model(client, NAME, runs[0], "test_accuracy", 0.80, lower_is_better=False)
     assert (again.version, again.created, int(again.champion.version)) == (1, False, 5)  # a run registers once
     assert len(client.search_model_versions(f"name = '{NAME}'")) == 5

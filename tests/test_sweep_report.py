@@ -1,12 +1,17 @@
 """The sweep report (sweep_report.html) and `python -m runner.report`, over sweeps written straight to a real MLflow
-store (no training): what it says about configurations that are the same and one that is much worse, that it draws
-its charts in a real browser with no error, and that the histories are read in bulk through a tracking server."""
+store (no training): what it says about configurations that are the same and one that is much worse, with intervals
+and tests of one method that agree, a sweep whose every job failed, its charts' axes and colours, that
+`python -m runner.report` finds the sweep's store from any directory, that it draws its charts in a real browser
+with no error, and that the histories are read in bulk through a tracking server."""
 
 from __future__ import annotations
 
 import csv
+import html
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -14,27 +19,55 @@ import time
 
 import pytest
 from mlflow.tracking import MlflowClient
+from scipy import stats
 
 from helpers.browser import Chromium
 from helpers.requires import requires
 from helpers.servers import MlflowServer
-from helpers.simulated_sweeps import simulate_sweep
+from helpers.simulated_sweeps import simulate_sweep, sweep_config
 from helpers.sweeps import without_generated_line
+from runner.errors import RunnerError
 from runner.report import main as report_main
 from runner.sweeps import summary as sweep_summary
 from runner.sweeps.histories import UI_BULK_ENDPOINT, _BulkReader
-from runner.sweeps.report import REPORT_FILE
-from runner.sweeps.summary import CSV_FILE, CURVE_METRICS, REPORT_CURVE_METRICS
+from runner.sweeps.report import REPORT_FILE, curves_figure, log_scaled_keys, parallel_figure
+from runner.sweeps.summary import CSV_FILE, CURVE_METRICS, MARKDOWN_FILE, REPORT_CURVE_METRICS
+from runner.sweeps.terms import PARENT_RUN_ID_FILE, TRACKING_URI_FILE
 
 # Two configurations with the same values (different job numbers), one much worse, one with a failed fold, one
-# pruned after its first epoch.
+# pruned after its first epoch, and one whose three values all lie below the best's lowest (the issue's case: a
+# bootstrap over three values, their range, looked clearly apart while the test found no difference).
 CONFIGURATIONS = {
     "0.1": [0.81, 0.84, 0.79],
     "0.2": [0.81, 0.84, 0.79],
     "1e-09": [0.31, 0.35, 0.28],
     "0.5": [0.6, None, 0.62],
     "0.7": [0.5, 0.5, 0.5],
+    "0.05": [0.78, 0.76, 0.70],
 }
+CORRECTED_T = "corrected resampled t (Nadeau & Bengio 2003), n=3, 3 folds"
+CORRECTED_TEST = "corrected paired t-test (Nadeau & Bengio 2003)"
+
+
+def corrected_interval(values: list[float], folds: int = 3) -> tuple[float, float]:
+    """Nadeau and Bengio's interval of the mean of J runs of a K-fold sweep, mean ± t(0.975, J-1)·√((1/J + 1/(K-1))·s²),
+    clipped to an accuracy's [0, 1]."""
+    j, mean = len(values), statistics.fmean(values)
+    half = stats.t.ppf(0.975, j - 1) * math.sqrt((1 / j + 1 / (folds - 1)) * statistics.variance(values))
+    return max(0.0, mean - half), min(1.0, mean + half)
+
+
+def corrected_p(best: str, other: str, folds: int = 3) -> float:
+    """Nadeau and Bengio's paired test of two configurations' folds: t = mean(d)/√((1/J + 1/(K-1))·var(d))."""
+    d = [o - b for o, b in zip(CONFIGURATIONS[other], CONFIGURATIONS[best], strict=True)]
+    t = statistics.fmean(d) / math.sqrt((1 / len(d) + 1 / (folds - 1)) * statistics.variance(d))
+    return float(2 * stats.t.sf(abs(t), len(d) - 1))
+
+
+def shown(interval: tuple[float, float]) -> str:
+    return f"[{interval[0]:.4f}, {interval[1]:.4f}]"
+
+
 PRUNED = {("0.7", fold): 1 for fold in range(3)}
 
 
@@ -43,7 +76,7 @@ def report_rows(page: str) -> dict[str, str]:
     table = page.split("<h2>Configurations</h2>")[1].split("</table>")[0]
     rows = {}
     for row in re.findall(r"<tr class=\"[a-z]*\">(.*?)</tr>", table):
-        cells = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        cells = [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
         rows[cells[0]] = " | ".join(cells)
     return rows
 
@@ -64,7 +97,9 @@ def test_the_report_calls_identical_configurations_indistinguishable_and_a_much_
     page = (out / REPORT_FILE).read_text()
     rows = report_rows(page)
     assert "the best" in rows["optimizer.lr=0.1"] and "0.8133" in rows["optimizer.lr=0.1"]
-    assert "[0.7900, 0.8400]" in rows["optimizer.lr=0.1"]  # three folds: the interval spans them
+    best_interval = corrected_interval(CONFIGURATIONS["0.1"])
+    assert shown(best_interval) in rows["optimizer.lr=0.1"]  # three folds: the corrected t
+    assert CORRECTED_T in rows["optimizer.lr=0.1"]
     assert "indistinguishable from the best (p=1, Holm, 3 matched runs)" in rows["optimizer.lr=0.2"]
     assert re.search(r"worse than the best \(p=0\.0\d+, Holm, 3 matched runs\)", rows["optimizer.lr=1e-09"])
     assert "not compared (a run did not finish)" in rows["optimizer.lr=0.5"] and "FAILED" in rows["optimizer.lr=0.5"]
@@ -74,11 +109,32 @@ def test_the_report_calls_identical_configurations_indistinguishable_and_a_much_
         assert f'id="{div}"' in page, div
     assert "job 4 (seed 42, fold 0): pruned at epoch 1" in page and "job 3 (seed 42, fold 1): FAILED" in page
 
+    # The intervals and the tests use the same method, so they agree: an interval apart from the best's is a
+    # configuration the test calls worse, and one the test cannot tell apart overlaps the best's.
+    close = corrected_interval(CONFIGURATIONS["0.05"])
+    assert close[0] < best_interval[0] < close[1] and shown(close) in rows["optimizer.lr=0.05"]
+    verdict = re.search(
+        r"indistinguishable from the best \(p=([\d.]+), Holm, 3 matched runs\), " + re.escape(CORRECTED_TEST),
+        rows["optimizer.lr=0.05"],
+    )
+    # Holm: the second smallest of the three p-values, times two.
+    assert verdict and float(verdict[1]) == pytest.approx(2 * corrected_p("0.1", "0.05"), abs=1e-3)
+    far = corrected_interval(CONFIGURATIONS["1e-09"])
+    assert far[1] < best_interval[0] and shown(far) in rows["optimizer.lr=1e-09"]
+    assert CORRECTED_TEST in rows["optimizer.lr=1e-09"]
+    assert "Inference for the Generalization Error" in page and "Bouckaert &amp; Frank, PAKDD 2004" in page
+
     # The CSV summary beside it gains the objective's interval and the comparison.
     with open(out / CSV_FILE) as handle:
         summary = {row["configuration"]: row for row in csv.DictReader(handle)}
-    assert float(summary["optimizer.lr=0.1"]["val_accuracy_ci95_low"]) == 0.79
-    assert float(summary["optimizer.lr=0.1"]["val_accuracy_ci95_high"]) == 0.84
+    assert float(summary["optimizer.lr=0.1"]["val_accuracy_ci95_low"]) == pytest.approx(best_interval[0], abs=1e-4)
+    assert float(summary["optimizer.lr=0.1"]["val_accuracy_ci95_high"]) == pytest.approx(best_interval[1], abs=1e-4)
+    assert summary["optimizer.lr=0.1"]["val_accuracy_ci95_method"] == CORRECTED_T
+    assert summary["optimizer.lr=0.2"]["compared_with_best"].endswith(CORRECTED_TEST)
+    markdown = (out / MARKDOWN_FILE).read_text()
+    assert (
+        f"{shown(best_interval)} ({CORRECTED_T})" in markdown and "Inference for the Generalization Error" in markdown
+    )
     assert summary["optimizer.lr=0.2"]["compared_with_best"].startswith("indistinguishable from the best")
     assert summary["optimizer.lr=1e-09"]["compared_with_best"].startswith("worse than the best")
 
@@ -99,6 +155,10 @@ def test_the_report_calls_identical_configurations_indistinguishable_and_a_much_
     assert report_main([parent_id, "--tracking-uri", f"sqlite:///{tmp_path}/nowhere.db"]) == 2
     assert "there is no MLflow store at" in capsys.readouterr().err
     assert not (tmp_path / "nowhere.db").exists()
+    assert report_main([str(tmp_path / "no" / "such" / "dir"), "--tracking-uri", store]) == 2
+    said = capsys.readouterr().err
+    assert f"'{tmp_path}/no/such/dir' is not valid: it is a directory that does not exist" in said, said
+    assert "Fix: pass the sweep directory" in said and "has no run" not in said and said.count("\n") == 1
 
 
 @pytest.mark.server
@@ -209,3 +269,124 @@ def test_an_optuna_studys_importances_are_drawn_from_two_completed_trials_and_ot
     drawn = _importances(source)
     assert 'id="param-importances"' in drawn and drawn == _importances(source)  # seeded: the same every time
     assert find_study(str(tmp_path / "elsewhere"), {"batch": "32,64"}) is None  # no study: not an Optuna sweep
+
+
+def test_a_sweep_directory_names_its_store_so_the_report_reads_it_from_any_directory(tmp_path, monkeypatch, capsys):
+    """A relative sqlite store (the default's mlflow.db, or mlflow.tracking_uri=sqlite:///mlflow.db) is relative to
+    where the sweep started: the sweep records it absolute, and python -m runner.report reads that from elsewhere."""
+    from omegaconf import OmegaConf
+
+    from runner.sweeps.callback import start_parent_run
+
+    started = tmp_path / "project"
+    started.mkdir()
+    monkeypatch.chdir(started)
+    sweep_dir = started / "multirun" / "sweep"
+    parent_id = start_parent_run(sweep_config(str(sweep_dir), "sqlite:///mlflow.db", "optimizer.lr=0.1,0.2"))
+    assert (sweep_dir / TRACKING_URI_FILE).read_text() == f"sqlite:///{started}/mlflow.db\n"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert report_main([str(sweep_dir), "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    assert parent_id in (tmp_path / "out" / REPORT_FILE).read_text() and not (elsewhere / "mlflow.db").exists()
+
+    # A sweep directory from before it recorded its store: its multirun.yaml's relative store, from where it started.
+    (sweep_dir / TRACKING_URI_FILE).unlink()
+    multirun = {"mlflow": {"tracking_uri": "sqlite:///mlflow.db"}, "hydra": {"runtime": {"cwd": str(started)}}}
+    OmegaConf.save(OmegaConf.create(multirun), sweep_dir / "multirun.yaml")
+    assert report_main([str(sweep_dir), "--out", str(tmp_path / "again")]) == 0, capsys.readouterr().err
+
+    # The store gone: the refusal names the sweep's store, and no --tracking-uri that was not passed.
+    (started / "mlflow.db").rename(started / "moved.db")
+    assert report_main([str(sweep_dir)]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: the sweep's store 'sqlite:///{started}/mlflow.db' (mlflow.tracking_uri in its ")
+    assert f"there is no MLflow store at {started}/mlflow.db. Fix: pass the sweep's store with" in said
+    assert "--tracking-uri=" not in said and said.count("\n") == 1
+
+
+def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path, monkeypatch):
+    """Not `The others finished`, and chosen_by stays the objective asked for (no finished run tells whether the
+    data could be split, so there is no reason to fall back on the test set)."""
+    from runner.sweeps.callback import finish_parent_run
+
+    monkeypatch.chdir(tmp_path)  # the simulated experiment's artifacts
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    sweep_dir = tmp_path / "sweep"
+    client = MlflowClient(store)
+    parent_id = simulate_sweep(client, str(sweep_dir), {"0.1": [None, None], "0.2": [None]})
+    sweep_dir.mkdir()
+    (sweep_dir / PARENT_RUN_ID_FILE).write_text(parent_id + "\n")
+    with pytest.raises(RunnerError) as raised:
+        finish_parent_run(sweep_config(str(sweep_dir), store, "optimizer.lr=0.1,0.2"))
+    said = str(raised.value)
+    assert said.startswith("3 of 3 sweep jobs failed: job 0 (optimizer.lr=0.1,fold=0)") and "The others" not in said
+    assert f"None finished, so the summary above and MLflow parent run {parent_id} have no best configuration" in said
+    assert client.get_run(parent_id).data.tags["chosen_by"] == "val_accuracy"
+    every = "Every job failed (3 of 3): no configuration has a val_accuracy, so none is the best and none is compared"
+    assert every in (sweep_dir / MARKDOWN_FILE).read_text()
+    page = (sweep_dir / REPORT_FILE).read_text()
+    assert every in page and "chose the winner" not in page
+
+
+def test_the_reports_charts_have_log_axes_room_at_the_frame_whole_epochs_and_one_colour_per_configuration(simulated):
+    store, parent_id = simulated
+    summary = sweep_summary.collect(MlflowClient(store), parent_id, "val_accuracy", False)
+
+    # optimizer.lr spans 1e-09 to 0.5: a log axis, its ticks labelled with the values; every axis padded.
+    [lr, objective] = parallel_figure(summary).data[0].dimensions
+    values = [
+        float(row.finished[0].swept["optimizer.lr"]) for row in summary.configurations if row.n and not row.pruned
+    ]
+    assert lr.label == "optimizer.lr (log)" and list(lr.values) == pytest.approx([math.log10(v) for v in values])
+    assert "1e-09" in lr.ticktext and "0.5" in lr.ticktext and "0.1" in lr.ticktext
+    for dimension in (lr, objective):
+        assert dimension.range[0] < min(dimension.values) and max(dimension.values) < dimension.range[1]
+    # Two decades or fewer: a linear axis unless the sweep drew the key on a log scale (tag(log, ...)).
+    narrow = [row for row in summary.configurations if row.configuration in ("optimizer.lr=0.1", "optimizer.lr=0.5")]
+    narrowed = sweep_summary.Summary(**{**summary.__dict__, "configurations": narrow})
+    assert parallel_figure(narrowed).data[0].dimensions[0].label == "optimizer.lr"
+    log_keys = log_scaled_keys(None, "batch=32,64 optimizer.lr=tag(log, interval(1e-5, 1e-1))")
+    assert log_keys == {"optimizer.lr"}
+    assert parallel_figure(narrowed, log_keys).data[0].dimensions[0].label == "optimizer.lr (log)"
+    config = sweep_config("sweep", store, "batch=32,64")
+    config.hydra.sweeper.params = {"optimizer.lr": "tag(log, interval(0.0001, 0.01))", "batch": "choice(32, 64)"}
+    assert log_scaled_keys(config) == {"optimizer.lr"}
+
+    # The curves: whole epochs on the x axis, and each configuration's markers in its line's colour.
+    figure = curves_figure(summary, "val_accuracy")
+    assert (figure.layout.xaxis.dtick, figure.layout.xaxis.tickformat) == (1, "d")
+    marked = [trace for trace in figure.data if "markers" in (trace.mode or "")]
+    assert marked and all(trace.marker.color == trace.line.color for trace in marked)
+    assert len({trace.line.color for trace in marked}) == len([row for row in summary.configurations if row.jobs])
+
+
+@pytest.mark.parametrize("epochs", [1, 3, 30])
+def test_the_curves_pngs_tick_whole_epochs(epochs):
+    """The sweep's sweep_curves.png and a run's curves.png: a lone epoch is not drawn between 0.96 and 1.04."""
+    from runner.plots import curves_figure as run_curves_figure
+    from runner.plots import sweep_curves_figure
+
+    points = [(epoch, 0.5 + epoch / 100) for epoch in range(1, epochs + 1)]
+    band = [(epoch, value, value - 0.01, value + 0.01) for epoch, value in points]
+    for figure in (
+        run_curves_figure({"train_loss": points, "test_accuracy": points}),
+        sweep_curves_figure({"lr=0.1 (n=3)": {"test_accuracy": band, "test_loss": band}}),
+    ):
+        figure.canvas.draw()
+        for axis in figure.axes:
+            ticks = axis.get_xticks()
+            assert len(ticks) and all(float(tick).is_integer() for tick in ticks), ticks
+
+
+def test_one_run_per_configuration_has_no_interval_and_no_test_and_says_so(tmp_path):
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    parent_id = simulate_sweep(MlflowClient(store), str(tmp_path / "sweep"), {"0.1": [0.8], "0.2": [0.7]})
+    assert report_main([parent_id, "--tracking-uri", store, "--out", str(tmp_path)]) == 0
+    rows = report_rows((tmp_path / REPORT_FILE).read_text())
+    assert "| n = 1: no interval |  | the best |" in rows["optimizer.lr=0.1"]
+    assert "| n = 1: no interval |  | not enough matched runs to test (1 matched) |" in rows["optimizer.lr=0.2"]
+    markdown = (tmp_path / MARKDOWN_FILE).read_text()
+    assert "| n = 1: no interval | not enough matched runs to test (1 matched) |" in markdown

@@ -46,6 +46,22 @@ def test_a_sweep_job_holds_out_the_default_fraction_from_one_split_seed_unless_t
     )
 
 
+def test_a_pruner_with_an_objective_of_the_end_suggests_the_validation_splits_per_epoch_one():
+    """The fix names val_accuracy, never a test-set objective, which would make the winner's test score optimistic."""
+    from omegaconf import OmegaConf
+
+    from runner.errors import RunnerError
+    from runner.sweeps.pruning import BASIC_SWEEPER, check_pruner
+
+    composed = OmegaConf.to_container(compose(["pruner=median", "sweep.objective=eval_accuracy"]), resolve=True)
+    config = OmegaConf.create({**composed, "hydra": {"sweeper": {"_target_": BASIC_SWEEPER}}})
+    with pytest.raises(RunnerError) as refused:
+        check_pruner(config)
+    said = str(refused.value)
+    assert said.startswith("sweep.objective=eval_accuracy is not valid with pruner=median: a pruner compares")
+    assert "e.g. sweep.objective=val_accuracy (" in said and "sweep.objective=test_" not in said
+
+
 def _sweep(tmp_path, *overrides, without: str = "~"):
     """The sweep, from DEFAULT_OBJECTIVE_JOB less its items that start with `without` (its dataset, say)."""
     command = [

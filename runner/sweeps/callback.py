@@ -40,6 +40,7 @@ from runner.sweeps.terms import (
     objective_is_default,
     objective_name,
     read_parent_run_id,
+    record_tracking_uri,
     run_name_for,
 )
 from runner.tracking.server_access import check_server
@@ -151,6 +152,7 @@ def start_parent_run(config: DictConfig) -> str:
     }
     try:
         client = open_client(config.mlflow.tracking_uri or None)  # the store, created before any job runs
+        record_tracking_uri(sweep_dir, client.tracking_uri)  # for python -m runner.report, from any directory
         parent_id = read_parent_run_id(sweep_dir)
         if parent_id is not None:
             try:
@@ -235,21 +237,32 @@ def finish_parent_run(config: DictConfig) -> None:
         # Whatever happened while summarizing, the parent must not stay RUNNING.
         client.set_terminated(parent_id, RunStatus.to_string(status))
     if failed:
-        jobs = "; ".join(f"job {row.job} ({row.overrides or 'no overrides'}): {_shorten(row.error)}" for row in failed)
-        raise RunnerError(
-            f"{len(failed)} of {len(summary.rows)} sweep jobs failed: {jobs}. The others finished and are in "
-            f"the summary above and under MLflow parent run {parent_id}. Fix: correct the failing values, or "
-            f"re-run the same command with hydra.sweep.dir={sweep_dir} to run only the jobs that did not finish."
-        )
+        raise _failed_jobs(summary, parent_id, sweep_dir)
+
+
+def _failed_jobs(summary, parent_id: str, sweep_dir: str) -> RunnerError:
+    """The sweep's error naming its failed jobs; where every job failed, it says that nothing finished."""
+    failed = summary.failed
+    jobs = "; ".join(f"job {row.job} ({row.overrides or 'no overrides'}): {_shorten(row.error)}" for row in failed)
+    said = f"{len(failed)} of {len(summary.rows)} sweep jobs failed: {jobs}."
+    if summary.all_failed:
+        said += f" None finished, so the summary above and MLflow parent run {parent_id} have no best configuration."
+    else:
+        said += f" The others finished and are in the summary above and under MLflow parent run {parent_id}."
+    return RunnerError(
+        f"{said} Fix: correct the failing values, or re-run the same command with hydra.sweep.dir={sweep_dir} to "
+        "run only the jobs that did not finish."
+    )
 
 
 def _write_report(config: DictConfig, summary, sweep_dir: str) -> str:
     """sweep_report.html (runner.sweeps.report) in the sweep directory, with an Optuna sweep's study."""
-    from runner.sweeps.report import find_study, write_report
+    from runner.sweeps.report import find_study, log_scaled_keys, write_report
 
     direction = OmegaConf.select(config, "hydra.sweeper.direction")
     study = find_study(sweep_dir, {}, config)
-    return write_report(summary, sweep_dir, sweep_dir, lower_is_better(summary.objective, direction), study)
+    lower = lower_is_better(summary.objective, direction)
+    return write_report(summary, sweep_dir, sweep_dir, lower, study, log_scaled_keys(config))
 
 
 def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:

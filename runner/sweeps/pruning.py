@@ -71,7 +71,8 @@ def check_pruner(config: Any) -> None:
         raise RunnerError(
             f"sweep.objective={objective} is not valid with pruner={_option(target)}: a pruner compares each "
             f"epoch's objective, and {objective} exists only once training has ended. Fix: pass a per-epoch "
-            f"objective ({', '.join(PER_EPOCH)}), e.g. sweep.objective=test_accuracy, or pruner=none."
+            f"objective ({', '.join(PER_EPOCH)}), e.g. sweep.objective=val_accuracy (a validation split's: a "
+            "test-set objective makes the winner's test score optimistic), or pruner=none."
         )
 
 

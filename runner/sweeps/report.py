@@ -1,27 +1,33 @@
 """A sweep's report, `sweep_report.html`: one self-contained page (Plotly's JavaScript inlined, no network) that
 says which configurations the sweep could tell apart.
 
-It shows the configurations with the objective's mean and 95% bootstrap interval over seeds and folds, each one's
-paired test against the best (runner.sweeps.uncertainty), the swept values against the objective as parallel
-coordinates, each configuration's validation and training curves with a min-max band over its seeds and folds, the
-pruned and failed runs, and for an Optuna sweep its parameter importances. The page is deterministic (a seeded
-bootstrap, fixed element ids, a fixed fANOVA seed): two reports of the same runs differ only in their `Generated`
-line, so a report rebuilt elsewhere (`python -m runner.report`) can be compared with the sweep's own."""
+It shows the configurations with the objective's mean and 95% interval over seeds and folds, each one's paired test
+against the best, each naming its method (runner.sweeps.uncertainty), the swept values against the objective as
+parallel coordinates (a log axis for a value swept on a log scale), each configuration's validation and training
+curves with a min-max band over its seeds and folds, the pruned and failed runs, and for an Optuna sweep its
+parameter importances. The page is deterministic (a seeded bootstrap, fixed element ids, a fixed fANOVA seed): two
+reports of the same runs differ only in their `Generated` line, so a report rebuilt elsewhere
+(`python -m runner.report`) can be compared with the sweep's own."""
 
 from __future__ import annotations
 
 import datetime
 import html
+import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runner.sweeps.study import JOURNAL_FILE
-from runner.sweeps.summary import REPORT_CURVE_METRICS, ConfigurationRow, JobRow, Summary
+from runner.sweeps.summary import REPORT_CURVE_METRICS, ConfigurationRow, JobRow, Summary, every_job_failed, methods
 from runner.sweeps.terms import what_chose
-from runner.sweeps.uncertainty import ALPHA, LEVEL
+from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
+
+LOG_DECADES = 2  # positive values spanning more than this many decades get a log axis
+_PAD = 0.05  # of an axis's span, beyond its lowest and highest line: no line runs hidden along the frame
 
 REPORT_FILE = "sweep_report.html"
 GENERATED_PREFIX = '<p class="generated">Generated '  # the one line that differs between two reports of the same runs
@@ -75,20 +81,38 @@ def given_overrides(overrides: str) -> dict[str, str]:
     return dict(item.partition("=")[::2] for item in overrides.split() if "=" in item)
 
 
+def log_scaled_keys(config: Any, overrides: str = "") -> set[str]:
+    """The keys swept on a log scale, `tag(log, ...)`: in the sweeper's search space (hydra.sweeper.params of the
+    composed config, where there is one) or on the command line (`overrides`: the parent's overrides tag, or the
+    config's hydra.overrides.task)."""
+    from omegaconf import OmegaConf
+
+    swept: dict[str, str] = {}
+    if config is not None:
+        params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+        swept.update({str(key): str(value) for key, value in params.items()})
+        overrides = " ".join([overrides, *(OmegaConf.select(config, "hydra.overrides.task") or [])])
+    # An override's value holds spaces (`lr=tag(log, interval(1e-5, 1e-1))`), so the tag is found by pattern.
+    swept.update({key: "tag(log" for key in re.findall(r"(?:^|\s)[+~]*([\w.\-/]+)=tag\(\s*log\b", overrides)})
+    return {key for key, value in swept.items() if re.match(r"tag\(\s*log\b", value.strip())}
+
+
 def write_report(
     summary: Summary,
     directory: str,
     sweep_dir: str,
     lower_is_better: bool,
     study: StudySource | None = None,
+    log_keys: Collection[str] = (),
 ) -> str:
-    """Write sweep_report.html into directory; return its path."""
+    """Write sweep_report.html into directory; return its path. `log_keys`: the keys swept on a log scale
+    (log_scaled_keys), drawn on a log axis."""
     from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotly ships no type information
 
     sections = [
         _heading(summary, sweep_dir, lower_is_better),
         _configurations_table(summary, lower_is_better),
-        _parallel_coordinates(summary),
+        _parallel_coordinates(summary, log_keys),
         _curves(summary),
         _jobs_table(summary),
         _importances(study),
@@ -132,11 +156,15 @@ def _heading(summary: Summary, sweep_dir: str, lower_is_better: bool) -> str:
         f"{len(summary.rows)} runs in {len(summary.configurations)} configurations: {len(finished)} finished, "
         f"{len(summary.pruned)} pruned, {len(summary.failed)} failed."
     )
+    chose = (
+        every_job_failed(len(summary.rows), summary.objective)
+        if summary.all_failed
+        else what_chose(summary.objective, summary.asked)
+    )
     return (
         f"<h1>Sweep report</h1>\n<p>Sweep directory <code>{html.escape(sweep_dir)}</code>, MLflow parent run "
         f"<code>{html.escape(summary.parent_id)}</code>. {counts}</p>\n"
-        f"<p>Objective: <b>{html.escape(summary.objective)}</b> ({direction}). "
-        f"{html.escape(what_chose(summary.objective, summary.asked))}</p>"
+        f"<p>Objective: <b>{html.escape(summary.objective)}</b> ({direction}). {html.escape(chose)}</p>"
     )
 
 
@@ -157,7 +185,7 @@ def _configurations_table(summary: Summary, lower_is_better: bool) -> str:
     comparisons = summary.comparisons()
     rows = []
     for row in _ordered(summary, lower_is_better):
-        mean, std, interval = row.mean(objective), row.std(objective), row.interval(objective)
+        mean, std = row.mean(objective), row.std(objective)
         verdict = summary.verdict(row, comparisons)
         test = comparisons.get(row.configuration)
         css = (
@@ -174,25 +202,31 @@ def _configurations_table(summary: Summary, lower_is_better: bool) -> str:
         states = [job.shown_status for job in row.jobs if not job.finished]
         rows.append(
             f'<tr class="{css}"><td>{html.escape(row.configuration)}</td>'
-            f'<td class="number">{row.n} of {len(row.jobs)}</td>'
+            f'<td class="number">{row.n} of {row.replicate_count}</td>'
             f'<td class="number">{_format(mean)}</td><td class="number">{_format(std)}</td>'
-            f'<td class="number">{"" if interval is None else f"[{_format(interval[0])}, {_format(interval[1])}]"}</td>'
+            f"{_interval_cells(summary.interval(row))}"
             f"<td>{html.escape(verdict)}</td><td>{html.escape('; '.join(states))}</td></tr>"
         )
     return (
         "<h2>Configurations</h2>\n<table><thead><tr><th>configuration</th><th>n</th>"
         f"<th>{html.escape(objective)} mean</th><th>std</th><th>{LEVEL:.0%} CI of the mean</th>"
-        "<th>compared with the best</th><th>runs not finished</th></tr></thead><tbody>\n"
+        "<th>interval's method</th><th>compared with the best</th><th>runs not finished</th></tr></thead><tbody>\n"
         + "\n".join(rows)
         + "\n</tbody></table>\n"
-        f'<p class="note">n: the runs (seeds &times; folds) that trained every epoch. The interval is a seeded '
-        f"percentile bootstrap of the mean over them (none with fewer than two). Each configuration is compared "
-        f"with the best by a paired t-test over the runs with the same seed and fold, and the p-values are "
-        f"Holm-corrected across the configurations: <i>worse than the best</i> means the corrected p is below "
-        f"{ALPHA}; <i>indistinguishable from the best</i> means these runs cannot tell the two apart: it is not "
-        f"evidence that they are equal, only that more seeds or folds would be needed to separate them. Pruned "
-        f"and failed runs are never compared.</p>"
+        f'<p class="note">n: the runs (seeds &times; folds) that trained every epoch; none has an interval or a '
+        f"test with fewer than two. {LEVEL:.0%} CI: {html.escape(methods())} <i>worse than the best</i> means the "
+        f"Holm-adjusted p is below {ALPHA}; <i>indistinguishable from the best</i> means these runs cannot tell the "
+        "two apart: it is not evidence that they are equal, only that more seeds or folds would be needed to "
+        "separate them. Pruned and failed runs are never compared.</p>"
     )
+
+
+def _interval_cells(interval: Interval) -> str:
+    """The interval's cell and its method's beside it; for one run, `n = 1: no interval` in the interval's own."""
+    if interval.bounds is None:
+        return f'<td class="number">{html.escape(interval.method if interval.n else "")}</td><td></td>'
+    low, high = interval.bounds
+    return f'<td class="number">[{_format(low)}, {_format(high)}]</td><td>{html.escape(interval.method)}</td>'
 
 
 def _numeric(values: Sequence[str]) -> list[float] | None:
@@ -202,7 +236,22 @@ def _numeric(values: Sequence[str]) -> list[float] | None:
         return None
 
 
-def _parallel_coordinates(summary: Summary) -> str:
+def _parallel_coordinates(summary: Summary, log_keys: Collection[str] = ()) -> str:
+    figure = parallel_figure(summary, log_keys)
+    if figure is None:
+        return "<h2>Swept values</h2>\n<p>No swept values with a finished run to draw.</p>"
+    return (
+        "<h2>Swept values against the objective</h2>\n"
+        f'<p class="note">One line per configuration, at its mean {html.escape(summary.objective)} over its finished '
+        "runs; drag along an axis to select a range. A value swept on a log scale (or spanning more than "
+        f"{LOG_DECADES} decades) is drawn on a log axis.</p>\n" + _figure_html(figure, "parallel-coordinates")
+    )
+
+
+def parallel_figure(summary: Summary, log_keys: Collection[str] = ()):
+    """The parallel coordinates: an axis per swept key (`log_keys` and widely spread positive values on a log
+    axis, a categorical value's names), then the objective's; None where no finished configuration has a swept
+    value."""
     import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
 
     shown = [
@@ -212,25 +261,12 @@ def _parallel_coordinates(summary: Summary) -> str:
     ]
     keys = [key for key in summary.swept_keys if any(key in row.finished[0].swept for row, _ in shown)]
     if not keys or not shown:
-        return "<h2>Swept values</h2>\n<p>No swept values with a finished run to draw.</p>"
-    dimensions = []
-    for key in keys:
-        values = [row.finished[0].swept.get(key, "") for row, _ in shown]
-        numbers = _numeric(values)
-        if numbers is not None:
-            dimensions.append({"label": key, "values": numbers})
-        else:
-            categories = sorted(set(values))
-            dimensions.append(
-                {
-                    "label": key,
-                    "values": [categories.index(value) for value in values],
-                    "tickvals": list(range(len(categories))),
-                    "ticktext": categories,
-                }
-            )
+        return None
+    dimensions = [
+        _dimension(key, [row.finished[0].swept.get(key, "") for row, _ in shown], key in log_keys) for key in keys
+    ]
     means = [mean for _, mean in shown]
-    dimensions.append({"label": summary.objective, "values": means})
+    dimensions.append({"label": summary.objective, "values": means, "range": _padded(means)})
     figure = go.Figure(
         go.Parcoords(
             line={"color": means, "colorscale": "Viridis", "showscale": True},
@@ -238,11 +274,55 @@ def _parallel_coordinates(summary: Summary) -> str:
         )
     )
     figure.update_layout(height=450, margin={"l": 80, "r": 80, "t": 60, "b": 40})
-    return (
-        "<h2>Swept values against the objective</h2>\n"
-        f'<p class="note">One line per configuration, at its mean {html.escape(summary.objective)} over its finished '
-        "runs; drag along an axis to select a range.</p>\n" + _figure_html(figure, "parallel-coordinates")
-    )
+    return figure
+
+
+def _dimension(key: str, values: Sequence[str], log: bool) -> dict[str, Any]:
+    """One swept key's axis: numbers (on a log axis where `log` or spread over many decades), else categories."""
+    numbers = _numeric(values)
+    if numbers is None:
+        categories = sorted(set(values))
+        indexes = [float(categories.index(value)) for value in values]
+        return {
+            "label": key,
+            "values": indexes,
+            "range": _padded(indexes),
+            "tickvals": list(range(len(categories))),
+            "ticktext": categories,
+        }
+    if _log_axis(numbers, log):
+        # Plotly's parallel coordinates have no log axis: the axis holds log10 of the values, labelled with them.
+        logs = [math.log10(number) for number in numbers]
+        ticks = _log_ticks(logs)
+        return {
+            "label": f"{key} (log)",
+            "values": logs,
+            "range": _padded(logs),
+            "tickvals": ticks,
+            "ticktext": [f"{10**tick:.3g}" for tick in ticks],
+        }
+    return {"label": key, "values": numbers, "range": _padded(numbers)}
+
+
+def _log_axis(numbers: Sequence[float], log: bool) -> bool:
+    """Positive values, swept on a log scale or spanning more than LOG_DECADES decades."""
+    if not numbers or min(numbers) <= 0:
+        return False
+    return log or math.log10(max(numbers) / min(numbers)) > LOG_DECADES
+
+
+def _log_ticks(logs: Sequence[float]) -> list[float]:
+    """The whole decades between the lowest and highest value, and those two values themselves."""
+    low, high = min(logs), max(logs)
+    decades = [float(power) for power in range(math.ceil(low), math.floor(high) + 1)]
+    return sorted({*decades, low, high})
+
+
+def _padded(values: Sequence[float]) -> list[float]:
+    """An axis range a little wider than the values: the lowest and highest lines run inside the frame."""
+    low, high = min(values), max(values)
+    pad = (high - low) * _PAD or max(abs(low) * _PAD, 0.5)
+    return [low - pad, high + pad]
 
 
 def _rgba(color: str, alpha: float) -> str:
@@ -258,67 +338,12 @@ def _job_label(job: JobRow) -> str:
 
 
 def _curves(summary: Summary) -> str:
-    import plotly.graph_objects as go
-
     parts = ["<h2>Curves</h2>"]
-    drawn = False
     for metric in REPORT_CURVE_METRICS:
-        figure = go.Figure()
-        for index, row in enumerate(summary.configurations):
-            color = _COLORS[index % len(_COLORS)]
-            band = row.band(metric)
-            if band:
-                epochs, means, lows, highs = (list(values) for values in zip(*band, strict=True))
-                figure.add_trace(
-                    go.Scatter(
-                        x=epochs + epochs[::-1],
-                        y=highs + lows[::-1],
-                        fill="toself",
-                        fillcolor=_rgba(color, 0.2),
-                        line={"width": 0},
-                        hoverinfo="skip",
-                        legendgroup=str(index),
-                        showlegend=False,
-                    )
-                )
-                figure.add_trace(
-                    go.Scatter(
-                        x=epochs,
-                        y=means,
-                        mode="lines+markers",
-                        line={"color": color},
-                        name=f"{row.configuration} (n={row.n})",
-                        legendgroup=str(index),
-                    )
-                )
-            for job in row.jobs:
-                points = job.curves.get(metric) or []
-                if job.finished or not points:
-                    continue
-                figure.add_trace(
-                    go.Scatter(
-                        x=[step for step, _ in points],
-                        y=[value for _, value in points],
-                        mode="lines+markers",
-                        line={"color": color, "dash": "dot", "width": 1},
-                        marker={"symbol": "x"},
-                        name=f"{row.configuration}, {_job_label(job)}",
-                        legendgroup=str(index),
-                    )
-                )
-        if not figure.data:
-            continue
-        drawn = True
-        figure.update_layout(
-            title=metric,
-            xaxis_title="epoch",
-            yaxis_title=metric,
-            height=420,
-            legend={"font": {"size": 10}},
-            margin={"t": 50},
-        )
-        parts.append(_figure_html(figure, f"curves-{metric}"))
-    if not drawn:
+        figure = curves_figure(summary, metric)
+        if figure is not None:
+            parts.append(_figure_html(figure, f"curves-{metric}"))
+    if len(parts) == 1:
         parts.append(f"<p>No run logged {', '.join(REPORT_CURVE_METRICS)} per epoch.</p>")
     else:
         parts.append(
@@ -326,6 +351,79 @@ def _curves(summary: Summary) -> str:
             "and their lowest to highest value (band); a pruned or failed run is its own dotted line, marked x.</p>"
         )
     return "\n".join(parts)
+
+
+def curves_figure(summary: Summary, metric: str):
+    """`metric` against the epoch: each configuration's mean and band, and its runs that did not finish, all in
+    its colour; None where no run logged it."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for index, row in enumerate(summary.configurations):
+        color = _COLORS[index % len(_COLORS)]
+        band = row.band(metric)
+        if band:
+            epochs, means, lows, highs = (list(values) for values in zip(*band, strict=True))
+            figure.add_trace(
+                go.Scatter(
+                    x=epochs + epochs[::-1],
+                    y=highs + lows[::-1],
+                    fill="toself",
+                    fillcolor=_rgba(color, 0.2),
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    legendgroup=str(index),
+                    showlegend=False,
+                )
+            )
+            figure.add_trace(
+                go.Scatter(
+                    x=epochs,
+                    y=means,
+                    mode="lines+markers",
+                    line={"color": color},
+                    marker={"color": color},  # else Plotly colours markers by the trace's place in its colour cycle
+                    name=f"{row.configuration} (n={row.n})",
+                    legendgroup=str(index),
+                )
+            )
+        for job in row.jobs:
+            points = job.curves.get(metric) or []
+            if job.finished or not points:
+                continue
+            figure.add_trace(
+                go.Scatter(
+                    x=[step for step, _ in points],
+                    y=[value for _, value in points],
+                    mode="lines+markers",
+                    line={"color": color, "dash": "dot", "width": 1},
+                    marker={"symbol": "x", "color": color},
+                    name=f"{row.configuration}, {_job_label(job)}",
+                    legendgroup=str(index),
+                )
+            )
+    if not figure.data:
+        return None
+    epochs = [x for trace in figure.data for x in trace.x]
+    figure.update_layout(
+        title=metric,
+        xaxis={"title": "epoch", "tick0": 0, "dtick": _epoch_step(max(epochs)), "tickformat": "d"},
+        yaxis_title=metric,
+        height=420,
+        legend={"font": {"size": 10}},
+        margin={"t": 50},
+    )
+    return figure
+
+
+def _epoch_step(last: int) -> int:
+    """Whole epochs between ticks, 1, 2, 5, 10, 20, 50, ...: the smallest that gives `last` epochs ten ticks or
+    fewer."""
+    for power in itertools.count():
+        for mantissa in (1, 2, 5):
+            if last <= 10 * mantissa * 10**power:
+                return mantissa * 10**power
+    raise AssertionError("unreachable")
 
 
 def _jobs_table(summary: Summary) -> str:

@@ -1,6 +1,7 @@
 """A sweep's summary, read back from MLflow (the parent run's children): one row per configuration (the
 jobs that differ only in `seed` and `fold`) with n, mean and standard deviation of each final metric, the
-objective's 95% bootstrap interval and its paired test against the best configuration (runner.sweeps.uncertainty),
+objective's 95% interval and its paired test against the best configuration, each naming its method
+(runner.sweeps.uncertainty: Student's t or a bootstrap over seeds, Nadeau and Bengio's corrected t over folds),
 and one row per job; each as CSV and Markdown, and a PNG of each configuration's mean curves with a min-max band.
 The per-epoch histories are read in bulk (runner.sweeps.histories): through a tracking server, a few requests per
 hundred runs."""
@@ -35,7 +36,14 @@ from runner.sweeps.terms import (
     run_name_for,
     what_chose,
 )
-from runner.sweeps.uncertainty import LEVEL, PairedTest, compare_with_best, confidence_interval
+from runner.sweeps.uncertainty import (
+    BOOTSTRAP_FROM,
+    LEVEL,
+    Interval,
+    PairedTest,
+    compare_with_best,
+    confidence_interval,
+)
 from runner.tracking.lifecycle import ERROR_TAG
 
 CSV_FILE = "sweep_summary.csv"  # one row per configuration
@@ -99,11 +107,30 @@ class ConfigurationRow:
 
     @property
     def finished(self) -> list[JobRow]:
-        return [job for job in self.jobs if job.finished]
+        """The runs that trained every epoch, one per (seed, fold): a second finished run of the same configuration,
+        seed and fold (the same configuration proposed twice, or listed twice in a grid) is the same run again,
+        never a replicate; the first is kept."""
+        kept: dict[tuple[str, str], JobRow] = {}
+        for job in self.jobs:
+            if job.finished:
+                kept.setdefault(job.replicate, job)
+        return list(kept.values())
+
+    @property
+    def repeated(self) -> list[JobRow]:
+        """Finished runs left out of `finished` as the same (seed, fold) again."""
+        kept = self.finished
+        return [job for job in self.jobs if job.finished and job not in kept]
 
     @property
     def n(self) -> int:
+        """Distinct (seed, fold) runs that finished."""
         return len(self.finished)
+
+    @property
+    def replicate_count(self) -> int:
+        """The configuration's runs, a repeated (seed, fold) counted once: what n is out of."""
+        return len(self.jobs) - len(self.repeated)
 
     @property
     def complete(self) -> bool:
@@ -131,9 +158,11 @@ class ConfigurationRow:
         """The finished runs' final `metric` by (seed, fold): what a paired test matches."""
         return {job.replicate: job.metrics[metric] for job in self.finished if metric in job.metrics}
 
-    def interval(self, metric: str) -> tuple[float, float] | None:
-        """The 95% bootstrap interval of the mean over seeds and folds (seeded); None for fewer than two values."""
-        return confidence_interval(self.values(metric))
+    def interval(self, metric: str, folds: int = 0) -> Interval:
+        """The 95% interval of the mean over its seeds and folds, in a sweep of `folds` folds (0: seeds alone),
+        clipped to the metric's range (runner.sweeps.uncertainty.confidence_interval); none for fewer than two
+        values."""
+        return confidence_interval(self.values(metric), folds, metric)
 
     def band(self, metric: str) -> list[tuple[int, float, float, float]]:
         """(epoch, mean, min, max) over the finished jobs' per-epoch values."""
@@ -163,9 +192,25 @@ class Summary:
     def failed(self) -> list[JobRow]:
         return [row for row in self.rows if not row.ended]
 
+    @property
+    def all_failed(self) -> bool:
+        """Every job failed: there is nothing to compare and no best."""
+        return bool(self.rows) and len(self.failed) == len(self.rows)
+
+    @property
+    def folds(self) -> int:
+        """The sweep's number of folds (K of sweep.folds, as its runs carry them); 0 for a sweep without folds. A
+        sweep whose runs so far hold one fold gives 1: its runs share one split, so they count as seeds alone."""
+        return len({row.fold for row in self.rows if row.fold})
+
+    def interval(self, row: ConfigurationRow) -> Interval:
+        """The configuration's interval of its mean objective, by the method its sweep's folds call for."""
+        return row.interval(self.objective, self.folds)
+
     def comparisons(self) -> dict[str, PairedTest]:
         """Each complete configuration but the best, by name: its paired test against the best configuration
-        over their matched seeds and folds, Holm-corrected across them (runner.sweeps.uncertainty)."""
+        over their matched seeds and folds (corrected for the folds' overlap), Holm-corrected across them
+        (runner.sweeps.uncertainty)."""
         best = self.best_configuration
         if best is None:
             return {}
@@ -174,7 +219,7 @@ class Summary:
             for row in self.configurations
             if row is not best and row.complete and not row.pruned
         }
-        return compare_with_best(best.replicates(self.objective), others)
+        return compare_with_best(best.replicates(self.objective), others, self.folds)
 
     def verdict(self, row: ConfigurationRow, comparisons: dict[str, PairedTest]) -> str:
         """In words, how the configuration compares with the best one."""
@@ -215,19 +260,29 @@ class Summary:
                 shown = "pruned at epoch " + ", ".join(map(str, epochs))
                 lines.append("| " + " | ".join([_cell(row.configuration), shown] + [""] * (len(header) - 2)) + " |")
                 continue
-            cells = [_cell(row.configuration), f"{row.n}" + ("" if row.n == len(row.jobs) else f" of {len(row.jobs)}")]
+            out_of = "" if row.n == row.replicate_count else f" of {row.replicate_count}"
+            cells = [_cell(row.configuration), f"{row.n}{out_of}"]
             cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
             walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
             cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
-            cells.append(_interval(self.objective, row.interval(self.objective)))
+            cells.append(_interval(self.objective, self.interval(row)))
             cells.append(self.verdict(row, comparisons))
             lines.append("| " + " | ".join(cells) + " |")
         lines += [
             "",
-            "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and folds); "
-            f"{interval}: the seeded bootstrap interval of the mean; compared with the best: a paired t-test over "
-            "the matched seeds and folds, Holm-corrected across the configurations.",
+            "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and "
+            f"folds); {interval}: {methods()}",
         ]
+        if self.all_failed:
+            lines += ["", every_job_failed(len(self.rows), self.objective)]
+        repeated = [job for row in self.configurations for job in row.repeated]
+        if repeated:
+            lines += [
+                "",
+                f"{len(repeated)} repeated: "
+                + "; ".join(f"job {job.job} ({job.overrides})" for job in repeated)
+                + " trained a configuration, seed and fold an earlier job had trained: not counted again in n",
+            ]
         if self.pruned:
             lines += [
                 "",
@@ -292,8 +347,32 @@ def _format(key: str, value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def _interval(key: str, interval: tuple[float, float] | None) -> str:
-    return "" if interval is None else f"[{_format(key, interval[0])}, {_format(key, interval[1])}]"
+def _interval(key: str, interval: Interval) -> str:
+    """`[0.7145, 0.9122] (Student-t (n=3))`; without bounds, why (`n = 1: no interval`), or nothing for no run."""
+    if interval.bounds is None:
+        return interval.method if interval.n else ""
+    return f"[{_format(key, interval.bounds[0])}, {_format(key, interval.bounds[1])}] ({interval.method})"
+
+
+def methods() -> str:
+    """How the intervals and the comparisons are made, in one paragraph (the summary's and the report's)."""
+    return (
+        "the interval of the mean, by the method named beside it: with folds, the corrected resampled t of Nadeau "
+        "& Bengio (Inference for the Generalization Error, Machine Learning 52, 2003), whose variance "
+        "s²·(1/n + 1/(K-1)) allows for the K folds' overlapping training sets (a plain t over folds is "
+        "anti-conservative: Bouckaert & Frank, PAKDD 2004); over seeds alone, Student's t, or from "
+        f"{BOOTSTRAP_FROM} runs on a seeded percentile bootstrap; clipped to what the metric can be (an accuracy to "
+        "[0, 1], a loss to 0 and above). Compared with the best: a paired t-test over the runs with the same seed "
+        "and fold, with folds corrected the same way, its p-values Holm-adjusted across the configurations."
+    )
+
+
+def every_job_failed(jobs: int, objective: str) -> str:
+    """What the summary and the report say of a sweep none of whose jobs finished."""
+    return (
+        f"Every job failed ({jobs} of {jobs}): no configuration has a {objective}, so none is the best and none "
+        "is compared; each job's error is below."
+    )
 
 
 def _mean_std(key: str, mean: float | None, std: float | None) -> str:
@@ -377,7 +456,9 @@ def collect(
                 swept={key: value for key in swept_keys if (value := _swept_value(run, key)) is not None},
             )
         )
-    if fallback is not None and not any(objective in row.metrics for row in rows if row.finished):
+    finished = [row for row in rows if row.finished]
+    # Only finished jobs tell whether the data could be split: where none finished, the objective stays as asked.
+    if fallback is not None and finished and not any(objective in row.metrics for row in finished):
         objective, asked = fallback, False
     grouped: dict[str, list[JobRow]] = {}
     for row in rows:
@@ -425,9 +506,10 @@ def write(summary: Summary, directory: str) -> list[str]:
     stats = [f"{key}_{stat}" for key in RESULT_KEYS for stat in ("mean", "std")]
     with open(csv_path, "w", newline="") as handle:
         objective = summary.objective
-        low, high = f"{objective}_ci95_low", f"{objective}_ci95_high"
+        low, high, method = f"{objective}_ci95_low", f"{objective}_ci95_high", f"{objective}_ci95_method"
         writer = csv.DictWriter(
-            handle, ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, "compared_with_best"]
+            handle,
+            ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, method, "compared_with_best"],
         )
         writer.writeheader()
         comparisons = summary.comparisons()
@@ -436,13 +518,15 @@ def write(summary: Summary, directory: str) -> list[str]:
             for key in RESULT_KEYS:
                 values[f"{key}_mean"], values[f"{key}_std"] = row.mean(key), row.std(key)
             values["objective"] = objective
-            values[low], values[high] = row.interval(objective) or (None, None)
+            interval = summary.interval(row)
+            values[low], values[high] = interval.bounds or (None, None)
+            values[method] = interval.method if interval.n else None
             values["compared_with_best"] = summary.verdict(row, comparisons)
             writer.writerow(
                 {
                     "configuration": row.configuration,
                     "n": row.n,
-                    "jobs": len(row.jobs),
+                    "jobs": row.replicate_count,
                     **values,
                     "run_ids": " ".join(job.run_id for job in row.finished),
                 }

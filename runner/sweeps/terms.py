@@ -11,6 +11,9 @@ from runner.config.settings import sweep_settings
 from runner.outcome import DEFAULT_OBJECTIVE, lower_is_better
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
+# The sweep's MLflow store, absolute (a sqlite file's path is relative to where the sweep started, so
+# `python -m runner.report <sweep dir>` run from elsewhere would otherwise open another, empty store).
+TRACKING_URI_FILE = "mlflow_tracking_uri.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
 # Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId), the launcher
 # that ran it (basic, joblib, submitit_slurm, submitit_local, ray), under SLURM the SLURM job id, and on Ray the
@@ -92,6 +95,24 @@ def run_name_for(path: str) -> str:
 def read_parent_run_id(sweep_dir: str) -> str | None:
     """The id of the sweep's parent run, once the sweep has created it."""
     path = os.path.join(sweep_dir, PARENT_RUN_ID_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return handle.read().strip() or None
+
+
+def record_tracking_uri(sweep_dir: str, tracking_uri: str) -> None:
+    """Write the sweep's store into its directory, a sqlite file's path made absolute from the current directory
+    (where the sweep started)."""
+    from runner.tracking.store import absolute_tracking_uri  # MLflow's imports: only where a sweep starts
+
+    with open(os.path.join(sweep_dir, TRACKING_URI_FILE), "w") as handle:
+        handle.write(absolute_tracking_uri(tracking_uri) + "\n")
+
+
+def read_tracking_uri(sweep_dir: str) -> str | None:
+    """The store the sweep recorded when it started; None for a sweep that recorded none."""
+    path = os.path.join(sweep_dir, TRACKING_URI_FILE)
     if not os.path.exists(path):
         return None
     with open(path) as handle:

@@ -47,6 +47,7 @@ class Registration:
     version: int
     champion: ModelVersion | None  # the champion once settled
     created: bool  # False: the run's model was registered already (a re-run)
+    score: tuple[str, str, float] | None = None  # this version's (objective, direction, value), as _score reads it
 
     def describe(self) -> str:
         if self.champion is None:
@@ -54,13 +55,28 @@ class Registration:
         elif int(self.champion.version) == self.version:
             champion = f"now @{CHAMPION}"
         else:
-            tags = self.champion.tags
-            champion = (
-                f"@{CHAMPION} stays on version {self.champion.version} "
-                f"({tags.get(OBJECTIVE_TAG)} {tags.get(VALUE_TAG)})"
-            )
+            champion = f"@{CHAMPION} stays on version {self.champion.version} {self._why_it_stays()}"
         return (
             f"{'registered' if self.created else 'already registered:'} models:/{self.name}/{self.version}, {champion}"
+        )
+
+    def _why_it_stays(self) -> str:
+        """Why this version did not take the alias: what settle_champion compared (_best)."""
+        assert self.champion is not None
+        held = _score(self.champion)
+        if held is None:  # put there by hand, on a version without the runner's tags
+            return "(a version without the runner's objective tags)"
+        objective, direction, value = held
+        if self.score is None or self.score[:2] != held[:2]:
+            chosen_by = f"{self.score[0]} ({self.score[1]})" if self.score else "no objective"
+            return (
+                f"({objective} {value:.6g}): versions compare only on the champion's objective, {objective} "
+                f"({direction}), and this version was chosen by {chosen_by}"
+            )
+        better = "lower" if direction == "minimize" else "higher"
+        return (
+            f"because its {objective} {value:.6g} is better than or equal to this version's {self.score[2]:.6g} "
+            f"({better} is better; the alias moves only to a strictly better version)"
         )
 
 
@@ -99,7 +115,7 @@ def register_run_model(
         }
         version, created = _create_version(client, name, model, version_tags), True
     champion = settle_champion(client, name)
-    registration = Registration(name, int(version.version), champion, created)
+    registration = Registration(name, int(version.version), champion, created, _score(version))
     log.info("%s", registration.describe())
     return registration
 

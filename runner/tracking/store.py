@@ -32,6 +32,16 @@ def sqlite_file(tracking_uri: str) -> str | None:
     return None if not database or database == ":memory:" else os.path.abspath(database)
 
 
+def absolute_tracking_uri(tracking_uri: str, base: str | None = None) -> str:
+    """`tracking_uri` with a sqlite file's relative path made absolute, from `base` (default: the current
+    directory): the same store wherever it is read from. Any other URI as it is."""
+    database = make_url(tracking_uri).database if tracking_uri.startswith("sqlite:") else None
+    if not database or database == ":memory:" or os.path.isabs(database):
+        return tracking_uri
+    absolute = os.path.abspath(os.path.join(base or os.getcwd(), database))
+    return make_url(tracking_uri).set(database=absolute).render_as_string(hide_password=False)
+
+
 def open_client(tracking_uri: str | None) -> MlflowClient:
     """An MlflowClient for tracking_uri (None: MLflow's default) whose store exists and is migrated."""
     tracking_uri = tracking_uri or get_tracking_uri()
