@@ -78,8 +78,8 @@ log = logging.getLogger("runner")
 
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 _FAILED = RunStatus.to_string(RunStatus.FAILED)
-# The launchers whose jobs run on the sweep's machine: their training processes watch the sweep's process and
-# the job's (runner.lifeline). Under SLURM and Ray the engine owns the job.
+# The launchers whose jobs run on the sweep's machine: their training processes watch the sweep's process as well
+# as the job's (runner.lifeline).
 LOCAL_LAUNCHERS = ("basic", "joblib", "submitit_local")
 # How long an interrupted job's training process may take to save and mark its run (submitit signals a
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
@@ -514,13 +514,12 @@ def trial_link(hydra_config: DictConfig):
 
 
 def lifeline_of(launcher: str) -> dict[str, str]:
-    """What a job's training process watches (runner.lifeline): this job's process and the sweep's, where the
-    launcher runs them on this machine; nothing under SLURM or Ray, whose engine owns the job."""
-    if launcher not in LOCAL_LAUNCHERS:
-        return {}
+    """What a job's training process watches (runner.lifeline): this job's process, always on the training's
+    machine, and the sweep's where the launcher runs the job on the sweep's machine (under SLURM and Ray the
+    engine owns the job: it ends the job's process when it stops the job)."""
     watched = [Process.this()]
     sweep = sweep_process()
-    if sweep is not None and sweep.pid != os.getpid():
+    if launcher in LOCAL_LAUNCHERS and sweep is not None and sweep.pid != os.getpid():
         watched.append(sweep)
         if launcher == "joblib":  # this job runs in a loky worker, which would wait on for minutes
             exit_once_gone(sweep)
