@@ -266,3 +266,39 @@ def test_the_same_configuration_seed_and_fold_twice_is_one_replicate_not_two():
     summary = Summary("sweep", "p", "test_accuracy", [*twice, other], twice[0], configurations, row)
     markdown = summary.markdown()
     assert "| lr=0.01 | 1 |" in markdown and "1 repeated: job 2 (lr=0.01)" in markdown
+
+
+def test_the_wilcoxon_pruner_stops_a_trial_whose_replicates_are_behind_the_best_ones_on_the_same_replicates(
+    tmp_path, monkeypatch
+):
+    """pruner=wilcoxon in a 5-fold sweep: a job reports each fold's objective as the step of its replicate; a trial
+    whose folds are all behind the best trial's same folds is pruned once Wilcoxon's one-sided test can say so
+    (four pairs: p = 1/16 < 0.1), not before; one that keeps up is not. The training reports nothing per epoch."""
+    from optuna.trial import TrialState
+
+    from runner.sweeps.pruning import prunes_replicates, report_replicate, trial_reporter
+
+    config = _grid_config("pruner=wilcoxon", "sweep.folds=5", "epochs=3")
+    assert prunes_replicates(config) and not prunes_replicates(_grid_config("pruner=median"))
+    check_pruner(config)
+    create_grid_study(config, str(tmp_path))
+    best = JobTrial(str(tmp_path), 0)
+    link = best.open()
+    for fold, value in enumerate((0.91, 0.88, 0.9, 0.87, 0.89)):
+        assert not report_replicate(link, config, fold, value)  # the first trial: nothing to compare with
+    best.tell(0.89)
+
+    behind = JobTrial(str(tmp_path), 1).open()
+    pruned_after = [fold for fold in range(5) if report_replicate(behind, config, fold, 0.5 + fold / 100)]
+    assert pruned_after[0] == 3  # the fourth fold
+    _, trial = behind.open()
+    assert trial.user_attrs[PRUNED_TAG] == 3  # its runs stopped after their last epoch
+
+    level = JobTrial(str(tmp_path), 2).open()
+    assert not any(report_replicate(level, config, fold, value) for fold, value in enumerate((0.9, 0.89, 0.9, 0.88)))
+    study = optuna.load_study(study_name=GRID_STUDY, storage=open_storage(str(tmp_path / JOURNAL_FILE)))
+    assert study.trials[0].state == TrialState.COMPLETE and study.trials[1].intermediate_values[3] == 0.53
+
+    for key, value in behind.to_environment().items():
+        monkeypatch.setenv(key, value)
+    assert trial_reporter(config, chief=True) is None  # no per-epoch reports: the steps are replicates

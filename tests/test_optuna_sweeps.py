@@ -322,6 +322,10 @@ def test_a_pruned_cluster_trial_stops_every_task(tmp_path, cluster):
             "sweep.objective=eval_accuracy is not valid with pruner=median: a pruner compares each epoch's objective",
         ),
         (
+            ("hparams_search=optuna", "pruner=wilcoxon"),
+            "pruner=wilcoxon is not valid without replicates: it compares a configuration's seeds or folds",
+        ),
+        (
             ("hparams_search=optuna", "hydra.sweeper.storage=postgresql+psycopg2://me@127.0.0.1:1/optuna"),
             "hydra.sweeper.storage='postgresql+psycopg2://me@127.0.0.1:1/optuna' could not be opened: OperationalError",
         ),

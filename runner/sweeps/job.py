@@ -49,6 +49,7 @@ from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
 from runner.sweeps.grid_study import JobTrial, prunes_a_grid
 from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
+from runner.sweeps.pruning import prunes_replicates, report_replicate
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.sweeps.study import PRUNED_TAG, TrialLink
 from runner.sweeps.terms import (
@@ -116,8 +117,8 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     for index, run in enumerate(runs):
         # A trial's runs continue one another's steps (TrialLink.first_step): the pruner compares like with like.
         values.append(job.train_seed(*run, first_step=index * int(cfg.epochs)))
-        if job.pruned_at is not None:  # the pruner stopped the trial: its other seeds and folds do not train
-            break
+        if job.pruned_at is not None or job.replicate_pruned(cfg, index, values[-1]):
+            break  # the pruner stopped the trial: its other seeds and folds do not train
         if job.interrupted:  # the rest is the re-run's
             return job.worst
     mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
@@ -217,6 +218,8 @@ class _Job:
         self.pruned_at: int | None = None  # the epoch at which the pruner stopped one of the job's runs
         self.failed = False  # one of its runs failed
         self.interrupted = False  # one of its runs was stopped, resumable: a re-run of the sweep continues it
+        self.link: TrialLink | None = None  # the trial its last trained run reported to
+        self.run_ids: list[str] = []  # its runs so far, trained or found FINISHED
         self.lifeline = lifeline_of(where_it_runs(hydra_config)[LAUNCHER_TAG])
 
     def train_seed(
@@ -237,6 +240,7 @@ class _Job:
         wait_for_holder(run_dir, label)
         run = _existing_child(client, run_dir, self.parent.info.run_id, overrides_tag)
         if run is not None and run.info.status == _FINISHED:
+            self.run_ids.append(run.info.run_id)
             log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
             if PRUNED_TAG in run.data.tags:  # and its trial's other runs stay untrained
                 self.pruned_at = int(run.data.tags[PRUNED_TAG])
@@ -298,6 +302,8 @@ class _Job:
         link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
         if link is not None:
             link = replace(link, first_step=first_step)
+        self.link = link
+        self.run_ids.append(run_id)
         environ = {**self.validation.environ, **(link.to_environment() if link else {}), **self.lifeline}
         returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
         client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
@@ -320,6 +326,19 @@ class _Job:
         self.failed = True
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
+
+    def replicate_pruned(self, cfg: DictConfig, replicate: int, value: float) -> bool:
+        """With a replicate pruner (pruner=wilcoxon), after the job's run of `replicate`: its objective goes to the
+        trial and the pruner decides; a pruned trial's runs are tagged `pruned_at_epoch` (their last epoch), so that
+        the summary shows the configuration pruned and never compares or picks it."""
+        if self.link is None or self.failed or not prunes_replicates(cfg):
+            return False
+        if not report_replicate(self.link, cfg, replicate, value):
+            return False
+        self.pruned_at = int(cfg.epochs)
+        for run_id in self.run_ids:
+            self.client.set_tag(run_id, PRUNED_TAG, str(self.pruned_at))
+        return True
 
     def tell_grid_trial(self, mean: float) -> None:
         """A pruned grid sweep's trial, once the job's runs have ended: PRUNED, FAIL if a run failed, else its mean."""

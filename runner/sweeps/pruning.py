@@ -14,13 +14,17 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from runner.config.settings import sweep_settings
 from runner.errors import RunnerError
 from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
 from runner.sweeps.terms import objective_name
 
 log = logging.getLogger("runner")
 
-PRUNERS = ("none", "median", "successive_halving", "hyperband")
+PRUNERS = ("none", "median", "successive_halving", "hyperband", "wilcoxon")
+# Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
+# run's final objective as the step of its replicate (report_replicate); the training process reports no epoch.
+REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
 # The objectives a training process has after every epoch (runner.training.controller.EpochResult.metrics).
 PER_EPOCH = (
     "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_second"
@@ -66,6 +70,9 @@ def check_pruner(config: Any) -> None:
             "study that can prune them. Fix: sweep with hparams_search=optuna or a grid (-m optimizer.lr=0.01,0.001), "
             "or drop the pruner override."
         )
+    if target in REPLICATE_PRUNERS:
+        _check_replicates(config, target)
+        return
     objective = objective_name(config)
     if objective not in PER_EPOCH:
         raise RunnerError(
@@ -76,8 +83,48 @@ def check_pruner(config: Any) -> None:
         )
 
 
+def _check_replicates(config: Any, target: str) -> None:
+    """A replicate pruner needs replicates: several seeds or folds per configuration."""
+    settings = sweep_settings(config)
+    if settings.seeds < 2 and settings.folds is None:
+        raise RunnerError(
+            f"pruner={_option(target)} is not valid without replicates: it compares a configuration's seeds or "
+            "folds, one by one, with the best configuration's same seeds and folds, and this sweep trains each "
+            "configuration once (sweep.seeds=1, sweep.folds=null). Fix: add sweep.folds=5 or sweep.seeds=5 (four "
+            "replicates are the fewest it can prune on), or prune on epochs with pruner=median."
+        )
+
+
+def prunes_replicates(config: Mapping[str, Any]) -> bool:
+    """The sweep's pruner compares replicates, not epochs (REPLICATE_PRUNERS)."""
+    node = pruner_node(config)
+    return node is not None and node["_target_"] in REPLICATE_PRUNERS
+
+
+def report_replicate(link: TrialLink, config: Mapping[str, Any], replicate: int, value: float) -> bool:
+    """After a trial's run of replicate `replicate` (its index among the trial's seeds and folds, the same in every
+    trial): its objective goes to the trial as that step, and the replicate pruner decides. True: the trial is
+    pruned (PRUNED_TAG set to the epoch its runs stopped after, their last), and its other runs do not train."""
+    from hydra.utils import instantiate
+
+    _, trial = link.open(instantiate(pruner_node(config)))
+    trial.report(value, replicate)
+    if not trial.should_prune():
+        return False
+    trial.set_user_attr(PRUNED_TAG, int(config["epochs"]))
+    log.info(
+        "trial %d pruned after %d replicate(s): its %s is significantly behind the best trial's on the same seeds "
+        "and folds; its other replicates do not train",
+        trial.number,
+        replicate + 1,
+        objective_name(config),
+    )
+    return True
+
+
 def _option(target: str) -> str:
     names = {
+        "optuna.pruners.WilcoxonPruner": "wilcoxon",
         "optuna.pruners.MedianPruner": "median",
         "optuna.pruners.SuccessiveHalvingPruner": "successive_halving",
         "optuna.pruners.HyperbandPruner": "hyperband",
@@ -131,8 +178,8 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
                 "(pruner=none)."
             )
         return None
-    if not chief:
-        return None
+    if not chief or node is not None and node["_target_"] in REPLICATE_PRUNERS:
+        return None  # a replicate pruner's reports are the job's, one per run (report_replicate)
     import optuna
     from hydra.utils import instantiate
 
