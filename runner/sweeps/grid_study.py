@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from runner.sweeps.pruning import pruner_node
-from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, SWEEP_DIR_ATTR, SWEEPER_TARGET, TrialLink, open_storage
+from runner.sweeps.study import JOURNAL_FILE, SWEEP_DIR_ATTR, SWEEPER_TARGET, TrialLink, end_trial, open_storage
 from runner.sweeps.terms import lower_is_better, objective_name
 
 log = logging.getLogger("runner")
@@ -98,14 +98,7 @@ class JobTrial:
 
     def tell(self, value: float | None) -> None:
         """The training ended: PRUNED if its pruner stopped it, else COMPLETE with `value`, or FAIL (value None)."""
-        from optuna.trial import TrialState
-
         if self.link is None:
             return
         study, trial = self.link.open()
-        if value is None:
-            study.tell(trial, state=TrialState.FAIL)
-        elif PRUNED_TAG in trial.user_attrs:
-            study.tell(trial, state=TrialState.PRUNED)
-        else:
-            study.tell(trial, value)
+        end_trial(study, trial, value)

@@ -16,7 +16,6 @@ Hydra finds the class in hydra_plugins/runner_optuna_sweeper.py, which delegates
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -33,6 +32,9 @@ from runner.sweeps.study import (
     RESULTS_FILE,
     SWEEP_DIR_ATTR,
     SearchSpace,
+    end_trial,
+    frozen_trial,
+    live_trial,
     open_storage,
     storage_of,
     study_name_of,
@@ -238,13 +240,12 @@ class _Progress:
 
     def next_trial(self):
         """The next trial to launch (a live optuna Trial), or None once the study holds n_trials."""
-        import optuna
         from optuna.trial import TrialState
 
         if self.unfinished:
             frozen = self.unfinished.pop(0)
             log.info("trial %d was left running by an earlier command: it runs again", frozen.number)
-            return optuna.trial.Trial(self.study, frozen._trial_id)
+            return live_trial(self.study, frozen.number)
         started = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         if len(self.study.get_trials(deepcopy=False, states=started)) >= self.n_trials:
             return None
@@ -256,7 +257,7 @@ class _Progress:
         return self.space.overrides(trial.params)
 
     def _frozen(self, trial):
-        return next(other for other in self.study.get_trials(deepcopy=False) if other.number == trial.number)
+        return frozen_trial(self.study, trial.number)
 
     def same_configuration(self, trial):
         """The earlier trial whose configuration the sampler proposed again for `trial` (COMPLETE, PRUNED or still
@@ -281,10 +282,7 @@ class _Progress:
         if original.state == TrialState.FAIL:
             return False
         trial.set_user_attr(DUPLICATE_ATTR, original.number)
-        if original.state == TrialState.PRUNED:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, original.value)
+        end_trial(self.study, trial, original.value, pruned=original.state == TrialState.PRUNED)
         log.info(
             "trial %d: the sampler proposed trial %d's configuration again (%s): told its result (%s), not trained",
             trial.number,
@@ -295,21 +293,13 @@ class _Progress:
         return True
 
     def tell(self, trial, ret: JobReturn) -> None:
-        from optuna.trial import TrialState
-
-        frozen = self._frozen(trial)
+        """The trial's job ended: FAIL if it failed, PRUNED if its pruner stopped it, else COMPLETE with its value."""
+        value = ret.return_value if ret.status == JobStatus.COMPLETED else None
+        state = end_trial(self.study, trial, value if isinstance(value, int | float) else None)
         if ret.status != JobStatus.COMPLETED:
             log.error("trial %d failed: %s", trial.number, ret._return_value)
-            self.study.tell(trial, state=TrialState.FAIL)
-        elif PRUNED_TAG in frozen.user_attrs:
-            log.info("trial %d pruned at epoch %s", trial.number, frozen.user_attrs[PRUNED_TAG])
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            value = ret.return_value
-            if isinstance(value, int | float) and math.isfinite(value):
-                self.study.tell(trial, float(value))
-            else:  # the job failed (its child run says why) or returned nothing usable
-                self.study.tell(trial, state=TrialState.FAIL)
+        elif state == "PRUNED":
+            log.info("trial %d pruned at epoch %s", trial.number, self._frozen(trial).user_attrs[PRUNED_TAG])
 
 
 def continued_sampler(sampler: Any, asked: int, instantiate: Callable[[Any], Any]) -> Any:

@@ -7,6 +7,7 @@ callback and the sweep job, which run for every sweep."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -113,11 +114,42 @@ class TrialLink:
 
     def open(self, pruner=None):
         """The study (with `pruner`, which decides should_prune) and this trial, as a live optuna Trial."""
-        import optuna
+        import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
         study = optuna.load_study(study_name=self.study, storage=open_storage(self.storage), pruner=pruner)
-        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, self.number)
-        return study, optuna.trial.Trial(study, trial_id)
+        return study, live_trial(study, self.number)
+
+
+def frozen_trial(study, number: int):
+    """The study's trial `number` as it stands in the storage (a FrozenTrial)."""
+    return next(trial for trial in study.get_trials(deepcopy=False) if trial.number == number)
+
+
+def live_trial(study, number: int):
+    """The study's trial `number` as a live optuna Trial, to report to or tell (Optuna makes one from the trial's
+    storage id, which a FrozenTrial holds)."""
+    import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
+
+    return optuna.trial.Trial(study, frozen_trial(study, number)._trial_id)
+
+
+def end_trial(study, trial, value: float | None, pruned: bool = False) -> str:
+    """How every trial ends, in every kind of study (an Optuna sweep's, a pruned grid's), through Optuna's tell:
+    PRUNED if `pruned` (a configuration proposed again, whose original was pruned); FAIL without a value (its job
+    failed); PRUNED if its pruner stopped it (PRUNED_TAG among its user attributes); COMPLETE with a finite `value`;
+    FAIL otherwise (a failed run's worst value). Returns the state's name."""
+    from optuna.trial import TrialState  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
+
+    if pruned or value is not None and PRUNED_TAG in frozen_trial(study, trial.number).user_attrs:
+        state = TrialState.PRUNED
+        study.tell(trial, state=state)
+    elif value is not None and math.isfinite(value):
+        state = TrialState.COMPLETE
+        study.tell(trial, float(value))
+    else:
+        state = TrialState.FAIL
+        study.tell(trial, state=state)
+    return state.name
 
 
 class SearchSpace:
