@@ -73,12 +73,12 @@ from runner.sweeps.terms import (
 )
 from runner.tracking.lifecycle import ERROR_TAG
 from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
+from runner.tracking.run_writer import end_failed
 from runner.training.progress import bar_enabled
 
 log = logging.getLogger("runner")
 
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
-_FAILED = RunStatus.to_string(RunStatus.FAILED)
 # The launchers whose jobs run on the sweep's machine: their training processes watch the sweep's process as well
 # as the job's (runner.lifeline).
 LOCAL_LAUNCHERS = ("basic", "joblib", "submitit_local")
@@ -322,7 +322,8 @@ class _Job:
             log.warning("%s stopped, resumable (MLflow run %s is KILLED): %s", label, run_id, ended.message)
             return self.worst
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
-        _mark_failed(client, run_id, error)
+        # A process that failed during training already ended its run FAILED with its own error.
+        end_failed(client, run_id, error, keep_own_error=True)
         self.failed = True
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
@@ -462,7 +463,7 @@ def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | 
         write_run_id(job_dir, run_id)  # a re-run of the sweep continues this run
     else:
         run_id = run.info.run_id
-    _mark_failed(client, run_id, error, replace=True)
+    end_failed(client, run_id, error)  # the job was killed: that is what the run must say
     log.error("job %d failed (MLflow run %s): %s", number, run_id, error)
     return worst
 
@@ -610,13 +611,3 @@ def _stop_for_resume(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def _mark_failed(client: MlflowClient, run_id: str, error: str, replace: bool = False) -> None:
-    run = client.get_run(run_id)
-    # A process that failed during training already marked its run FAILED with its own error, unless
-    # the job was then killed (`replace`): that is what the run must say.
-    if run.info.status == _FAILED and run.data.tags.get(ERROR_TAG) and not replace:
-        return
-    client.set_tag(run_id, ERROR_TAG, error[:5000])
-    client.set_terminated(run_id, _FAILED)

@@ -9,7 +9,6 @@ import os
 from typing import Any
 
 from runner.sweeps.terms import read_parent_run_id
-from runner.tracking.lifecycle import ERROR_TAG
 
 log = logging.getLogger("runner")
 
@@ -18,16 +17,15 @@ def fail_parent_run(config: Any, error: str) -> None:
     """Mark the parent run of the sweep `config` (the sweep's whole config, hydra node included) FAILED with
     `error` as its error tag; nothing if the sweep has no parent run yet. Best effort: the error being reported
     matters more than the run's status, so a store that cannot be reached is only logged."""
-    from mlflow.entities import RunStatus
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only once the sweep failed
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415  MLflow: only once the sweep failed
+
+    from runner.tracking.run_writer import end_failed  # noqa: PLC0415  MLflow: only once the sweep failed
 
     parent_id = read_parent_run_id(os.path.abspath(str(config.hydra.sweep.dir)))
     if parent_id is None:
         return
     try:
-        client = MlflowClient(tracking_uri=config.mlflow.tracking_uri or None)
-        client.set_tag(parent_id, ERROR_TAG, error[:5000])
-        client.set_terminated(parent_id, RunStatus.to_string(RunStatus.FAILED))
+        end_failed(MlflowClient(tracking_uri=config.mlflow.tracking_uri or None), parent_id, error)
     except MlflowException as failure:
         log.warning("the sweep's parent run %s could not be marked FAILED: %s", parent_id, failure)

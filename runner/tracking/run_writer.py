@@ -174,8 +174,19 @@ class RunWriter:
             self.client.set_tag(self.run_id, ERROR_TAG, message)
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.KILLED))
             return
-        self.client.set_tag(self.run_id, ERROR_TAG, message[:5000])
-        self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.FAILED))
+        end_failed(self.client, self.run_id, message)
+
+
+def end_failed(client: MlflowClient, run_id: str, error: str, keep_own_error: bool = False) -> None:
+    """The one way a run is ended FAILED: `error` (its first 5,000 characters) in its `error` tag, then the status.
+    With `keep_own_error`, a run that its own process already ended FAILED with an error keeps that error (the
+    supervisor's word on it would say less)."""
+    if keep_own_error:
+        run = client.get_run(run_id)
+        if run.info.status == RunStatus.to_string(RunStatus.FAILED) and run.data.tags.get(ERROR_TAG):
+            return
+    client.set_tag(run_id, ERROR_TAG, error[:5000])
+    client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
 
 
 def fail_run(tracking_uri: str | None, run_dir: str, run_id: str, message: str, only_if_running: bool = False) -> None:
