@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
@@ -45,6 +45,9 @@ from runner.sweeps.terms import (
 )
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, loading_tensorflow
+
+if TYPE_CHECKING:
+    from runner.sweeps.outputs import SweepFacts
 
 log = logging.getLogger("runner")
 
@@ -180,31 +183,22 @@ def start_parent_run(config: DictConfig) -> str:
 def finish_parent_run(config: DictConfig) -> None:
     """Log the summary of the parent's children to it, print it, close the parent, and raise a
     RunnerError naming the failed jobs if there are any."""
-    from mlflow.entities import RunStatus
-    from mlflow.tracking import MlflowClient
+    from mlflow.entities import RunStatus  # noqa: PLC0415  MLflow: only once the sweep ends
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415  MLflow: only once the sweep ends
 
-    from runner.sweeps import summary as sweep_summary
+    from runner.sweeps.outputs import write_outputs  # noqa: PLC0415  MLflow: only once the sweep ends
 
     sweep_dir = sweep_dir_of(config)
     parent_id = read_parent_run_id(sweep_dir)
     if parent_id is None:  # on_multirun_start did not get as far as creating it
         return
     client = MlflowClient(tracking_uri=config.mlflow.tracking_uri or None)
-    objective = objective_name(config)
     status = RunStatus.FAILED
     try:
-        default = objective_is_default(config)
-        summary = sweep_summary.collect(
-            client,
-            parent_id,
-            objective,
-            lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")),
-            fallback=FALLBACK_OBJECTIVE if default else None,
-            asked=not default,
-        )
+        summary, paths = write_outputs(client, parent_id, _facts(config, sweep_dir), sweep_dir, sweep_dir)
         objective = summary.objective  # the test set's, where the data could not be split
         client.set_tag(parent_id, CHOSEN_BY_TAG, objective)
-        for path in [*sweep_summary.write(summary, sweep_dir), _write_report(config, summary, sweep_dir)]:
+        for path in paths:
             client.log_artifact(parent_id, path)
         if summary.best is not None:
             client.log_metric(parent_id, f"best_{objective}", summary.best.metrics[objective])
@@ -255,14 +249,20 @@ def _failed_jobs(summary, parent_id: str, sweep_dir: str) -> RunnerError:
     )
 
 
-def _write_report(config: DictConfig, summary, sweep_dir: str) -> str:
-    """sweep_report.html (runner.sweeps.report) in the sweep directory, with an Optuna sweep's study."""
-    from runner.sweeps.report import find_study, log_scaled_keys, write_report
+def _facts(config: DictConfig, sweep_dir: str) -> SweepFacts:
+    """The sweep's facts from its composed config (runner.sweeps.outputs)."""
+    from runner.sweeps.outputs import SweepFacts  # noqa: PLC0415  MLflow: only once the sweep ends
+    from runner.sweeps.report import find_study, log_scaled_keys  # noqa: PLC0415  Plotly: only once the sweep ends
 
-    direction = OmegaConf.select(config, "hydra.sweeper.direction")
-    study = find_study(sweep_dir, {}, config)
-    lower = lower_is_better(summary.objective, direction)
-    return write_report(summary, sweep_dir, sweep_dir, lower, study, log_scaled_keys(config))
+    default = objective_is_default(config)
+    return SweepFacts(
+        objective=objective_name(config),
+        direction=OmegaConf.select(config, "hydra.sweeper.direction"),
+        fallback=FALLBACK_OBJECTIVE if default else None,
+        asked=not default,
+        study=find_study(sweep_dir, {}, config),
+        log_keys=frozenset(log_scaled_keys(config)),
+    )
 
 
 def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:

@@ -1,0 +1,46 @@
+"""A sweep's outputs, built in one place: the summaries (runner.sweeps.summary) and the report (runner.sweeps.report)
+from the parent run's children, for the sweep's own end (runner.sweeps.callback) and for `python -m runner.report`
+(runner.sweeps.report_command), which differ only in where they learn the sweep's facts (its composed config, or
+its parent run and directory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from runner.outcome import lower_is_better
+from runner.sweeps import summary as sweep_summary
+from runner.sweeps.report import StudySource, write_report
+
+
+@dataclass(frozen=True)
+class SweepFacts:
+    """What the summaries and the report need to know of a sweep beyond its runs."""
+
+    objective: str  # what chooses (sweep.objective, or the one its end recorded)
+    direction: Any  # hydra.sweeper.direction (None: the objective's name says)
+    fallback: str | None  # where no finished job has `objective` (the default on data that could not be split)
+    asked: bool  # sweep.objective named the objective
+    study: StudySource | None  # an Optuna sweep's study, for the parameter importances
+    log_keys: frozenset[str]  # keys swept on a log scale, drawn on a log axis
+
+
+def write_outputs(
+    client: MlflowClient, parent_id: str, facts: SweepFacts, sweep_dir: str, directory: str
+) -> tuple[sweep_summary.Summary, list[str]]:
+    """Collect the sweep's runs and write its summaries and report into `directory`; return the summary (its
+    objective: the one that chose, the fallback where it had to) and the files' paths."""
+    summary = sweep_summary.collect(
+        client,
+        parent_id,
+        facts.objective,
+        lower_is_better(facts.objective, facts.direction),
+        fallback=facts.fallback,
+        asked=facts.asked,
+    )
+    paths = sweep_summary.write(summary, directory)
+    lower = lower_is_better(summary.objective, facts.direction)
+    paths.append(write_report(summary, directory, sweep_dir, lower, facts.study, facts.log_keys))
+    return summary, paths
