@@ -48,7 +48,7 @@ from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
 from runner.sweeps.grid_study import JobTrial, prunes_a_grid
-from runner.sweeps.launchers import OPTIONAL_LAUNCHERS
+from runner.sweeps.launchers import LAUNCHERS, launcher_name
 from runner.sweeps.pruning import prunes_replicates, report_replicate
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.sweeps.study import PRUNED_TAG, TrialLink
@@ -79,9 +79,6 @@ from runner.training.progress import bar_enabled
 log = logging.getLogger("runner")
 
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
-# The launchers whose jobs run on the sweep's machine: their training processes watch the sweep's process as well
-# as the job's (runner.lifeline).
-LOCAL_LAUNCHERS = ("basic", "joblib", "submitit_local")
 # How long an interrupted job's training process may take to save and mark its run (submitit signals a
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
 STOP_GRACE_SECONDS = 60.0
@@ -393,23 +390,6 @@ def validation_of_job(cfg: DictConfig, swept: str) -> ValidationOfJob:
     return ValidationOfJob(tuple(overrides), environ, fallback)
 
 
-# Launchers by the class their config's _target_ names; another launcher is named after its class.
-_LAUNCHERS = {
-    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
-    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": "joblib",
-    **{target: launcher.option for launcher in OPTIONAL_LAUNCHERS.values() for target in launcher.targets},
-}
-
-
-def launcher_name(target: str) -> str:
-    """The short name of the launcher whose config's _target_ is `target` (the `launcher` tag)."""
-    if target in _LAUNCHERS:
-        return _LAUNCHERS[target]
-    module, _, name = target.rpartition(".")
-    short = name.lower().removesuffix("launcher") or name.lower()
-    return f"submitit_{short}" if "submitit" in module else short
-
-
 def slurm_job_id(environ=os.environ) -> str | None:
     """The id SLURM shows for the job this process runs in (`12_3` for task 3 of array job 12), or None."""
     array_job, array_task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
@@ -539,7 +519,8 @@ def lifeline_of(launcher: str) -> dict[str, str]:
     engine owns the job: it ends the job's process when it stops the job)."""
     watched = [Process.this()]
     sweep = sweep_process()
-    if launcher in LOCAL_LAUNCHERS and sweep is not None and sweep.pid != os.getpid():
+    on_the_sweeps_machine = launcher in LAUNCHERS and LAUNCHERS[launcher].on_the_sweeps_machine
+    if on_the_sweeps_machine and sweep is not None and sweep.pid != os.getpid():
         watched.append(sweep)
         if launcher == "joblib":  # this job runs in a loky worker, which would wait on for minutes
             exit_once_gone(sweep)

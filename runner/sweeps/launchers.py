@@ -9,7 +9,7 @@ import importlib.util
 import os
 import re
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,48 +25,124 @@ from runner.sweeps.ray_launcher import check_ray_address, join_with_the_local_ra
 DISTRIBUTION = "hydra-tf-runner"
 
 
-@dataclass(frozen=True)
-class OptionalLauncher:
-    """A `hydra/launcher=<option>` that needs `pip install 'hydra-tf-runner[<extra>]'`."""
+def _one_at_a_time(launcher: Any) -> int:
+    return 1
 
-    option: str
-    modules: tuple[str, ...]  # the first is the Hydra plugin
-    extra: str
-    targets: tuple[str, ...]  # the _target_ of its config: the shipped one, then the plugin's own
+
+def _joblib_jobs(launcher: Any) -> int:
+    """joblib's n_jobs (-1: every CPU)."""
+    jobs = int(launcher.joblib.get("n_jobs") or 1)
+    return os.cpu_count() or 1 if jobs < 0 else max(jobs, 1)
+
+
+def _array_parallelism(launcher: Any) -> int:
+    return max(int(launcher.params.get("array_parallelism") or 1), 1)
+
+
+def _check_ray(config: Any, environ: Mapping[str, str]) -> None:
+    check_ray_address(_select(config, "hydra.launcher.ray"), environ)
+    join_with_the_local_ray_token()
+
+
+def _check_slurm(config: Any, environ: Mapping[str, str]) -> None:
+    check_time_limit_signal(_select(config, "hydra.launcher"))
+
+
+def _no_check(config: Any, environ: Mapping[str, str]) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """One launcher a sweep can use (`hydra/launcher=<option>`), and every fact the sweep side needs of it. Adding a
+    launcher is adding a record to LAUNCHERS and its conf/hydra/launcher/<option>.yaml (docs/architecture.md)."""
+
+    option: str  # hydra/launcher=<option>, and the `launcher` tag of its jobs' child runs
+    targets: tuple[str, ...]  # the _target_ of its config (the shipped one first), the class of its instances
+    extra: str | None = None  # the optional extra that installs it: pip install 'hydra-tf-runner[<extra>]'
+    modules: tuple[str, ...] = ()  # what that extra brings (the Hydra plugin first)
+    schema_module: str | None = None  # the plugin module that stores its structured config (rename_launcher_schemas)
+    # Its launch() may run in several threads at once (each call its own pool call or submission), so that the
+    # Optuna sweeper keeps a trial per free slot; otherwise trials go in batches.
+    launches_from_threads: bool = False
+    # Its jobs run on the sweep's machine: their training processes watch the sweep's process (runner.lifeline).
+    on_the_sweeps_machine: bool = False
+    parallelism: Callable[[Any], int] = _one_at_a_time  # jobs at once, read off the launcher
+    check: Callable[[Any, Mapping[str, str]], None] = _no_check  # before the sweep's parent run exists
 
 
 _SUBMITIT = ("hydra_plugins.hydra_submitit_launcher", "submitit")
+_SUBMITIT_SCHEMA = "hydra_plugins.hydra_submitit_launcher.config"
 
-
-OPTIONAL_LAUNCHERS = {
+LAUNCHERS = {
     launcher.option: launcher
     for launcher in (
-        OptionalLauncher(
-            "ray",
-            ("hydra_plugins.hydra_ray_launcher", "ray"),
+        Launcher("basic", ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",), on_the_sweeps_machine=True),
+        Launcher(
+            "joblib",
+            ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",),
+            launches_from_threads=True,
+            on_the_sweeps_machine=True,
+            parallelism=_joblib_jobs,
+        ),
+        Launcher(
             "ray",
             ("hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",),
+            extra="ray",
+            modules=("hydra_plugins.hydra_ray_launcher", "ray"),
+            schema_module="hydra_plugins.hydra_ray_launcher._config",
+            check=_check_ray,
         ),
-        OptionalLauncher(
+        Launcher(
             "submitit_slurm",
-            _SUBMITIT,
-            "slurm",
             (
                 "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
                 "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
             ),
+            extra="slurm",
+            modules=_SUBMITIT,
+            schema_module=_SUBMITIT_SCHEMA,
+            launches_from_threads=True,
+            parallelism=_array_parallelism,
+            check=_check_slurm,
         ),
-        OptionalLauncher(
+        Launcher(
             "submitit_local",
-            _SUBMITIT,
-            "slurm",
             (
                 "hydra_plugins.runner_submitit_launchers.LocalLauncher",
                 "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
             ),
+            extra="slurm",
+            modules=_SUBMITIT,
+            schema_module=_SUBMITIT_SCHEMA,
+            launches_from_threads=True,
+            on_the_sweeps_machine=True,
+            parallelism=_array_parallelism,
         ),
     )
 }
+OPTIONAL_LAUNCHERS = {option: launcher for option, launcher in LAUNCHERS.items() if launcher.extra is not None}
+
+
+def launcher_of(target: str) -> Launcher | None:
+    """The launcher whose config's _target_ (or whose instance's class) is `target`; None for one of a user's own."""
+    return next((launcher for launcher in LAUNCHERS.values() if target in launcher.targets), None)
+
+
+def launcher_name(target: str) -> str:
+    """The short name of the launcher whose config's _target_ is `target` (the `launcher` tag): its option, or for
+    a launcher of a user's own, its class's name without `Launcher`."""
+    known = launcher_of(target)
+    if known is not None:
+        return known.option
+    module, _, name = target.rpartition(".")
+    short = name.lower().removesuffix("launcher") or name.lower()
+    return f"submitit_{short}" if "submitit" in module else short
+
+
+def class_path(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
 
 _LAUNCHER_OVERRIDE = re.compile(r"(?:\+{1,2}|~)?hydra/launcher=(?P<option>[^\s]+)")
 
@@ -76,7 +152,7 @@ def requested_options(args: Iterable[str]) -> list[str]:
     return [match["option"] for match in map(_LAUNCHER_OVERRIDE.fullmatch, args) if match]
 
 
-def _missing_module(launcher: OptionalLauncher) -> str | None:
+def _missing_module(launcher: Launcher) -> str | None:
     for module in launcher.modules:
         try:
             if importlib.util.find_spec(module) is None:
@@ -89,7 +165,7 @@ def _missing_module(launcher: OptionalLauncher) -> str | None:
 def require_installed(option: str) -> None:
     """Raise the paragraph naming the extra to install if the launcher `option` needs one that is missing."""
     launcher = OPTIONAL_LAUNCHERS.get(option)
-    if launcher is None:
+    if launcher is None or launcher.extra is None:
         return
     missing = _missing_module(launcher)
     if missing is not None:
@@ -120,14 +196,9 @@ def require_sbatch() -> None:
         )
 
 
-# The plugins' structured configs (module that stores them, option name) that conf/hydra/launcher/<option>.yaml
-# extends. Stored under the option's name, Hydra would match the file to the structured config of the same
-# name, a behaviour Hydra 1.1 deprecated; stored as <option>_schema, each file lists its base explicitly.
-_LAUNCHER_SCHEMAS = (
-    ("hydra_plugins.hydra_submitit_launcher.config", "submitit_slurm"),
-    ("hydra_plugins.hydra_submitit_launcher.config", "submitit_local"),
-    ("hydra_plugins.hydra_ray_launcher._config", "ray"),
-)
+# The plugins' structured configs that conf/hydra/launcher/<option>.yaml extends (Launcher.schema_module). Stored
+# under the option's name, Hydra would match the file to the structured config of the same name, a behaviour
+# Hydra 1.1 deprecated; stored as <option>_schema, each file lists its base explicitly.
 SCHEMA_SUFFIX = "_schema"
 
 
@@ -144,26 +215,23 @@ def rename_launcher_schemas() -> None:
     # imported), and so stores the plugins' configs anew: scan first, then rename.
     Plugins.instance()
     store = ConfigStore.instance()
-    for module, option in _LAUNCHER_SCHEMAS:
+    for launcher in LAUNCHERS.values():
+        if launcher.schema_module is None:
+            continue
         try:
-            importlib.import_module(module)  # stores the plugin's configs (a no-op once imported)
+            importlib.import_module(launcher.schema_module)  # stores the plugin's configs (a no-op once imported)
         except ImportError:
             continue
-        rename_stored_config(store, "hydra/launcher", option, option + SCHEMA_SUFFIX)
+        rename_stored_config(store, "hydra/launcher", launcher.option, launcher.option + SCHEMA_SUFFIX)
 
 
 def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> None:
     """Before a sweep's parent run exists: its launcher is installed and, for Ray, the cluster answers (and the
     sweep will join it with this machine's Ray token, if it has one)."""
-    target = str(_select(config, "hydra.launcher._target_") or "")
-    for launcher in OPTIONAL_LAUNCHERS.values():
-        if target in launcher.targets:
-            require_installed(launcher.option)
-            if launcher.option == "ray":
-                check_ray_address(_select(config, "hydra.launcher.ray"), environ)
-                join_with_the_local_ray_token()
-            elif launcher.option == "submitit_slurm":
-                check_time_limit_signal(_select(config, "hydra.launcher"))
+    launcher = launcher_of(str(_select(config, "hydra.launcher._target_") or ""))
+    if launcher is not None:
+        require_installed(launcher.option)
+        launcher.check(config, environ)
 
 
 def check_time_limit_signal(launcher_config: Any) -> None:

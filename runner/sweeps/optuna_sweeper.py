@@ -26,6 +26,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunnerError
+from runner.sweeps.launchers import class_path, launcher_of
 from runner.sweeps.study import (
     DUPLICATE_ATTR,
     PRUNED_TAG,
@@ -42,15 +43,6 @@ from runner.sweeps.study import (
 
 log = logging.getLogger("runner")
 
-# Launchers whose launch() may run in several threads at once: each call is its own joblib pool call or submitit
-# submission and wait (runner.sweeps.submitit_launchers), sharing nothing but the read-only config.
-THREAD_SAFE_LAUNCHERS = (
-    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
-    "hydra_plugins.runner_submitit_launchers.SlurmLauncher",
-    "hydra_plugins.runner_submitit_launchers.LocalLauncher",
-)
-
-
 # Optuna's system attribute on a trial queued with enqueue_trial (optuna/study/study.py, enqueue_trial).
 ENQUEUED_SYSTEM_ATTR = "fixed_params"
 # How often a slot holding a repeated configuration looks whether its original has ended.
@@ -58,20 +50,14 @@ DUPLICATE_POLL_SECONDS = 2.0
 
 
 def launcher_parallelism(launcher: Any) -> int:
-    """How many jobs the launcher runs at once: joblib's n_jobs (-1: every CPU), submitit's array_parallelism;
-    1 for any other launcher."""
-    joblib = getattr(launcher, "joblib", None)
-    if isinstance(joblib, Mapping) and "n_jobs" in joblib:
-        jobs = int(joblib["n_jobs"] or 1)
-        return os.cpu_count() or 1 if jobs < 0 else max(jobs, 1)
-    params = getattr(launcher, "params", None)
-    if isinstance(params, Mapping) and "array_parallelism" in params:
-        return max(int(params["array_parallelism"]), 1)
-    return 1
+    """How many jobs the launcher runs at once (its record's parallelism); 1 for a launcher of a user's own."""
+    known = launcher_of(class_path(launcher))
+    return known.parallelism(launcher) if known is not None else 1
 
 
-def _class_path(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+def launches_from_threads(launcher: Any) -> bool:
+    known = launcher_of(class_path(launcher))
+    return known is not None and known.launches_from_threads
 
 
 class OptunaSweep:
@@ -125,8 +111,8 @@ class OptunaSweep:
             type(study.sampler).__name__,
         )
         returns: list[JobReturn] = []
-        if slots > 1 and _class_path(self.launcher) not in THREAD_SAFE_LAUNCHERS:
-            log.info("%s launches from one thread: trials run in batches of %d", _class_path(self.launcher), slots)
+        if slots > 1 and not launches_from_threads(self.launcher):
+            log.info("%s launches from one thread: trials run in batches of %d", class_path(self.launcher), slots)
             self._in_batches(state, slots, returns)
         else:
             self._in_slots(state, slots, returns)
