@@ -19,7 +19,7 @@ class OptunaSweeper(Sweeper):
         self.launcher: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        from hydra.core.plugins import Plugins
+        from hydra.core.plugins import Plugins  # noqa: PLC0415  Hydra's plugin registry: only once a sweep sets up
 
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -27,6 +27,6 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from runner.sweeps.optuna_sweeper import sweep
+        from runner.sweeps.optuna_sweeper import sweep  # noqa: PLC0415  Hydra imports this module in every Hydra app: the runner only once it is used
 
         return sweep(self, arguments, lambda: self.settings)

@@ -16,7 +16,7 @@ if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
         """hydra-submitit-launcher's launcher whose sweep waits on its jobs without SLURM's accounting."""
 
         def launch(self, job_overrides, initial_job_idx):
-            from runner.sweeps.submitit_launchers import launch
+            from runner.sweeps.submitit_launchers import launch  # noqa: PLC0415  Hydra imports this module in every Hydra app: the runner only once it is used
 
             return launch(self, job_overrides, initial_job_idx)
 

@@ -52,7 +52,7 @@ def main(cfg: DictConfig) -> float:
     if hydra_config.mode == RunMode.MULTIRUN:
         configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
         # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
-        from runner.sweeps.job import run_sweep_job  # MLflow's import: only a sweep job pays for it
+        from runner.sweeps.job import run_sweep_job  # noqa: PLC0415  MLflow: only a sweep job pays for its import
 
         return run_sweep_job(cfg, hydra_config)
     run_dir = str(hydra_config.runtime.output_dir)

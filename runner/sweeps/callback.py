@@ -28,6 +28,8 @@ from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study, prunes_a_grid
 from runner.sweeps.launchers import check_before_sweep
+from runner.sweeps.pruning import check_pruner
+from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
     CHOSEN_BY_TAG,
@@ -113,12 +115,10 @@ class SweepCallback(Callback):
 
 def check_optuna_sweep(config: DictConfig) -> None:
     """A pruner the sweep can use (runner.sweeps.pruning) and, for an Optuna sweep, a study storage that opens."""
-    from runner.sweeps.pruning import check_pruner
-    from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
 
     check_pruner(config)
     if is_optuna_sweep(config):
-        from runner.sweeps.optuna_sweeper import check_settings
+        from runner.sweeps.optuna_sweeper import check_settings  # noqa: PLC0415  Optuna: only for an Optuna sweep
 
         check_settings(config)
         open_storage(storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir_of(config)))
@@ -126,8 +126,8 @@ def check_optuna_sweep(config: DictConfig) -> None:
 
 def parent_ui_link(config: DictConfig, parent_id: str) -> str:
     """Where the MLflow UI shows the sweep's experiment (its runs table) and its parent run."""
-    from runner.tracking.store import open_client, sqlite_file
-    from runner.tracking.ui import ui_link
+    from runner.tracking.store import open_client, sqlite_file  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
+    from runner.tracking.ui import ui_link  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
 
     client = open_client(config.mlflow.tracking_uri or None)
     database = sqlite_file(client.tracking_uri)
@@ -137,13 +137,13 @@ def parent_ui_link(config: DictConfig, parent_id: str) -> str:
 
 def start_parent_run(config: DictConfig) -> str:
     """Create the sweep's parent run, or reuse the one the sweep directory names."""
-    from mlflow import get_tracking_uri
-    from mlflow.entities import RunStatus
-    from mlflow.exceptions import MlflowException
+    from mlflow import get_tracking_uri  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
+    from mlflow.entities import RunStatus  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
 
-    from runner.tracking.mlflow_tracker import get_or_create_experiment
-    from runner.tracking.provenance import run_tags as provenance_tags
-    from runner.tracking.store import open_client
+    from runner.tracking.mlflow_tracker import get_or_create_experiment  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
+    from runner.tracking.provenance import run_tags as provenance_tags  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
+    from runner.tracking.store import open_client  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
 
     sweep_dir = sweep_dir_of(config)
     os.makedirs(sweep_dir, exist_ok=True)
@@ -267,9 +267,9 @@ def _facts(config: DictConfig, sweep_dir: str) -> SweepFacts:
 
 def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:
     """The best job's model as a new version of mlflow.registered_model_name, tagged with this sweep."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only once the sweep ends
 
-    from runner.tracking.registry import SWEEP_TAG, register_run_model
+    from runner.tracking.registry import SWEEP_TAG, register_run_model  # noqa: PLC0415  MLflow: only at the end
 
     name = mlflow_settings(config).registered_model_name
     try:

@@ -23,7 +23,7 @@ def check_folds(config: DictConfig) -> None:
     if folds is None:
         return
     # TensorFlow, and the user's data module: only for a sweep that folds its data, once, before its jobs.
-    from runner.data.loading import load_data
+    from runner.data.loading import load_data  # noqa: PLC0415  TensorFlow: only for a sweep with sweep.folds
 
     settings = checked_targets(validate(as_dict(job_config(config))))
     first_fold = dataclasses.replace(settings.dataset, folds=folds, fold=0)

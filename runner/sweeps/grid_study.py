@@ -48,7 +48,7 @@ def grid_storage(sweep_dir: str) -> str:
 def create_grid_study(config: Any, sweep_dir: str) -> None:
     """Before any job starts (the sweep callback): the study, created once; a re-run of the sweep finds it. Its
     direction follows sweep.objective (losses are minimized)."""
-    import optuna
+    import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     objective = objective_name(config)
@@ -70,8 +70,8 @@ class JobTrial:
 
     def open(self) -> TrialLink:
         """The job's RUNNING trial left by an earlier attempt that was killed, else a new one."""
-        import optuna
-        from optuna.trial import TrialState
+        import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
+        from optuna.trial import TrialState  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = grid_storage(self.sweep_dir)

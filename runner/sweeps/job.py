@@ -51,7 +51,7 @@ from runner.sweeps.grid_study import JobTrial, prunes_a_grid
 from runner.sweeps.launchers import LAUNCHERS, launcher_name
 from runner.sweeps.pruning import prunes_replicates, report_replicate
 from runner.sweeps.ray_worker import ray_node_tags
-from runner.sweeps.study import PRUNED_TAG, TrialLink
+from runner.sweeps.study import PRUNED_TAG, SWEEPER_TARGET, TrialLink, storage_of, study_name_of
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     CONFIGURATION_TAG,
@@ -504,8 +504,6 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
 
 def trial_link(hydra_config: DictConfig):
     """The Optuna trial this job is (runner.sweeps.optuna_sweeper launches trial N as job N), or None."""
-    from runner.sweeps.study import SWEEPER_TARGET, storage_of, study_name_of
-
     sweeper = hydra_config.get("sweeper")
     if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:
         return None

@@ -22,8 +22,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from optuna.trial import TrialState
 
 from runner.errors import RunnerError
 from runner.sweeps.launchers import class_path, launcher_of
@@ -76,9 +80,6 @@ class OptunaSweep:
         self.lock = threading.Lock()
 
     def run(self, arguments: list[str]) -> list[JobReturn]:
-        import optuna
-        from hydra.utils import instantiate
-
         os.makedirs(self.sweep_dir, exist_ok=True)
         OmegaConf.save(self.config, os.path.join(self.sweep_dir, "multirun.yaml"))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -181,8 +182,6 @@ class OptunaSweep:
             state.tell(trial, ret)
 
     def _report_best(self, study) -> None:
-        from optuna.trial import TrialState
-
         completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
         failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
@@ -207,8 +206,6 @@ class _Progress:
     """The study as this sweep goes through it: which trial runs next, and how each ended."""
 
     def __init__(self, study, space: SearchSpace, n_trials: int, sweep_dir: str):
-        from optuna.trial import TrialState
-
         self.study, self.space, self.n_trials, self.sweep_dir = study, space, n_trials, sweep_dir
         # Trials this sweep directory's last command left RUNNING (it was killed): they run again first.
         self.unfinished = [
@@ -219,15 +216,11 @@ class _Progress:
         self.rerun = {trial.number for trial in self.unfinished}
 
     def done(self) -> int:
-        from optuna.trial import TrialState
-
         ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         return len(self.study.get_trials(deepcopy=False, states=ended))
 
     def next_trial(self):
         """The next trial to launch (a live optuna Trial), or None once the study holds n_trials."""
-        from optuna.trial import TrialState
-
         if self.unfinished:
             frozen = self.unfinished.pop(0)
             log.info("trial %d was left running by an earlier command: it runs again", frozen.number)
@@ -249,8 +242,6 @@ class _Progress:
         """The earlier trial whose configuration the sampler proposed again for `trial` (COMPLETE, PRUNED or still
         RUNNING), or None. A trial queued with hydra.sweeper.enqueue is the user's own request, and a trial run
         again after a killed command is not a proposal: both train."""
-        from optuna.trial import TrialState
-
         if trial.number in self.rerun or ENQUEUED_SYSTEM_ATTR in self._frozen(trial).system_attrs:
             return None
         states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
@@ -261,8 +252,6 @@ class _Progress:
         """`trial` repeats `original`'s configuration: once `original` has ended, told its result without training
         and marked (DUPLICATE_ATTR), so that no configuration is trained twice and no run counts twice as a
         replicate. False (train it after all) where `original` failed."""
-        from optuna.trial import TrialState
-
         while (original := self._frozen(original)).state == TrialState.RUNNING:
             time.sleep(DUPLICATE_POLL_SECONDS)  # another slot trains it
         if original.state == TrialState.FAIL:
@@ -316,8 +305,6 @@ def _direction(value: Any) -> Literal["minimize", "maximize"]:
 
 def _enqueued_params(text: Any, space: SearchSpace) -> dict[str, Any]:
     """One `hydra.sweeper.enqueue` item ("optimizer.lr=0.01 batch=64") as the trial's params."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if not isinstance(text, str):
         raise RunnerError(
             f"hydra.sweeper.enqueue item {text!r} is not valid: each item is one trial's values as overrides. "

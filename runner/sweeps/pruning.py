@@ -12,8 +12,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
+from runner.config.components import check_arguments, import_target
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError
 from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
@@ -44,8 +46,6 @@ def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _plain(node: Any) -> Mapping[str, Any]:
-    from omegaconf import DictConfig, OmegaConf
-
     if isinstance(node, DictConfig):
         return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a mapping node
     return node
@@ -58,8 +58,6 @@ def check_pruner(config: Any) -> None:
     node = pruner_node(config)
     if node is None:
         return
-    from runner.config.components import check_arguments, import_target
-
     target = node.pop("_target_")
     check_arguments("pruner._target_", target, import_target("pruner._target_", target), node)
     sweeper = OmegaConf.select(config, "hydra.sweeper._target_")
@@ -105,8 +103,6 @@ def report_replicate(link: TrialLink, config: Mapping[str, Any], replicate: int,
     """After a trial's run of replicate `replicate` (its index among the trial's seeds and folds, the same in every
     trial): its objective goes to the trial as that step, and the replicate pruner decides. True: the trial is
     pruned (PRUNED_TAG set to the epoch its runs stopped after, their last), and its other runs do not train."""
-    from hydra.utils import instantiate
-
     _, trial = link.open(instantiate(pruner_node(config)))
     trial.report(value, replicate)
     if not trial.should_prune():
@@ -180,8 +176,7 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
         return None
     if not chief or node is not None and node["_target_"] in REPLICATE_PRUNERS:
         return None  # a replicate pruner's reports are the job's, one per run (report_replicate)
-    import optuna
-    from hydra.utils import instantiate
+    import optuna  # noqa: PLC0415  Optuna: only in a sweep's training (every training process reads this module)
 
     # pruner=none still reports each epoch (the study's intermediate values), and never prunes.
     _, trial = link.open(instantiate(node) if node is not None else optuna.pruners.NopPruner())

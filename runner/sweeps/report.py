@@ -21,7 +21,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.sweeps.study import JOURNAL_FILE
+import optuna
+import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
+from omegaconf import OmegaConf
+from optuna.importance import FanovaImportanceEvaluator
+from optuna.trial import TrialState
+from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotly ships no type information
+
+from runner.errors import RunnerError
+from runner.sweeps.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
 from runner.sweeps.summary import REPORT_CURVE_METRICS, ConfigurationRow, JobRow, Summary, every_job_failed, methods
 from runner.sweeps.terms import what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
@@ -56,9 +64,6 @@ def find_study(sweep_dir: str, given: Mapping[str, str], config: Any = None) -> 
     and `hydra.sweeper.study_name=` among the command's overrides (`given`: the parent's `overrides` tag, by key),
     else the default journal file in the sweep directory. Where the name is not known, the storage's only study is
     the one (_importances)."""
-    from omegaconf import OmegaConf
-
-    from runner.sweeps.study import is_optuna_sweep, storage_of, study_name_of
 
     multirun = os.path.join(sweep_dir, "multirun.yaml")
     if config is None and os.path.exists(multirun):
@@ -85,7 +90,6 @@ def log_scaled_keys(config: Any, overrides: str = "") -> set[str]:
     """The keys swept on a log scale, `tag(log, ...)`: in the sweeper's search space (hydra.sweeper.params of the
     composed config, where there is one) or on the command line (`overrides`: the parent's overrides tag, or the
     config's hydra.overrides.task)."""
-    from omegaconf import OmegaConf
 
     swept: dict[str, str] = {}
     if config is not None:
@@ -107,7 +111,6 @@ def write_report(
 ) -> str:
     """Write sweep_report.html into directory; return its path. `log_keys`: the keys swept on a log scale
     (log_scaled_keys), drawn on a log axis."""
-    from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotly ships no type information
 
     sections = [
         _heading(summary, sweep_dir, lower_is_better),
@@ -252,7 +255,6 @@ def parallel_figure(summary: Summary, log_keys: Collection[str] = ()):
     """The parallel coordinates: an axis per swept key (`log_keys` and widely spread positive values on a log
     axis, a categorical value's names), then the objective's; None where no finished configuration has a swept
     value."""
-    import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
 
     shown = [
         (row, mean)
@@ -356,7 +358,6 @@ def _curves(summary: Summary) -> str:
 def curves_figure(summary: Summary, metric: str):
     """`metric` against the epoch: each configuration's mean and band, and its runs that did not finish, all in
     its colour; None where no run logged it."""
-    import plotly.graph_objects as go
 
     figure = go.Figure()
     for index, row in enumerate(summary.configurations):
@@ -454,13 +455,6 @@ def _importances(study: StudySource | None) -> str:
     """An Optuna sweep's parameter importances (fANOVA, seeded), or a sentence saying why there are none."""
     if study is None:
         return ""
-    import optuna
-    from optuna.importance import FanovaImportanceEvaluator
-    from optuna.trial import TrialState
-
-    from runner.errors import RunnerError
-    from runner.sweeps.study import open_storage
-
     heading = "<h2>Parameter importances (Optuna)</h2>\n"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:

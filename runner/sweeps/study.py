@@ -15,6 +15,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
+from omegaconf import OmegaConf
 
 from runner.errors import RunnerError
 
@@ -37,8 +38,6 @@ RESULTS_FILE = "optimization_results.yaml"
 
 
 def is_optuna_sweep(config: Any) -> bool:
-    from omegaconf import OmegaConf
-
     return OmegaConf.select(config, "hydra.sweeper._target_") == SWEEPER_TARGET
 
 
@@ -63,12 +62,12 @@ def storage_of(storage: Any, sweep_dir: str) -> str:
 
 def open_storage(storage: str):
     """An Optuna storage for storage_of()'s string; one paragraph if it cannot be opened."""
-    import optuna
+    import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
     try:
         if "://" in storage:
             return optuna.storages.RDBStorage(storage)
-        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
         os.makedirs(os.path.dirname(storage), exist_ok=True)
         # An open(O_EXCL) lock file works on the shared filesystems SLURM nodes use, unlike a symlink on some.
@@ -205,7 +204,11 @@ def _as_override_value(value: Any) -> str:
 
 
 def _distribution(override: Override) -> Any:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import (  # noqa: PLC0415  Optuna: only in the processes of an Optuna sweep
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
 
     value = override.value()
     if override.is_choice_sweep() or (isinstance(value, RangeSweep) and value.shuffle):

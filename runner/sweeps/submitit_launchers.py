@@ -75,7 +75,7 @@ class _Sweep:
         self.hydra_context = launcher.hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import submitit  # an optional extra: hydra-tf-runner[slurm]
+        import submitit  # noqa: PLC0415  an optional extra: hydra-tf-runner[slurm]
 
         assert self.config is not None
         params = dict(self.params)
@@ -117,7 +117,7 @@ class _Sweep:
                 jobs = executor.map_array(self.launcher, *zip(*arguments, strict=True))
         except submitit.core.utils.FailedJobError as error:  # sbatch refused: no job exists to wait on
             refused = self._not_submitted(str(error), len(numbered))
-            from runner.sweeps.parent_run import fail_parent_run  # MLflow: only when the sweep stops here
+            from runner.sweeps.parent_run import fail_parent_run  # noqa: PLC0415  MLflow: only when the sweep stops
 
             fail_parent_run(self.config, str(refused))
             raise refused from None
@@ -208,7 +208,7 @@ class _Sweep:
         return f"it reached its time limit, hydra.launcher.timeout_min={self.params.get('timeout_min')}"
 
     def _lost(self, job, number: int, overrides: list[str], how: str) -> JobReturn:
-        from runner.sweeps.job import record_lost_job  # MLflow: only for a job submitit lost
+        from runner.sweeps.job import record_lost_job  # noqa: PLC0415  MLflow: only for a job submitit lost
 
         assert self.hydra_context is not None and self.config is not None
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)

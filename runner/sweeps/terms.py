@@ -104,7 +104,7 @@ def read_parent_run_id(sweep_dir: str) -> str | None:
 def record_tracking_uri(sweep_dir: str, tracking_uri: str) -> None:
     """Write the sweep's store into its directory, a sqlite file's path made absolute from the current directory
     (where the sweep started)."""
-    from runner.tracking.store import absolute_tracking_uri  # MLflow's imports: only where a sweep starts
+    from runner.tracking.store import absolute_tracking_uri  # noqa: PLC0415  MLflow: only where a sweep starts
 
     with open(os.path.join(sweep_dir, TRACKING_URI_FILE), "w") as handle:
         handle.write(absolute_tracking_uri(tracking_uri) + "\n")

@@ -37,6 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy
+from scipy import stats  # type: ignore[import-untyped]  # scipy ships no type information
+
 LEVEL = 0.95  # the confidence of the intervals
 ALPHA = 0.05  # a Holm-adjusted p below this: distinguishable from the best
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same interval, and the same report, byte for byte
@@ -117,7 +120,6 @@ def _variance_factor(n: int, folds: int) -> float:
 
 def _t_interval(values: Sequence[float], factor: float, level: float) -> tuple[float, float]:
     """mean ± t((1 + level)/2, n-1)·√(factor·s²)."""
-    from scipy import stats  # type: ignore[import-untyped]  # scipy ships no type information
 
     mean = statistics.fmean(values)
     half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * math.sqrt(factor * statistics.variance(values))
@@ -127,8 +129,6 @@ def _t_interval(values: Sequence[float], factor: float, level: float) -> tuple[f
 def _bootstrap(values: Sequence[float], level: float, seed: int) -> tuple[float, float]:
     """The percentile bootstrap interval of the mean (scipy.stats.bootstrap, seeded). Percentile, not scipy's
     default BCa: BCa is undefined when most resamples repeat one value (it then returns NaN)."""
-    import numpy
-    from scipy import stats
 
     data = numpy.asarray(values, dtype=float)
     result = stats.bootstrap(
@@ -205,7 +205,6 @@ def _p(value: float) -> str:
 def paired_p(best: Mapping[Replicate, float], other: Mapping[Replicate, float], folds: int = 0) -> PairedTest:
     """The two-sided paired t-test of `other` against `best` over the replicate keys (seed, fold) both have: with
     folds, Nadeau and Bengio's corrected one; seeds alone, the plain one (scipy.stats.ttest_rel's)."""
-    from scipy import stats
 
     keys = sorted(set(best) & set(other), key=str)
     if len(keys) < 2:
