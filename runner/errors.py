@@ -21,7 +21,7 @@ def report(kind: str, message: object) -> str:
     """The paragraph a job ends with ("error: ...", "preempted: ..."): on the terminal on a line of its own, even
     while a progress bar is drawn there, and as the last line of the run's log file (Hydra's runner.log). Returns
     it, for the process's outcome (runner.outcome), which is where a supervisor reads it."""
-    from runner.compat.tqdm_internals import close_open_bars  # tqdm only when a paragraph is reported
+    from runner.compat.tqdm_internals import close_open_bars  # noqa: PLC0415  tqdm: only once a paragraph is reported
 
     text = f"{kind}: {message}"
     # A progress bar still drawn ends its line first, so the paragraph starts a line of its own (which is where

@@ -6,10 +6,10 @@ from __future__ import annotations
 def _pyplot():
     """matplotlib's pyplot on the file-only Agg backend, imported when a picture is drawn: the import
     takes half a second, which training should not wait for."""
-    import matplotlib  # matplotlib takes seconds to import: only where curves are drawn
+    import matplotlib  # noqa: PLC0415  matplotlib: seconds to import, only where curves are drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  matplotlib: as above, and only after use("Agg")
 
     return plt
 
@@ -17,7 +17,7 @@ def _pyplot():
 def integer_epochs(axis, epochs) -> None:
     """Ticks on whole epochs only: each epoch where there are 20 or fewer (matplotlib would put a lone epoch 1
     between ticks 0.94 ... 1.06), else whole numbers matplotlib picks."""
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415  matplotlib: only where curves are drawn
 
     if 0 < len(epochs) <= 20:
         axis.set_xticks(sorted(epochs))

@@ -64,7 +64,7 @@ def configure(verbose: bool) -> None:
 def load_tensorflow(verbose: bool) -> None:
     """Import TensorFlow and let it look for GPUs (where the CUDA probe prints), quietly unless verbose."""
     with loading_tensorflow(verbose):
-        import tensorflow as tf  # TensorFlow: loaded here, once the config is good
+        import tensorflow as tf  # noqa: PLC0415  TensorFlow: loaded here, once the config is good
 
         tf.config.list_physical_devices("GPU")  # initialises CUDA if there is any: its errors print now
 

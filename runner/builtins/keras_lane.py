@@ -6,6 +6,7 @@ One model per process, so the selection is the process's, as Keras's own global 
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from typing import Any
 
@@ -28,10 +29,10 @@ def selected() -> int:
 def api(version: int | None = None) -> Any:
     """The Keras module of `version` (default: the selected one): tf.keras (tf_keras) or keras (Keras 3)."""
     if (version or _selected) == 3:
-        import keras
+        import keras  # noqa: PLC0415  Keras 3: only for a Keras 3 model, a tf_keras run never loads it
 
         return keras
-    import tensorflow as tf
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
     return tf.keras
 
@@ -51,10 +52,8 @@ def version_of(thing: object) -> int | None:
 def described(model: object) -> str:
     """The Keras package and version a model is built with, e.g. `keras 3.15.1` or `tf_keras 2.21.0` (the run's
     `keras` tag: which lane trained it)."""
-    from importlib.metadata import version
-
     package = "keras" if version_of(model) == 3 else "tf_keras"
-    return f"{package} {version(package)}"
+    return f"{package} {importlib.metadata.version(package)}"
 
 
 def prepare(policy: str, seed: int, keras: int) -> None:
@@ -62,12 +61,12 @@ def prepare(policy: str, seed: int, keras: int) -> None:
     global dtype policy and the random seed in tf_keras, and in Keras 3 when it is selected or this process has
     imported it (a Keras 3 model's module imports it before the model is built; a tf_keras run never pays for
     loading it)."""
-    import tensorflow as tf
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
     select(keras)
     tf.keras.mixed_precision.set_global_policy(policy)
     if keras == 3 or "keras" in sys.modules:
-        import keras as keras3
+        import keras as keras3  # noqa: PLC0415  Keras 3: only where selected or already loaded
 
         keras3.mixed_precision.set_global_policy(policy)
         keras3.utils.set_random_seed(seed)

@@ -379,7 +379,7 @@ def _mark_failed(settings: Settings, run_dir: str, error: str, only_if_running: 
     run_id = read_run_id(run_dir)
     if run_id is None:
         return  # the chief never started its run
-    from runner.tracking.run_writer import fail_run  # MLflow only to mark a failed run
+    from runner.tracking.run_writer import fail_run  # noqa: PLC0415  MLflow: only to mark a failed run
 
     try:
         fail_run(settings.mlflow.tracking_uri, run_dir, run_id, failure_message(RunnerError(error)), only_if_running)

@@ -101,7 +101,7 @@ class CoordinatedPreemption(PreemptionGuard):
     def watching(self, save: Callable[[], None], step: Callable[[], int]) -> Iterator[None]:
         """TensorFlow's handler, for as long as the controller trains: its SIGTERM handler replaces the one
         installed() put in place, which restores the one before both when its own block ends."""
-        import tensorflow as tf  # TensorFlow: a MultiWorkerMirrored job has it loaded
+        import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
         if threading.current_thread() is not threading.main_thread():
             yield
@@ -131,7 +131,7 @@ class CoordinatedPreemption(PreemptionGuard):
 
     def _stop(self) -> None:
         """The handler's exit_fn, called by every worker right after the agreed step's save."""
-        from tensorflow.python.eager import context  # as above
+        from tensorflow.python.eager import context  # noqa: PLC0415  TensorFlow: only once the config is valid
 
         assert self.handler is not None  # it calls this
         own = self.handler._received_own_sigterm.is_set()  # noqa: SLF001

@@ -163,7 +163,7 @@ def resolve(settings: Settings) -> Task:
         return SINGLE_PROCESS
     if kind == "tf_config":
         config = read_tf_config(os.environ.get(TF_CONFIG), strategy)
-        import tensorflow as tf  # TensorFlow: after the config is checked without it
+        import tensorflow as tf  # noqa: PLC0415  TensorFlow: after the config is checked without it
 
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         cluster, task_type, index = config["cluster"], config["task"]["type"], config["task"].get("index", 0)
@@ -192,7 +192,7 @@ def _check_single_task(strategy: str) -> None:
 def _slurm_resolver(settings: Settings):
     """SlurmClusterResolver over the job step's tasks: all workers for multi_worker_mirrored; for
     parameter_server a chief, cluster.ps parameter servers, and the remaining tasks as workers."""
-    import tensorflow as tf  # TensorFlow: after the config is checked without it
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: after the config is checked without it
 
     try:
         tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])

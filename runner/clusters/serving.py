@@ -40,7 +40,7 @@ def serve_if_a_server(task: Task, settings: Settings, run_dir: str, write: Calla
 def serve(task: Task, settings: Settings, run_dir: str, write: Callable[[Outcome], None]) -> NoReturn:
     """Serve until the chief writes a new END_FILE; then end with the status its outcome gives. SIGTERM
     (preemption) does not stop the server at once: the chief may still be saving its checkpoint."""
-    import tensorflow as tf  # TensorFlow: after the config is checked without it
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: after the config is checked without it
 
     path = os.path.join(run_dir, END_FILE)
     earlier = read_end(path)  # a finished earlier run in this directory: not this cluster's end

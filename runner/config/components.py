@@ -14,7 +14,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.utils import instantiate
 
@@ -119,46 +119,88 @@ def check_arguments(
         return dict(given)
     parameters = list(signature.parameters.values())[positional:]
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    named = {
-        p.name: p
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
+    named = _named_parameters(parameters)
     supplied = tuple(supplied)
     group = key.rsplit(".", 1)[0]
     for name in supplied:
         if name not in named and not accepts_any:
             _refuse_missing_parameter(group, target, name, supplied, named)
+    taken = _taken_arguments(group, target, given, supplied, named, accepts_any)
+    if complete:
+        _check_complete(group, target, given, supplied, named)
+    return taken
+
+
+def _named_parameters(parameters: Iterable[inspect.Parameter]) -> dict[str, inspect.Parameter]:
+    """The parameters an argument can be given to by name."""
+    return {
+        p.name: p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+
+
+def _taken_arguments(
+    group: str,
+    target: str,
+    given: Mapping[str, Any],
+    supplied: tuple[str, ...],
+    named: Mapping[str, inspect.Parameter],
+    accepts_any: bool,
+) -> dict[str, Any]:
+    """The given arguments the callable takes, a null one it does not take left out; any other refused."""
     taken: dict[str, Any] = {}
     for name, value in given.items():
         if name in supplied:
-            raise RunnerError(
-                f"{group}.{name} is not valid: the runner passes {name} to {target} itself. "
-                f"Fix: remove {group}.{name} from the config.",
-                key=f"{group}.{name}",
-            )
+            _refuse_supplied_argument(group, target, name)
         if name not in named and not accepts_any:
             if value is None:
                 continue
-            close = difflib.get_close_matches(name, list(named), n=1)
-            options = ", ".join(sorted(n for n in named if n not in supplied)) or "none"
-            raise RunnerError(
-                f"{group}.{name} is not valid: {target} takes no argument {name!r}"
-                + (f" (did you mean {group}.{close[0]}?)" if close else "")
-                + f"; its arguments are: {options}. Fix: "
-                + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}")
-                + ".",
-                key=f"{group}.{name}",
-            )
+            _refuse_unknown_argument(group, target, name, supplied, named)
         taken[name] = value
+    return taken
+
+
+def _refuse_supplied_argument(group: str, target: str, name: str) -> NoReturn:
+    """The config gives an argument that the runner passes itself."""
+    raise RunnerError(
+        f"{group}.{name} is not valid: the runner passes {name} to {target} itself. "
+        f"Fix: remove {group}.{name} from the config.",
+        key=f"{group}.{name}",
+    )
+
+
+def _refuse_unknown_argument(
+    group: str, target: str, name: str, supplied: tuple[str, ...], named: Mapping[str, inspect.Parameter]
+) -> NoReturn:
+    """The config gives an argument the callable takes no parameter for: the closest one it does take, if any."""
+    close = difflib.get_close_matches(name, list(named), n=1)
+    options = ", ".join(sorted(n for n in named if n not in supplied)) or "none"
+    raise RunnerError(
+        f"{group}.{name} is not valid: {target} takes no argument {name!r}"
+        + (f" (did you mean {group}.{close[0]}?)" if close else "")
+        + f"; its arguments are: {options}. Fix: "
+        + (f"use {group}.{close[0]}" if close else f"remove {group}.{name}")
+        + ".",
+        key=f"{group}.{name}",
+    )
+
+
+def _check_complete(
+    group: str,
+    target: str,
+    given: Mapping[str, Any],
+    supplied: tuple[str, ...],
+    named: Mapping[str, inspect.Parameter],
+) -> None:
+    """Every parameter without a default is given an argument, by the config or by the runner."""
     for name, parameter in named.items():
-        if complete and parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
+        if parameter.default is inspect.Parameter.empty and name not in given and name not in supplied:
             raise RunnerError(
                 f"{group}.{name} is missing: {target} needs the argument {name!r}. Fix: add +{group}.{name}=<value> "
                 "to the command, or to the config file of that option.",
                 key=f"{group}.{name}",
             )
-    return taken
 
 
 def _refuse_missing_parameter(

@@ -31,7 +31,7 @@ def fashion_mnist(dir: str | None = None) -> DataSplits:  # noqa: A002  (the con
 
 
 def _load_keras_fashion_mnist() -> tuple[np.ndarray, ...]:
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
     try:
         (train_x, train_y), (test_x, test_y) = tf.keras.datasets.fashion_mnist.load_data()

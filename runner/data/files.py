@@ -20,6 +20,22 @@ _FIX_KEYS = (
 def npz(path: str, num_classes: int | None = None) -> DataSplits:
     """The four arrays of `path`; num_classes: null = the largest label + 1."""
     where = f"dataset.path={path!r}"
+    full = _existing_file(where, path)
+    arrays = _arrays(where, full)
+    for split in ("train", "test"):
+        _check_split(where, split, arrays[f"x_{split}"], arrays[f"y_{split}"])
+    _check_example_shapes(where, arrays["x_train"], arrays["x_test"])
+    classes = _classes(where, arrays, num_classes)
+    return DataSplits(
+        (arrays["x_train"], arrays["y_train"]),
+        (arrays["x_test"], arrays["y_test"]),
+        num_classes=classes,
+        source={"uri": full},
+    )
+
+
+def _existing_file(where: str, path: str) -> str:
+    """dataset.path as the absolute path of a file that is there."""
     if path is None:
         raise RunnerError(
             "dataset.path is missing: dataset=npz reads one .npz file. Fix: pass dataset.path=/path/to/data.npz."
@@ -29,6 +45,11 @@ def npz(path: str, num_classes: int | None = None) -> DataSplits:
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(full):
         raise RunnerError(f"{where}: no such file ({full}). Fix: point dataset.path at an existing .npz file.")
+    return full
+
+
+def _arrays(where: str, full: str) -> dict[str, np.ndarray]:
+    """The file's NPZ_KEYS arrays, read into memory."""
     try:
         with np.load(full, allow_pickle=False) as archive:
             missing = [key for key in NPZ_KEYS if key not in archive.files]
@@ -37,7 +58,7 @@ def npz(path: str, num_classes: int | None = None) -> DataSplits:
                     f"{where}: the file has no {', '.join(missing)} (it holds "
                     f"{', '.join(archive.files) or 'no arrays'}). Fix: {_FIX_KEYS}."
                 )
-            arrays = {key: archive[key] for key in NPZ_KEYS}
+            return {key: archive[key] for key in NPZ_KEYS}
     except RunnerError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
@@ -45,23 +66,32 @@ def npz(path: str, num_classes: int | None = None) -> DataSplits:
             f"{where}: not a readable .npz file ({type(error).__name__}: "
             f"{' '.join(str(error).split())}). Fix: {_FIX_KEYS}."
         ) from None
-    for split in ("train", "test"):
-        inputs, labels = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if inputs.ndim < 2 or labels.ndim != 1 or len(inputs) != len(labels) or not len(labels):
-            raise RunnerError(
-                f"{where}: x_{split} is shaped {inputs.shape} and y_{split} {labels.shape}; expected "
-                f"(n, ...) inputs and n labels, n > 0. Fix: {_FIX_KEYS}."
-            )
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise RunnerError(
-                f"{where}: y_{split} holds {labels.dtype} values, not integer class indices. Fix: "
-                f"store labels as integers 0..num_classes-1 (y.astype(np.int64))."
-            )
-    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
+
+
+def _check_split(where: str, split: str, inputs: np.ndarray, labels: np.ndarray) -> None:
+    """n > 0 examples of rank 1 or more, and n integer labels."""
+    if inputs.ndim < 2 or labels.ndim != 1 or len(inputs) != len(labels) or not len(labels):
         raise RunnerError(
-            f"{where}: x_train examples are shaped {arrays['x_train'].shape[1:]} and x_test examples "
-            f"{arrays['x_test'].shape[1:]}. Fix: give both splits examples of one shape."
+            f"{where}: x_{split} is shaped {inputs.shape} and y_{split} {labels.shape}; expected "
+            f"(n, ...) inputs and n labels, n > 0. Fix: {_FIX_KEYS}."
         )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise RunnerError(
+            f"{where}: y_{split} holds {labels.dtype} values, not integer class indices. Fix: "
+            f"store labels as integers 0..num_classes-1 (y.astype(np.int64))."
+        )
+
+
+def _check_example_shapes(where: str, x_train: np.ndarray, x_test: np.ndarray) -> None:
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise RunnerError(
+            f"{where}: x_train examples are shaped {x_train.shape[1:]} and x_test examples "
+            f"{x_test.shape[1:]}. Fix: give both splits examples of one shape."
+        )
+
+
+def _classes(where: str, arrays: dict[str, np.ndarray], num_classes: int | None) -> int:
+    """num_classes (null: the largest label + 1), once both splits' labels are class indices below it."""
     classes = num_classes if num_classes is not None else int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
     for split in ("train", "test"):
         labels = arrays[f"y_{split}"]
@@ -72,9 +102,4 @@ def npz(path: str, num_classes: int | None = None) -> DataSplits:
                 + (", or set dataset.num_classes to the number of classes" if num_classes else "")
                 + "."
             )
-    return DataSplits(
-        (arrays["x_train"], arrays["y_train"]),
-        (arrays["x_test"], arrays["y_test"]),
-        num_classes=classes,
-        source={"uri": full},
-    )
+    return classes

@@ -8,7 +8,8 @@ width, channels), all resized to one size (by default the first training image's
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from runner.data.source import DataSplits, FileRecords
 from runner.errors import RunnerError
@@ -27,65 +28,19 @@ def image_folder(
     """image_size: [height, width] (null: the first training image's); color_mode: grayscale, rgb or rgba
     (null: the first training image's channels)."""
     where = f"dataset.dir={dir!r}"
-    if dir is None:
-        raise RunnerError(
-            f"dataset.dir is missing: dataset=image_folder reads {LAYOUT}. Fix: pass dataset.dir=/path/to/images."
-        )
-    root = os.path.abspath(os.path.expanduser(str(dir)))
-    if color_mode is not None and color_mode not in COLOR_MODES:
-        raise RunnerError(
-            f"dataset.color_mode={color_mode!r} is not one of {', '.join(COLOR_MODES)}. Fix: pick one, "
-            "or null for the first image's channels."
-        )
-    for split in ("train", "test"):
-        if not os.path.isdir(os.path.join(root, split)):
-            raise RunnerError(f"{where}: there is no {split}/ folder in {root}. Fix: lay the images out as {LAYOUT}.")
-    classes = sorted(entry.name for entry in os.scandir(os.path.join(root, "train")) if entry.is_dir())
-    if not classes:
-        raise RunnerError(
-            f"{where}: {os.path.join(root, 'train')} has no class sub-folders. Fix: lay the images out as {LAYOUT}."
-        )
+    root = _root(dir)
+    _check_color_mode(color_mode)
+    classes = _class_names(where, root)
     train_files, train_labels = _listing(where, root, "train", classes)
     test_files, test_labels = _listing(where, root, "test", classes)
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
-
-    try:
-        first = tf.io.decode_image(tf.io.read_file(train_files[0]), expand_animations=False, dtype=tf.uint8)
-    except tf.errors.OpError as error:
-        raise RunnerError(
-            f"{where}: {train_files[0]} is not a readable image ({type(error).__name__}). Fix: remove "
-            "it or replace it with a PNG, JPEG, BMP or GIF file."
-        ) from None
-    if image_size is not None:
-        try:
-            size = tuple(int(d) for d in image_size)
-        except (TypeError, ValueError):
-            size = ()
-        if len(size) != 2 or min(size) < 1:
-            raise RunnerError(
-                f"dataset.image_size={image_size!r} is not a size. Fix: pass [height, width], e.g. "
-                "dataset.image_size=[64,64], or null for the first image's size."
-            )
-    else:
-        size = tuple(int(d) for d in first.shape[:2])
-    channels = COLOR_MODES[color_mode] if color_mode is not None else int(first.shape[2])
-    shape = (*size, channels)
-
-    def decode_record(path, label):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False, dtype=tf.uint8)
-        image.set_shape((None, None, channels))
-        # Images of another size are resized (bilinear, rounded back to uint8); same-sized ones pass untouched.
-        image = tf.cond(
-            tf.reduce_all(tf.shape(image)[:2] == size),
-            lambda: image,
-            lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(image, size), 0, 255)), tf.uint8),
-        )
-        return tf.ensure_shape(image, shape), label
-
+    first = _first_image_shape(where, train_files[0])
+    size = _size(image_size, first)
+    channels = COLOR_MODES[color_mode] if color_mode is not None else first[2]
+    decode_record = _record_decoder(size, channels)
     splits = [
         FileRecords(
             files,
-            shape,
+            (*size, channels),
             "uint8",
             labels=labels,
             counts=[1] * len(files),
@@ -103,6 +58,87 @@ def image_folder(
         train_examples=len(train_files),
         test_examples=len(test_files),
     )
+
+
+def _root(directory: str | None) -> str:
+    """dataset.dir as an absolute path."""
+    if directory is None:
+        raise RunnerError(
+            f"dataset.dir is missing: dataset=image_folder reads {LAYOUT}. Fix: pass dataset.dir=/path/to/images."
+        )
+    return os.path.abspath(os.path.expanduser(str(directory)))
+
+
+def _check_color_mode(color_mode: str | None) -> None:
+    if color_mode is not None and color_mode not in COLOR_MODES:
+        raise RunnerError(
+            f"dataset.color_mode={color_mode!r} is not one of {', '.join(COLOR_MODES)}. Fix: pick one, "
+            "or null for the first image's channels."
+        )
+
+
+def _class_names(where: str, root: str) -> list[str]:
+    """The sub-folders of train/, sorted (label 0 is the first), once both train/ and test/ are there."""
+    for split in ("train", "test"):
+        if not os.path.isdir(os.path.join(root, split)):
+            raise RunnerError(f"{where}: there is no {split}/ folder in {root}. Fix: lay the images out as {LAYOUT}.")
+    classes = sorted(entry.name for entry in os.scandir(os.path.join(root, "train")) if entry.is_dir())
+    if not classes:
+        raise RunnerError(
+            f"{where}: {os.path.join(root, 'train')} has no class sub-folders. Fix: lay the images out as {LAYOUT}."
+        )
+    return classes
+
+
+def _first_image_shape(where: str, file: str) -> tuple[int, int, int]:
+    """The (height, width, channels) of the first training image, which the defaults are taken from."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    try:
+        first = tf.io.decode_image(tf.io.read_file(file), expand_animations=False, dtype=tf.uint8)
+    except tf.errors.OpError as error:
+        raise RunnerError(
+            f"{where}: {file} is not a readable image ({type(error).__name__}). Fix: remove "
+            "it or replace it with a PNG, JPEG, BMP or GIF file."
+        ) from None
+    height, width, channels = (int(d) for d in first.shape)
+    return height, width, channels
+
+
+def _size(image_size: Sequence[int] | None, first: tuple[int, int, int]) -> tuple[int, ...]:
+    """The (height, width) every image is resized to: image_size, or the first image's."""
+    if image_size is None:
+        return first[:2]
+    try:
+        size = tuple(int(d) for d in image_size)
+    except (TypeError, ValueError):
+        size = ()
+    if len(size) != 2 or min(size) < 1:
+        raise RunnerError(
+            f"dataset.image_size={image_size!r} is not a size. Fix: pass [height, width], e.g. "
+            "dataset.image_size=[64,64], or null for the first image's size."
+        )
+    return size
+
+
+def _record_decoder(size: tuple[int, ...], channels: int) -> Callable[[Any, Any], Any]:
+    """FileRecords.decode_record: an image file's path and label -> its image, of `size` and `channels`."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    shape = (*size, channels)
+
+    def decode_record(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False, dtype=tf.uint8)
+        image.set_shape((None, None, channels))
+        # Images of another size are resized (bilinear, rounded back to uint8); same-sized ones pass untouched.
+        image = tf.cond(
+            tf.reduce_all(tf.shape(image)[:2] == size),
+            lambda: image,
+            lambda: tf.cast(tf.round(tf.clip_by_value(tf.image.resize(image, size), 0, 255)), tf.uint8),
+        )
+        return tf.ensure_shape(image, shape), label
+
+    return decode_record
 
 
 def _listing(where: str, root: str, split: str, classes: list[str]) -> tuple[list[str], list[int]]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import glob as globbing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,10 @@ from runner.errors import RunnerError
 ENCODINGS = ("raw", "png", "jpeg")
 READ_BUFFER_BYTES = 4 << 20  # per file: large sequential reads
 _SCAN_BATCH = 1024  # records parsed at once per file: bounded memory, whatever the file size
+# A file's summary is five int64s: its records, its lowest and highest label, and its smallest and largest image
+# in bytes (raw images only; 0 otherwise). _NO_RECORDS is an empty file's: where each file's sum starts.
+_BIG = np.iinfo(np.int64).max
+_NO_RECORDS = (0, _BIG, -_BIG, _BIG, -_BIG)
 
 
 def tfrecord(
@@ -34,63 +39,22 @@ def tfrecord(
     """The files the two globs match (sorted); image_shape: (height, width) or (height, width, channels);
     num_classes: null = the largest label + 1."""
     shape = _shape(image_shape)
-    if image_encoding not in ENCODINGS:
-        raise RunnerError(
-            f"dataset.image_encoding={image_encoding!r} is not one of {', '.join(ENCODINGS)}. Fix: use "
-            "raw (the image's uint8 bytes, row-major), png or jpeg (an encoded image file)."
-        )
-    if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
-        raise RunnerError(
-            f"dataset.shuffle_buffer={shuffle_buffer!r} is not a positive number of records. Fix: "
-            "pass e.g. dataset.shuffle_buffer=10000."
-        )
+    _check_encoding(image_encoding)
+    _check_shuffle_buffer(shuffle_buffer)
     train, test = _glob("train_files", train_files), _glob("test_files", test_files)
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
-
     train_where, test_where = f"dataset.train_files={train_files!r}", f"dataset.test_files={test_files!r}"
     for where, files in ((train_where, train), (test_where, test)):
         _check_first_record(where, files[0], image_key, label_key, shape, image_encoding)
     train_counts, train_labels = _scan(train_where, train, image_key, label_key, shape, image_encoding)
     test_counts, test_labels = _scan(test_where, test, image_key, label_key, shape, image_encoding)
-    classes = num_classes if num_classes is not None else max(train_labels[1], test_labels[1]) + 1
-    for where, (low, high, file) in ((train_where, train_labels), (test_where, test_labels)):
-        if low < 0 or high >= classes:
-            bad = low if low < 0 else high
-            raise RunnerError(
-                f"{where}: {file} holds label {bad}, outside 0..{classes - 1} for {classes} "
-                "classes. Fix: store class indices 0..num_classes-1 under dataset.label_key"
-                + (", or set dataset.num_classes to the number of classes" if num_classes is not None else "")
-                + "."
-            )
-
-    def read(file):
-        return tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES)
-
-    features = {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
-    if image_encoding == "raw":
-
-        def decode_batch(records):
-            parsed = tf.io.parse_example(records, features)
-            images = tf.reshape(tf.io.decode_raw(parsed[image_key], tf.uint8), (-1, *shape))
-            return images, parsed[label_key]
-
-        record_decoder, batch_decoder = None, decode_batch
-    else:
-        channels = shape[2] if len(shape) == 3 else 1
-        decode = tf.io.decode_png if image_encoding == "png" else tf.io.decode_jpeg
-
-        def decode_record(record):
-            parsed = tf.io.parse_single_example(record, features)
-            image = decode(parsed[image_key], channels=channels)
-            return tf.ensure_shape(tf.reshape(image, shape), shape), parsed[label_key]
-
-        record_decoder, batch_decoder = decode_record, None
+    classes = _classes(num_classes, ((train_where, train_labels), (test_where, test_labels)))
+    record_decoder, batch_decoder = _decoders(image_key, label_key, shape, image_encoding)
     splits = [
         FileRecords(
             files,
             shape,
             "uint8",
-            read=read,
+            read=_read,
             counts=counts,
             shuffle_buffer=shuffle_buffer,
             decode_record=record_decoder,
@@ -108,6 +72,92 @@ def tfrecord(
         train_examples=sum(train_counts),
         test_examples=sum(test_counts),
     )
+
+
+def _check_encoding(image_encoding: str) -> None:
+    if image_encoding not in ENCODINGS:
+        raise RunnerError(
+            f"dataset.image_encoding={image_encoding!r} is not one of {', '.join(ENCODINGS)}. Fix: use "
+            "raw (the image's uint8 bytes, row-major), png or jpeg (an encoded image file)."
+        )
+
+
+def _check_shuffle_buffer(shuffle_buffer: int) -> None:
+    if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
+        raise RunnerError(
+            f"dataset.shuffle_buffer={shuffle_buffer!r} is not a positive number of records. Fix: "
+            "pass e.g. dataset.shuffle_buffer=10000."
+        )
+
+
+def _classes(num_classes: int | None, splits: tuple[tuple[str, tuple[int, int, str]], ...]) -> int:
+    """num_classes (null: the largest label + 1), once every split's labels, (where, (low, high, file)) as _scan
+    found them, are class indices below it."""
+    classes = num_classes if num_classes is not None else max(high for _, (_, high, _) in splits) + 1
+    for where, (low, high, file) in splits:
+        if low < 0 or high >= classes:
+            bad = low if low < 0 else high
+            raise RunnerError(
+                f"{where}: {file} holds label {bad}, outside 0..{classes - 1} for {classes} "
+                "classes. Fix: store class indices 0..num_classes-1 under dataset.label_key"
+                + (", or set dataset.num_classes to the number of classes" if num_classes is not None else "")
+                + "."
+            )
+    return classes
+
+
+def _read(file: Any) -> Any:
+    """A file's records (FileRecords.read)."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    return tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES)
+
+
+def _features(image_key: str, label_key: str) -> dict[str, Any]:
+    """What parsing a record reads: the image's bytes and the label."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    return {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
+
+
+def _decoders(
+    image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
+) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
+    """FileRecords' (decode_record, decode_batch): raw images are decoded a batch at once, after batching;
+    PNG and JPEG files one record at a time, before it."""
+    if encoding == "raw":
+        return None, _raw_batch_decoder(image_key, label_key, shape)
+    return _encoded_record_decoder(image_key, label_key, shape, encoding), None
+
+
+def _raw_batch_decoder(image_key: str, label_key: str, shape: tuple[int, ...]) -> Callable[[Any], Any]:
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    features = _features(image_key, label_key)
+
+    def decode_batch(records):
+        parsed = tf.io.parse_example(records, features)
+        images = tf.reshape(tf.io.decode_raw(parsed[image_key], tf.uint8), (-1, *shape))
+        return images, parsed[label_key]
+
+    return decode_batch
+
+
+def _encoded_record_decoder(
+    image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
+) -> Callable[[Any], Any]:
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    features = _features(image_key, label_key)
+    channels = shape[2] if len(shape) == 3 else 1
+    decode = tf.io.decode_png if encoding == "png" else tf.io.decode_jpeg
+
+    def decode_record(record):
+        parsed = tf.io.parse_single_example(record, features)
+        image = decode(parsed[image_key], channels=channels)
+        return tf.ensure_shape(tf.reshape(image, shape), shape), parsed[label_key]
+
+    return decode_record
 
 
 def _shape(image_shape) -> tuple[int, ...]:
@@ -145,7 +195,21 @@ def _check_first_record(
     where: str, file: str, image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
 ) -> None:
     """The first record has both keys, of the right kinds, and an image of the configured shape."""
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
+    example = _first_example(where, file)
+    if example is None:
+        return  # an empty file: the scan counts 0 records in it
+    feature = example.features.feature
+    _check_feature_kinds(file, feature, image_key, label_key)
+    data = feature[image_key].bytes_list.value[0] if feature[image_key].bytes_list.value else b""
+    if encoding == "raw":
+        _check_raw_size(file, data, shape)
+    else:
+        _check_encoded_size(file, data, shape, encoding)
+
+
+def _first_example(where: str, file: str) -> Any:
+    """The file's first record as a tf.train.Example (None for an empty file)."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
     try:
         first = next(iter(tf.data.TFRecordDataset(file).take(1)), None)
@@ -156,15 +220,18 @@ def _check_first_record(
             "leave it out of the glob."
         ) from None
     if first is None:
-        return  # an empty file: the scan counts 0 records in it
+        return None
     try:
-        example = tf.train.Example.FromString(first.numpy())
+        return tf.train.Example.FromString(first.numpy())
     except Exception:
         raise RunnerError(
             f"{where}: the records of {file} are not tf.train.Example protos. Fix: write each "
             "record as tf.train.Example(...).SerializeToString()."
         ) from None
-    feature = example.features.feature
+
+
+def _check_feature_kinds(file: str, feature: Any, image_key: str, label_key: str) -> None:
+    """The record has the image as bytes and the label as int64s, under the configured keys."""
     found = ", ".join(sorted(feature)) or "none"
     for option, name, kind in (("image_key", image_key, "bytes_list"), ("label_key", label_key, "int64_list")):
         if name not in feature:
@@ -179,16 +246,22 @@ def _check_first_record(
                 f"{feature[name].WhichOneof('kind')}, not a {kind}. Fix: store the "
                 f"{'image as bytes' if kind == 'bytes_list' else 'label as an int64'} under it."
             )
-    data = feature[image_key].bytes_list.value[0] if feature[image_key].bytes_list.value else b""
-    if encoding == "raw":
-        size = int(np.prod(shape))
-        if len(data) != size:
-            raise RunnerError(
-                f"dataset.image_shape={list(shape)}: the first image of {file} holds {len(data)} bytes, "
-                f"not the {size} of that shape. Fix: give the images' real shape as "
-                "dataset.image_shape, or dataset.image_encoding=png/jpeg for encoded images."
-            )
-        return
+
+
+def _check_raw_size(file: str, data: bytes, shape: tuple[int, ...]) -> None:
+    size = int(np.prod(shape))
+    if len(data) != size:
+        raise RunnerError(
+            f"dataset.image_shape={list(shape)}: the first image of {file} holds {len(data)} bytes, "
+            f"not the {size} of that shape. Fix: give the images' real shape as "
+            "dataset.image_shape, or dataset.image_encoding=png/jpeg for encoded images."
+        )
+
+
+def _check_encoded_size(file: str, data: bytes, shape: tuple[int, ...], encoding: str) -> None:
+    """The first PNG or JPEG image decodes, to the configured height and width."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
     try:
         decoded = tf.io.decode_image(data, expand_animations=False).shape
     except tf.errors.OpError:
@@ -209,53 +282,8 @@ def _scan(
 ) -> tuple[list[int], tuple[int, int, str]]:
     """Each file's record count and the labels' range (with a file holding the extreme), in one streaming
     pass that parses only the label (and, for raw images, the image's byte count)."""
-    import tensorflow as tf  # TensorFlow when called: its signature is checked before TF loads
-
     raw = encoding == "raw"
-    features = {label_key: tf.io.FixedLenFeature([], tf.int64)}
-    if raw:
-        features[image_key] = tf.io.FixedLenFeature([], tf.string)
-    big = np.iinfo(np.int64).max
-
-    def summarise(file):
-        def per_batch(records):
-            parsed = tf.io.parse_example(records, features)
-            labels = parsed[label_key]
-            sizes = tf.strings.length(parsed[image_key]) if raw else tf.zeros_like(labels, tf.int32)
-            return tf.stack(
-                [
-                    tf.size(labels, tf.int64),
-                    tf.reduce_min(labels),
-                    tf.reduce_max(labels),
-                    tf.cast(tf.reduce_min(sizes), tf.int64),
-                    tf.cast(tf.reduce_max(sizes), tf.int64),
-                ]
-            )
-
-        def combine(total, part):
-            return tf.stack(
-                [
-                    total[0] + part[0],
-                    tf.minimum(total[1], part[1]),
-                    tf.maximum(total[2], part[2]),
-                    tf.minimum(total[3], part[3]),
-                    tf.maximum(total[4], part[4]),
-                ]
-            )
-
-        batches = tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES).batch(_SCAN_BATCH).map(per_batch)
-        return batches.reduce(tf.constant([0, big, -big, big, -big], tf.int64), combine)
-
-    summaries = tf.data.Dataset.from_tensor_slices(files).map(summarise, num_parallel_calls=2, deterministic=True)
-    try:
-        rows = [row.numpy().tolist() for row in summaries]
-    except tf.errors.OpError as error:
-        raise RunnerError(
-            f"{where}: reading the files failed ({type(error).__name__}: "
-            f"{' '.join(error.message.split())[:300]}). Fix: every record must be a tf.train.Example "
-            f"with an int64 {label_key!r} and a bytes {image_key!r} (dataset.label_key, "
-            "dataset.image_key); rewrite or leave out the file that is not."
-        ) from None
+    rows = _summaries(where, files, image_key, label_key, raw)
     counts = [row[0] for row in rows]
     if not sum(counts):
         raise RunnerError(
@@ -263,15 +291,96 @@ def _scan(
             f"{where.split('=')[0]} at files with examples."
         )
     if raw:
-        size = int(np.prod(shape))
-        for file, row in zip(files, rows, strict=True):
-            if row[0] and (row[3] != size or row[4] != size):
-                raise RunnerError(
-                    f"dataset.image_shape={list(shape)}: {file} holds images of {row[3]} to {row[4]} "
-                    f"bytes, not the {size} of that shape. Fix: give the images' real shape as "
-                    "dataset.image_shape, or rewrite the file."
-                )
+        _check_raw_sizes(files, rows, shape)
+    return counts, _label_range(files, rows)
+
+
+def _summaries(where: str, files: list[str], image_key: str, label_key: str, raw: bool) -> list[list[int]]:
+    """Each file's summary, two files read at once."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    summarise = _file_summariser(image_key, label_key, raw)
+    summaries = tf.data.Dataset.from_tensor_slices(files).map(summarise, num_parallel_calls=2, deterministic=True)
+    try:
+        return [row.numpy().tolist() for row in summaries]
+    except tf.errors.OpError as error:
+        raise RunnerError(
+            f"{where}: reading the files failed ({type(error).__name__}: "
+            f"{' '.join(error.message.split())[:300]}). Fix: every record must be a tf.train.Example "
+            f"with an int64 {label_key!r} and a bytes {image_key!r} (dataset.label_key, "
+            "dataset.image_key); rewrite or leave out the file that is not."
+        ) from None
+
+
+def _file_summariser(image_key: str, label_key: str, raw: bool) -> Callable[[Any], Any]:
+    """A file name -> its summary, summed up batch by batch."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    summarise_batch = _batch_summariser(image_key, label_key, raw)
+
+    def summarise(file):
+        batches = tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES).batch(_SCAN_BATCH)
+        return batches.map(summarise_batch).reduce(tf.constant(_NO_RECORDS, tf.int64), _summed)
+
+    return summarise
+
+
+def _batch_summariser(image_key: str, label_key: str, raw: bool) -> Callable[[Any], Any]:
+    """A batch of records -> its summary, parsing only the label (and a raw image's bytes, for their count)."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    features = {label_key: tf.io.FixedLenFeature([], tf.int64)}
+    if raw:
+        features[image_key] = tf.io.FixedLenFeature([], tf.string)
+
+    def summarise_batch(records):
+        parsed = tf.io.parse_example(records, features)
+        labels = parsed[label_key]
+        sizes = tf.strings.length(parsed[image_key]) if raw else tf.zeros_like(labels, tf.int32)
+        return tf.stack(
+            [
+                tf.size(labels, tf.int64),
+                tf.reduce_min(labels),
+                tf.reduce_max(labels),
+                tf.cast(tf.reduce_min(sizes), tf.int64),
+                tf.cast(tf.reduce_max(sizes), tf.int64),
+            ]
+        )
+
+    return summarise_batch
+
+
+def _summed(total: Any, part: Any) -> Any:
+    """Two summaries as one."""
+    import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+    return tf.stack(
+        [
+            total[0] + part[0],
+            tf.minimum(total[1], part[1]),
+            tf.maximum(total[2], part[2]),
+            tf.minimum(total[3], part[3]),
+            tf.maximum(total[4], part[4]),
+        ]
+    )
+
+
+def _check_raw_sizes(files: list[str], rows: list[list[int]], shape: tuple[int, ...]) -> None:
+    """Every raw image of every file holds the bytes of the configured shape."""
+    size = int(np.prod(shape))
+    for file, row in zip(files, rows, strict=True):
+        if row[0] and (row[3] != size or row[4] != size):
+            raise RunnerError(
+                f"dataset.image_shape={list(shape)}: {file} holds images of {row[3]} to {row[4]} "
+                f"bytes, not the {size} of that shape. Fix: give the images' real shape as "
+                "dataset.image_shape, or rewrite the file."
+            )
+
+
+def _label_range(files: list[str], rows: list[list[int]]) -> tuple[int, int, str]:
+    """The lowest and the highest label of the files, and the file holding the lowest where it is negative,
+    else the one holding the highest (the one a label outside the classes is reported in)."""
     filled = [(file, row) for file, row in zip(files, rows, strict=True) if row[0]]
     low_file, low = min(((file, row[1]) for file, row in filled), key=lambda item: item[1])
     high_file, high = max(((file, row[2]) for file, row in filled), key=lambda item: item[1])
-    return counts, (int(low), int(high), low_file if low < 0 else high_file)
+    return int(low), int(high), low_file if low < 0 else high_file

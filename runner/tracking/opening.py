@@ -19,11 +19,13 @@ def opened_tracker(mlflow: MlflowSettings, *, tracks: bool, in_process: bool = F
         yield NullTracker()
         return
     if in_process:
-        from runner.tracking.mlflow_tracker import MlflowTracker  # MLflow's import: seconds, only where it tracks
+        from runner.tracking.mlflow_tracker import MlflowTracker  # noqa: PLC0415  MLflow: seconds, only where it tracks
 
         yield MlflowTracker(mlflow)
         return
-    from runner.tracking.tracker_process import TrackerProcess  # only the chief starts one
+    # Its import (multiprocessing, the tracker's messages) takes as long as psutil's: a command refused before
+    # this point, the cluster=local launcher and a task that does not track never pay for it.
+    from runner.tracking.tracker_process import TrackerProcess  # noqa: PLC0415  only a tracking process needs it
 
     process = TrackerProcess(mlflow)
     try:

@@ -46,20 +46,19 @@ def _package_dir() -> str:
 def source_tags() -> dict[str, str]:
     """MLflow's context tags (user, source name and type, as its fluent start_run resolves them), with the
     git tags taken from the checkout the runner package lives in, wherever the command ran from."""
-    # MLflow: train.py imports this module for GPU_TAG
-    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_REPO_URL
+    from mlflow.utils import mlflow_tags  # noqa: PLC0415  MLflow: train.py imports this module for GPU_TAG
 
-    from runner.compat.mlflow_internals import context_tags_without_git, git_source
+    from runner.compat import mlflow_internals  # noqa: PLC0415  MLflow: that module imports it at its top
 
-    tags = context_tags_without_git()
+    tags = mlflow_internals.context_tags_without_git()
     package = _package_dir()
-    commit, branch, repo_url = git_source(package)
+    commit, branch, repo_url = mlflow_internals.git_source(package)
     if commit is None:  # installed from a wheel, or a checkout without git: no source commit to name
         return tags
     git = {
-        MLFLOW_GIT_COMMIT: commit,
-        MLFLOW_GIT_BRANCH: branch,
-        MLFLOW_GIT_REPO_URL: repo_url,
+        mlflow_tags.MLFLOW_GIT_COMMIT: commit,
+        mlflow_tags.MLFLOW_GIT_BRANCH: branch,
+        mlflow_tags.MLFLOW_GIT_REPO_URL: repo_url,
         GIT_DIRTY_TAG: _dirty(package),
     }
     tags.update({key: value for key, value in git.items() if value is not None})
@@ -69,7 +68,7 @@ def source_tags() -> dict[str, str]:
 def _dirty(path: str) -> str | None:
     """Uncommitted changes to tracked files (untracked files, such as outputs/ or mlflow.db, do not count)."""
     try:
-        from git import Repo  # GitPython: only for a source in a git checkout
+        from git import Repo  # noqa: PLC0415  GitPython: slow, and its import fails where git is missing (caught)
 
         return str(Repo(path, search_parent_directories=True).is_dirty(untracked_files=False)).lower()
     except Exception as error:  # no git executable, a damaged repository: leave the tag out, say why

@@ -69,7 +69,7 @@ class Child:
         runner_log.setLevel(logging.INFO)
         runner_log.propagate = False
         # The import this process exists to take off the training process's path:
-        from runner.tracking.mlflow_tracker import MlflowTracker
+        from runner.tracking.mlflow_tracker import MlflowTracker  # noqa: PLC0415  MLflow: in the child only
 
         self.tracker_class = MlflowTracker
         self.tracker: MlflowTracker | None = MlflowTracker(settings) if _store_exists(settings) else None
@@ -125,7 +125,7 @@ class Child:
         return self.tracker
 
     def start(self, run_dir: str, params: dict[str, Any], tags: dict[str, str] | None) -> str:
-        from runner.tracking.delivery import Delivery, reason, unanswered  # MLflow: in the child only
+        from runner.tracking.delivery import Delivery, reason, unanswered  # noqa: PLC0415  MLflow: in the child only
 
         tracker = self.opened()
         if self.delivery is not None and self.journal is not None:
@@ -192,7 +192,7 @@ class Child:
         tracker = self.opened()
         if self.journal is None or self.delivery is None:
             return tracker.metric_histories()
-        from runner.tracking.delivery import unanswered  # MLflow: in the child only
+        from runner.tracking.delivery import unanswered  # noqa: PLC0415  MLflow: in the child only
 
         # The training process waits for this answer: anything to read meanwhile means it is gone.
         if self.delivery.wait(self.journal.last_seq, self.connection.poll):
@@ -232,7 +232,7 @@ class _ToTrainingProcess(logging.Handler):
 
 def _absolute(tracking_uri: str) -> str:
     """A sqlite URI with its file's absolute path, so the journal's replay finds the store from anywhere."""
-    from runner.tracking.store import sqlite_file  # MLflow: in the child only; the training process imports this module
+    from runner.tracking.store import sqlite_file  # noqa: PLC0415  MLflow: the training process imports this module
 
     database = sqlite_file(tracking_uri)
     return f"sqlite:///{database}" if database else tracking_uri
@@ -240,9 +240,9 @@ def _absolute(tracking_uri: str) -> str:
 
 def _store_exists(settings: MlflowSettings) -> bool:
     """True when opening the store creates nothing: a sqlite file that is already there."""
-    from mlflow import get_tracking_uri  # MLflow: in the child only
+    from mlflow import get_tracking_uri  # noqa: PLC0415  MLflow: in the child only
 
-    from runner.tracking.store import sqlite_file  # MLflow: in the child only; the training process imports this module
+    from runner.tracking.store import sqlite_file  # noqa: PLC0415  MLflow: the training process imports this module
 
     database = sqlite_file(settings.tracking_uri or get_tracking_uri())
     return database is not None and os.path.isfile(database)
