@@ -231,19 +231,50 @@ class _Job:
         """Train one seed in run_dir under its own child run (skipped if that run already FINISHED); `fold`:
         (k, K), fold k of K held out as the validation split (sweep.folds); `first_step`: the trial's step before
         this run's epoch 1."""
-        client, overrides_tag = self.client, ",".join(overrides)
         label = f"job {self.number} ({name})"
         os.makedirs(run_dir, exist_ok=True)
         wait_for_holder(run_dir, label)
-        run = _existing_child(client, run_dir, self.parent.info.run_id, overrides_tag)
+        run = _existing_child(self.client, run_dir, self.parent.info.run_id, ",".join(overrides))
         if run is not None and run.info.status == _FINISHED:
-            self.run_ids.append(run.info.run_id)
-            log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
-            if PRUNED_TAG in run.data.tags:  # and its trial's other runs stay untrained
-                self.pruned_at = int(run.data.tags[PRUNED_TAG])
-            chosen_by = self.validation.chosen_by(self.objective, run.data.metrics)
-            return float(run.data.metrics[chosen_by]) if chosen_by else self.worst
-        command = [
+            return self._finished_before(run, label)
+        command = self._command(run_dir, overrides, fold)
+        rank = other_task_rank()
+        if rank is not None:
+            # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
+            # beside the chief, task 0, which alone records the job and returns its result.
+            log.info("%s: task %d trains beside task 0, which records the job", label, rank)
+            _train(command, cwd=self.cwd, outcome_file=os.path.join(run_dir, f"outcome-task-{rank}.json"))
+            return float("nan")
+        tags = {
+            CONFIGURATION_TAG: self.configuration,
+            SEED_TAG: str(seed),
+            **({FOLD_TAG: str(fold[0])} if fold else {}),
+        }
+        run_id = self._child_run(run, name, ",".join(overrides), tags, label)
+        # The training process continues the run this file names instead of creating its own.
+        write_run_id(run_dir, run_id)
+        link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
+        self.link = replace(link, first_step=first_step) if link is not None else None
+        self.run_ids.append(run_id)
+        environ = {**self.validation.environ, **(self.link.to_environment() if self.link else {}), **self.lifeline}
+        outcome_file = os.path.join(run_dir, OUTCOME_FILE)
+        started = time.monotonic()
+        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
+        self.client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
+        return self._ended(outcome.read(outcome_file, returncode, who="the training process"), run_id, label)
+
+    def _finished_before(self, run: Run, label: str) -> float:
+        """A run an earlier attempt finished: not trained again; its objective as it was chosen."""
+        self.run_ids.append(run.info.run_id)
+        log.info("%s already FINISHED as MLflow run %s: skipped", label, run.info.run_id)
+        if PRUNED_TAG in run.data.tags:  # and its trial's other runs stay untrained
+            self.pruned_at = int(run.data.tags[PRUNED_TAG])
+        chosen_by = self.validation.chosen_by(self.objective, run.data.metrics)
+        return float(run.data.metrics[chosen_by]) if chosen_by else self.worst
+
+    def _command(self, run_dir: str, overrides: list[str], fold: tuple[int, int] | None) -> list[str]:
+        """The training process's command line: `python -m runner` with the job's overrides in run_dir."""
+        return [
             sys.executable,
             "-m",
             "runner",
@@ -260,57 +291,32 @@ class _Job:
             "mlflow.register=false",
             *self.progress,
         ]
-        rank = other_task_rank()
-        if rank is not None:
-            # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
-            # beside the chief, task 0, which alone records the job and returns its result.
-            log.info("%s: task %d trains beside task 0, which records the job", label, rank)
-            _train(command, cwd=self.cwd, outcome_file=os.path.join(run_dir, f"outcome-task-{rank}.json"))
-            return float("nan")
-        where = where_it_runs(self.hydra_config)
-        if run is not None:
-            run_id = run.info.run_id
-            # Re-attach (the job was interrupted or failed before): clear what the last attempt left.
-            if ERROR_TAG in run.data.tags:
-                client.delete_tag(run_id, ERROR_TAG)
-            for key, value in where.items():
-                client.set_tag(run_id, key, value)
-            client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
-            log.info("%s: continuing MLflow run %s", label, run_id)
-        else:
-            run_id = _new_child(
-                client,
-                self.parent,
-                name,
-                self.number,
-                overrides_tag,
-                {
-                    **where,
-                    CONFIGURATION_TAG: self.configuration,
-                    SEED_TAG: str(seed),
-                    **({FOLD_TAG: str(fold[0])} if fold else {}),
-                },
-            )
-            log.info("%s: MLflow run %s", label, run_id)
-        # The training process continues the run this file names instead of creating its own.
-        write_run_id(run_dir, run_id)
-        outcome_file = os.path.join(run_dir, OUTCOME_FILE)
-        started = time.monotonic()
-        link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
-        if link is not None:
-            link = replace(link, first_step=first_step)
-        self.link = link
-        self.run_ids.append(run_id)
-        environ = {**self.validation.environ, **(link.to_environment() if link else {}), **self.lifeline}
-        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
-        client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
 
-        ended = outcome.read(outcome_file, returncode, who="the training process")
+    def _child_run(self, run: Run | None, name: str, overrides_tag: str, tags: dict[str, str], label: str) -> str:
+        """The run's child run: the one an interrupted or failed attempt left, running again, or a new one."""
+        where = where_it_runs(self.hydra_config)
+        if run is None:
+            run_id = _new_child(self.client, self.parent, name, self.number, overrides_tag, {**where, **tags})
+            log.info("%s: MLflow run %s", label, run_id)
+            return run_id
+        run_id = run.info.run_id
+        # Re-attach (the job was interrupted or failed before): clear what the last attempt left.
+        if ERROR_TAG in run.data.tags:
+            self.client.delete_tag(run_id, ERROR_TAG)
+        for key, value in where.items():
+            self.client.set_tag(run_id, key, value)
+        self.client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        log.info("%s: continuing MLflow run %s", label, run_id)
+        return run_id
+
+    def _ended(self, ended: outcome.Outcome, run_id: str, label: str) -> float:
+        """How the training process ended, for the job: its objective; or, stopped resumable, the run left KILLED
+        for a re-run; or the run ended FAILED with its error. The last two answer with the worst value."""
         chosen_by = self.validation.chosen_by(self.objective, ended.metrics)
         if ended.status == FINISHED and chosen_by:
-            client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
-            if link is not None:
-                self._tag_if_pruned(link, run_id, label)
+            self.client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
+            if self.link is not None:
+                self._tag_if_pruned(self.link, run_id, label)
             return float(ended.metrics[chosen_by])
         if ended.status == KILLED and ended.resumable:
             # Stopped as on preemption (its sweep is gone: runner.lifeline): its run stays KILLED and resumable, and
@@ -320,7 +326,7 @@ class _Job:
             return self.worst
         error = ended.message or f"the training process ended {ended.status} without its {self.objective}"
         # A process that failed during training already ended its run FAILED with its own error.
-        end_failed(client, run_id, error, keep_own_error=True)
+        end_failed(self.client, run_id, error, keep_own_error=True)
         self.failed = True
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst

@@ -254,20 +254,7 @@ class Summary:
             "| " + " | ".join(header) + " |",
             "|---|---:|" + "|".join("---:" for _ in header[2:-1]) + "|---|",
         ]
-        for row in self.configurations:
-            if row.pruned:
-                epochs = sorted({job.pruned_at_epoch for job in row.jobs if job.pruned_at_epoch is not None})
-                shown = "pruned at epoch " + ", ".join(map(str, epochs))
-                lines.append("| " + " | ".join([_cell(row.configuration), shown] + [""] * (len(header) - 2)) + " |")
-                continue
-            out_of = "" if row.n == row.replicate_count else f" of {row.replicate_count}"
-            cells = [_cell(row.configuration), f"{row.n}{out_of}"]
-            cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
-            walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
-            cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
-            cells.append(_interval(self.objective, self.interval(row)))
-            cells.append(self.verdict(row, comparisons))
-            lines.append("| " + " | ".join(cells) + " |")
+        lines += [self._configuration_line(row, comparisons, len(header)) for row in self.configurations]
         lines += [
             "",
             "Each cell: mean ± sample standard deviation over the n runs that finished (its seeds and "
@@ -275,6 +262,27 @@ class Summary:
         ]
         if self.all_failed:
             lines += ["", every_job_failed(len(self.rows), self.objective)]
+        lines += self._repeated_and_pruned_lines() + self._best_lines()
+        for job in self.failed:
+            lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
+        return "\n".join(lines) + "\n"
+
+    def _configuration_line(self, row: ConfigurationRow, comparisons: dict[str, PairedTest], columns: int) -> str:
+        if row.pruned:
+            epochs = sorted({job.pruned_at_epoch for job in row.jobs if job.pruned_at_epoch is not None})
+            shown = "pruned at epoch " + ", ".join(map(str, epochs))
+            return "| " + " | ".join([_cell(row.configuration), shown] + [""] * (columns - 2)) + " |"
+        out_of = "" if row.n == row.replicate_count else f" of {row.replicate_count}"
+        cells = [_cell(row.configuration), f"{row.n}{out_of}"]
+        cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
+        walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
+        cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
+        cells.append(_interval(self.objective, self.interval(row)))
+        cells.append(self.verdict(row, comparisons))
+        return "| " + " | ".join(cells) + " |"
+
+    def _repeated_and_pruned_lines(self) -> list[str]:
+        lines = []
         repeated = [job for row in self.configurations for job in row.repeated]
         if repeated:
             lines += [
@@ -290,31 +298,34 @@ class Summary:
                 + "; ".join(f"job {job.job} ({job.overrides}) at epoch {job.pruned_at_epoch}" for job in self.pruned)
                 + " (stopped early by the study's pruner, never the best)",
             ]
+        return lines
+
+    def _best_lines(self) -> list[str]:
+        """The best configuration, its best job, what chose it and, chosen on validation, its test metrics."""
         best = self.best_configuration
-        if best is not None:
-            spread = best.std(self.objective)
-            lines += [
-                "",
-                f"best {self.objective}: {_format(self.objective, best.mean(self.objective))}"
-                + (f" ± {_format(self.objective, spread)}" if spread is not None else "")
-                + f" (mean of {best.n}), configuration {best.configuration}",
+        if best is None:
+            return []
+        spread = best.std(self.objective)
+        lines = [
+            "",
+            f"best {self.objective}: {_format(self.objective, best.mean(self.objective))}"
+            + (f" ± {_format(self.objective, spread)}" if spread is not None else "")
+            + f" (mean of {best.n}), configuration {best.configuration}",
+        ]
+        if self.best is not None:
+            lines.append(
+                f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
+                f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
+            )
+        lines += ["", what_chose(self.objective, self.asked)]
+        if not chosen_on_test(self.objective):
+            reported = [
+                f"{key} {_mean_std(key, best.mean(key), best.std(key))}"
+                for key in ("test_accuracy", "test_loss")
+                if best.mean(key) is not None
             ]
-            if self.best is not None:
-                lines.append(
-                    f"best job of that configuration: job {self.best.job} ({self.best.overrides}), "
-                    f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
-                )
-            lines += ["", what_chose(self.objective, self.asked)]
-            if not chosen_on_test(self.objective):
-                reported = [
-                    f"{key} {_mean_std(key, best.mean(key), best.std(key))}"
-                    for key in ("test_accuracy", "test_loss")
-                    if best.mean(key) is not None
-                ]
-                lines.append("the winner's test metrics: " + ", ".join(reported))
-        for job in self.failed:
-            lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
-        return "\n".join(lines) + "\n"
+            lines.append("the winner's test metrics: " + ", ".join(reported))
+        return lines
 
     def jobs_markdown(self) -> str:
         """One row per job: its final numbers, wall time and status."""
@@ -410,10 +421,34 @@ def collect(
     fallback: str | None = None,
     asked: bool = True,
 ) -> Summary:
-    """One row per (job number, seed); if one has several children (its overrides changed between re-runs
-    of the sweep directory), the most recently started one is the job. Configurations group the rows.
-    `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data that
-    could not be split: the test set chooses, and the summary says so). `asked`: sweep.objective named it."""
+    """One row per (job number, seed, fold); configurations group the rows, the best is picked among those that
+    finished. `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data
+    that could not be split: the test set chooses, and the summary says so). `asked`: sweep.objective named it."""
+    parent = client.get_run(parent_id)
+    swept_keys = tuple(
+        key for key in parent.data.tags.get(SWEPT_KEYS_TAG, "").split(",") if key and key not in (SEED_KEY, FOLD_TAG)
+    )
+    rows = _job_rows(client, _latest_children(client, parent_id), swept_keys)
+    finished = [row for row in rows if row.finished]
+    # Only finished jobs tell whether the data could be split: where none finished, the objective stays as asked.
+    if fallback is not None and finished and not any(objective in row.metrics for row in finished):
+        objective, asked = fallback, False
+    grouped: dict[str, list[JobRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.configuration, []).append(row)
+    configurations = [ConfigurationRow(name, jobs) for name, jobs in grouped.items()]
+    best_configuration = _best_configuration(configurations, objective, lower_is_better)
+    best = None
+    if best_configuration is not None:
+        pick = min if lower_is_better else max
+        best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
+    sweep = run_name_for(parent.data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
+    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys)
+
+
+def _latest_children(client: MlflowClient, parent_id: str) -> list[tuple[tuple[int, str, str], Run]]:
+    """The parent's children by (job number, seed, fold), in that order; where one has several (its overrides
+    changed between re-runs of the sweep directory), the most recently started."""
     latest: dict[tuple[int, str, str], Run] = {}
     for run in _children(client, parent_id):
         key = (
@@ -423,17 +458,18 @@ def collect(
         )
         if key not in latest or run.info.start_time > latest[key].info.start_time:
             latest[key] = run
-    parent = client.get_run(parent_id)
-    swept_keys = tuple(
-        key for key in parent.data.tags.get(SWEPT_KEYS_TAG, "").split(",") if key and key not in (SEED_KEY, FOLD_TAG)
-    )
-    rows = []
-    ordered = sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]), _seed_order(item[0][2])))
+    return sorted(latest.items(), key=lambda item: (item[0][0], _seed_order(item[0][1]), _seed_order(item[0][2])))
+
+
+def _job_rows(
+    client: MlflowClient, children: list[tuple[tuple[int, str, str], Run]], swept_keys: tuple[str, ...]
+) -> list[JobRow]:
     # A job re-run after an interruption logs its epochs again: the latest value per epoch wins.
     curves = read_histories(
-        client, [run.info.run_id for _, run in ordered], dict.fromkeys(CURVE_METRICS + REPORT_CURVE_METRICS)
+        client, [run.info.run_id for _, run in children], dict.fromkeys(CURVE_METRICS + REPORT_CURVE_METRICS)
     )
-    for (number, seed, fold), run in ordered:
+    rows = []
+    for (number, seed, fold), run in children:
         metrics = run.data.metrics
         wall = metrics.get(WALL_SECONDS)
         if wall is None and run.info.end_time:
@@ -456,29 +492,22 @@ def collect(
                 swept={key: value for key in swept_keys if (value := _swept_value(run, key)) is not None},
             )
         )
-    finished = [row for row in rows if row.finished]
-    # Only finished jobs tell whether the data could be split: where none finished, the objective stays as asked.
-    if fallback is not None and finished and not any(objective in row.metrics for row in finished):
-        objective, asked = fallback, False
-    grouped: dict[str, list[JobRow]] = {}
-    for row in rows:
-        grouped.setdefault(row.configuration, []).append(row)
-    configurations = [ConfigurationRow(name, jobs) for name, jobs in grouped.items()]
+    return rows
 
-    pick = min if lower_is_better else max
-    # A configuration with a failed seed is never the best, as its job's objective is then the worst value.
+
+def _best_configuration(
+    configurations: list[ConfigurationRow], objective: str, lower_is_better: bool
+) -> ConfigurationRow | None:
+    """The complete configuration with the best mean objective. A configuration with a failed seed is never the
+    best, as its job's objective is then the worst value."""
 
     def score(row: ConfigurationRow) -> float:
         mean = row.mean(objective)
         return math.nan if mean is None else mean
 
     scored = [row for row in configurations if row.complete and math.isfinite(score(row))]
-    best_configuration = pick(scored, key=score) if scored else None
-    best = None
-    if best_configuration is not None:
-        best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
-    sweep = run_name_for(parent.data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
-    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys)
+    pick = min if lower_is_better else max
+    return pick(scored, key=score) if scored else None
 
 
 def _swept_value(run, key: str) -> str | None:
@@ -502,51 +531,53 @@ def _seed_order(seed: str):
 
 def write(summary: Summary, directory: str) -> list[str]:
     """Write the configurations' and the jobs' CSV and Markdown, and the PNG, into directory; return their paths."""
-    csv_path = os.path.join(directory, CSV_FILE)
+    paths = [_write_configurations_csv(summary, directory), _write_jobs_csv(summary, directory)]
+    for name, text in ((MARKDOWN_FILE, summary.markdown()), (JOBS_MARKDOWN_FILE, summary.jobs_markdown())):
+        paths.append(os.path.join(directory, name))
+        with open(paths[-1], "w") as handle:
+            handle.write(text)
+    bands = {
+        f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in CURVE_METRICS}
+        for row in summary.configurations
+        if row.n
+    }
+    paths.append(plot_sweep_curves(bands, os.path.join(directory, CURVES_FILE), title=summary.sweep))
+    return paths
+
+
+def _write_configurations_csv(summary: Summary, directory: str) -> str:
+    """sweep_summary.csv: a row per configuration, its statistics, interval and comparison with the best."""
+    path = os.path.join(directory, CSV_FILE)
     stats = [f"{key}_{stat}" for key in RESULT_KEYS for stat in ("mean", "std")]
-    with open(csv_path, "w", newline="") as handle:
-        objective = summary.objective
-        low, high, method = f"{objective}_ci95_low", f"{objective}_ci95_high", f"{objective}_ci95_method"
-        writer = csv.DictWriter(
-            handle,
-            ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, method, "compared_with_best"],
-        )
+    objective = summary.objective
+    low, high, method = f"{objective}_ci95_low", f"{objective}_ci95_high", f"{objective}_ci95_method"
+    columns = ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, method, "compared_with_best"]
+    comparisons = summary.comparisons()
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
         writer.writeheader()
-        comparisons = summary.comparisons()
         for row in summary.configurations:
-            values: dict[str, object] = {}
+            values: dict[str, object] = {"configuration": row.configuration, "n": row.n, "jobs": row.replicate_count}
             for key in RESULT_KEYS:
                 values[f"{key}_mean"], values[f"{key}_std"] = row.mean(key), row.std(key)
-            values["objective"] = objective
             interval = summary.interval(row)
             values[low], values[high] = interval.bounds or (None, None)
             values[method] = interval.method if interval.n else None
+            values["objective"] = objective
             values["compared_with_best"] = summary.verdict(row, comparisons)
-            writer.writerow(
-                {
-                    "configuration": row.configuration,
-                    "n": row.n,
-                    "jobs": row.replicate_count,
-                    **values,
-                    "run_ids": " ".join(job.run_id for job in row.finished),
-                }
-            )
-    jobs_csv_path = os.path.join(directory, JOBS_CSV_FILE)
-    columns = [
-        "job",
-        "seed",
-        "configuration",
-        "overrides",
-        "status",
-        PRUNED_TAG,
-        *RESULT_KEYS,
-        WALL_SECONDS,
-        "run_id",
-        "all_overrides",
-        "error",
-    ]
-    with open(jobs_csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns)
+            values["run_ids"] = " ".join(job.run_id for job in row.finished)
+            writer.writerow(values)
+    return path
+
+
+_JOB_COLUMNS = ["job", "seed", "configuration", "overrides", "status", PRUNED_TAG, *RESULT_KEYS, WALL_SECONDS]
+
+
+def _write_jobs_csv(summary: Summary, directory: str) -> str:
+    """sweep_jobs.csv: a row per job (per seed and fold), its final numbers and how it ended."""
+    path = os.path.join(directory, JOBS_CSV_FILE)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, [*_JOB_COLUMNS, "run_id", "all_overrides", "error"])
         writer.writeheader()
         for job in summary.rows:
             writer.writerow(
@@ -564,15 +595,4 @@ def write(summary: Summary, directory: str) -> list[str]:
                     "error": job.error,
                 }
             )
-    paths = [csv_path, jobs_csv_path]
-    for name, text in ((MARKDOWN_FILE, summary.markdown()), (JOBS_MARKDOWN_FILE, summary.jobs_markdown())):
-        paths.append(os.path.join(directory, name))
-        with open(paths[-1], "w") as handle:
-            handle.write(text)
-    bands = {
-        f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in CURVE_METRICS}
-        for row in summary.configurations
-        if row.n
-    }
-    paths.append(plot_sweep_curves(bands, os.path.join(directory, CURVES_FILE), title=summary.sweep))
-    return paths
+    return path
