@@ -94,7 +94,12 @@ def run_name_for(path: str) -> str:
 
 def read_parent_run_id(sweep_dir: str) -> str | None:
     """The id of the sweep's parent run, once the sweep has created it."""
-    path = os.path.join(sweep_dir, PARENT_RUN_ID_FILE)
+    return _recorded(sweep_dir, PARENT_RUN_ID_FILE)
+
+
+def _recorded(sweep_dir: str, name: str) -> str | None:
+    """What the sweep wrote into its file `name`, or None before it did."""
+    path = os.path.join(sweep_dir, name)
     if not os.path.exists(path):
         return None
     with open(path) as handle:
@@ -112,8 +117,4 @@ def record_tracking_uri(sweep_dir: str, tracking_uri: str) -> None:
 
 def read_tracking_uri(sweep_dir: str) -> str | None:
     """The store the sweep recorded when it started; None for a sweep that recorded none."""
-    path = os.path.join(sweep_dir, TRACKING_URI_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        return handle.read().strip() or None
+    return _recorded(sweep_dir, TRACKING_URI_FILE)
