@@ -140,7 +140,7 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
         task = resolve(settings)
         ending.joined(task.type, task.index, run_dir)
         serve_if_a_server(task, settings, run_dir, ending.write)  # a server serves here, then ends the process
-        from runner.train import run  # TensorFlow's import, after the config is known to be good
+        from runner.train import run  # noqa: PLC0415  TensorFlow: imported only once the config is known to be good
 
         with telling_servers_the_end(task, settings, run_dir):
             listeners = [reporter] if reporter is not None else []

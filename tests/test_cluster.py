@@ -361,7 +361,7 @@ def test_a_lost_peer_paragraph_keeps_tensorflows_cause_not_the_stack_of_the_grap
     import tensorflow as tf
 
     from runner.clusters.roles import Task
-    from runner.train import _peer_failure
+    from runner.training.run_ending import _peer_failure
 
     cause = "The following tasks are unhealthy (stopped sending heartbeats): /job:worker/replica:0/task:1"
 

@@ -13,15 +13,12 @@ import tensorflow as tf
 from runner.plots import plot_curves
 from runner.tracking.protocol import Tracker
 from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
+from runner.training.controller import EpochResult
 
 if TYPE_CHECKING:
     from runner.tracking.model_export import ExportedModel
-    from runner.training.controller import EpochResult
 
 log = logging.getLogger("runner")
-
-# What the controller calls with the run's history once the last epoch is trained.
-EndAction = Callable[[list["EpochResult"]], None]
 
 
 class RestoreAndEvaluate:
@@ -89,7 +86,7 @@ class LogModel:
 
     def __call__(self, history: list[EpochResult]) -> None:
         # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
-        from runner.tracking.model_export import LOG_SECONDS, log_run_model
+        from runner.tracking.model_export import LOG_SECONDS, log_run_model  # noqa: PLC0415  MLflow: after training
 
         network = self.restored.model
         self.logged = logged = log_run_model(
@@ -113,9 +110,9 @@ class RegisterModel:
         self.run_id = run_id
 
     def __call__(self, history: list[EpochResult]) -> None:
-        from mlflow.tracking import MlflowClient  # MLflow: only a run that registers its model
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415  MLflow: only a run that registers its model
 
-        from runner.tracking.registry import register_run_model
+        from runner.tracking.registry import register_run_model  # noqa: PLC0415  MLflow: as above
 
         value = self.tracker.metric_histories()[self.objective][-1][1]
         register_run_model(

@@ -7,17 +7,20 @@ and side effects (MLflow, progress) are listeners called with each epoch's resul
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
 
 from runner.clusters.preemption import AgreedStop, PreemptionGuard
 from runner.errors import Preempted, RunnerError
+from runner.training.checkpoints import Checkpointer
+from runner.training.loop import TrainingLoop
 from runner.training.optimizer import current_learning_rate
+from runner.training.progress import EpochProgress
 from runner.training.reaper import IteratorReaper
-from runner.training.steps import NON_FINITE_LOSS, TrainingState
+from runner.training.steps import NON_FINITE_LOSS, ReplicaSteps, TrainingState
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,59 @@ class Listener(Protocol):
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None: ...
 
 
-def _stop_requested(listener: Listener) -> bool:
-    """A listener may end training early at an epoch boundary (a sweep's pruned trial): its `stop_requested`."""
-    return bool(getattr(listener, "stop_requested", False))
+@runtime_checkable
+class StopsTraining(Protocol):
+    """A listener that may end training early at an epoch boundary (a sweep's pruned trial,
+    runner.sweeps.pruning.TrialReporter); a listener without `stop_requested` never stops it."""
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+
+def _stop_requested(listeners: Iterable[Listener]) -> bool:
+    """Whether a listener that may stop training asks to, after this epoch."""
+    return any(listener.stop_requested for listener in listeners if isinstance(listener, StopsTraining))
+
+
+# What the controller calls with the run's history once training ends (the actions of runner.training.actions).
+EndAction = Callable[[list[EpochResult]], None]
+
+
+@dataclass(frozen=True)
+class EpochPasses:
+    """What each epoch runs: the loop's pass over the training set, then the validation split's pass (make_validate;
+    None where the data has no validation split) and the test pass (make_evaluate). `reaper` releases their
+    finished iterators while training goes on."""
+
+    loop: TrainingLoop
+    evaluate: Callable[[], None]
+    validate: Callable[[], tuple[float, float]] | None
+    reaper: IteratorReaper
+
+    def release_iterators(self) -> None:
+        """After the last epoch: the iterators the run still holds start their release, which then overlaps the
+        end actions."""
+        self.loop.finish()
+        self.reaper.flush()
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """How training stops before its last epoch. `guard` turns a SIGTERM into a stop at a safe point; in a cluster
+    whose workers train in step (runner.clusters.agreement), `agree` makes any worker's wish to stop after an epoch
+    every worker's (None: this process decides alone)."""
+
+    guard: PreemptionGuard
+    agree: Callable[[bool], bool] | None = None
+
+
+@dataclass(frozen=True)
+class EndActions:
+    """What runs, in order, with the history once training ends (runner.training.actions; a SIGTERM waits for them):
+    `finished` after the last epoch, `stopped` instead when a listener stopped training early (a pruned trial)."""
+
+    finished: Sequence[EndAction] = ()
+    stopped: Sequence[EndAction] = ()
 
 
 class Diverged(RunnerError):
@@ -81,13 +134,13 @@ class _StepBoundaries:
     SIGTERM stops training. It keeps how far the epoch has got (steps, the running sum of their losses),
     what a preemption checkpoint records."""
 
-    def __init__(self, progress, guard: PreemptionGuard, steps: int = 0, total=0.0):
+    def __init__(self, progress: EpochProgress, guard: PreemptionGuard, steps: int = 0, total: tf.Tensor | float = 0.0):
         self.progress = progress
         self.guard = guard
         self.steps = steps
         self.total = total
 
-    def advance(self, steps: int, loss, total) -> None:
+    def advance(self, steps: int, loss: Any, total: tf.Tensor | float) -> None:
         self.steps += steps
         self.total = total
         self.progress.advance(steps, loss)
@@ -95,47 +148,34 @@ class _StepBoundaries:
 
 
 class Controller:
+    """When things happen (Orbit's Controller): each epoch's passes, the checkpoints' cadence, the listeners'
+    events, a stop at a safe point, and the end actions."""
+
     def __init__(
         self,
         state: TrainingState,
-        loop,
-        evaluate,
-        checkpointer,
-        progress,
+        passes: EpochPasses,
+        checkpointer: Checkpointer,
+        progress: EpochProgress,
         listeners: Sequence[Listener],
         epochs: int,
-        guard: PreemptionGuard | None = None,
-        end_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
-        validate: Callable[[], tuple[float, float]] | None = None,
-        stop_actions: Sequence[Callable[[list[EpochResult]], None]] = (),
-        agree_to_stop: Callable[[bool], bool] | None = None,
-        release_iterators: Callable[[], None] | None = None,
+        *,
+        stopping: Stopping,
+        end: EndActions,
     ):
-        """`end_actions`: called in order with the history once the last epoch is trained (runner.training.actions);
-        a SIGTERM waits for them. `validate`: the validation split's (loss, accuracy) after each epoch
-        (make_validate), or None without one. `stop_actions`: called instead when a listener stopped training
-        early (a pruned trial). `agree_to_stop`: in a cluster whose workers train in step
-        (runner.clusters.agreement), every worker's wish to stop after an epoch becomes all of theirs.
-        `release_iterators`: called once the last epoch is trained, before the end actions, to start releasing the
-        iterators the run still holds (runner.training.reaper), so that the wait overlaps those actions."""
         self.state = state
-        self.loop = loop
-        self.evaluate = evaluate
+        self.passes = passes
         self.checkpointer = checkpointer
         self.progress = progress
         self.listeners = list(listeners)
         self.epochs = epochs
-        self.guard = guard or PreemptionGuard()
-        self.end_actions = list(end_actions)
-        self.validate = validate
-        self.stop_actions = list(stop_actions)
-        self.agree_to_stop = agree_to_stop
-        self.release_iterators = release_iterators
+        self.stopping = stopping
+        self.end = end
         self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
-        self.resumes_mid_epoch = getattr(loop, "resumes_mid_epoch", True)
+        self.resumes_mid_epoch = passes.loop.resumes_mid_epoch
         self._boundaries: _StepBoundaries | None = None  # while an epoch's steps run
 
     def _partial_accuracy(self, done_steps: int) -> tuple[float, float]:
@@ -153,11 +193,12 @@ class Controller:
         first_step = int(state.optimizer.iterations.numpy())
         done_loss = float(self.checkpointer.partial.loss_total.numpy()) if done_steps else 0.0
         done_correct, done_examples = self._partial_accuracy(done_steps)
-        self.progress.start_epoch(epoch, self.loop.steps_per_epoch)
+        loop = self.passes.loop
+        self.progress.start_epoch(epoch, loop.steps_per_epoch)
         started = time.perf_counter()
         try:
-            self._boundaries = _StepBoundaries(self.progress, self.guard, done_steps, done_loss)
-            total_loss, steps = self.loop.train_epoch(epoch, self._boundaries, done_steps, done_loss)
+            self._boundaries = _StepBoundaries(self.progress, self.stopping.guard, done_steps, done_loss)
+            total_loss, steps = loop.train_epoch(epoch, self._boundaries, done_steps, done_loss)
             self._boundaries = None
             train_loss = float(total_loss) / steps  # float() waits for the last step to finish
         except tf.errors.UnimplementedError as error:
@@ -180,8 +221,9 @@ class Controller:
         # uninterrupted run's.
         correct = tf.constant(done_correct, tf.float32) + state.train_accuracy.total.read_value()
         examples = tf.constant(done_examples, tf.float32) + state.train_accuracy.count.read_value()
-        validation = self.validate() if self.validate is not None else (None, None)
-        self.evaluate()
+        validate = self.passes.validate
+        validation = validate() if validate is not None else (None, None)
+        self.passes.evaluate()
         state.epoch.assign(epoch)
         self.checkpointer.partial.clear()
         result = EpochResult(
@@ -231,47 +273,54 @@ class Controller:
 
     def run(self) -> list[EpochResult]:
         """Train the epochs after the one the state holds (0 for a fresh run, the restored one on resume)."""
-        with self.guard.watching(self.save_for_preemption, lambda: int(self.state.optimizer.iterations.numpy())):
+        guard = self.stopping.guard
+        with guard.watching(self.save_for_preemption, lambda: int(self.state.optimizer.iterations.numpy())):
             return self._run()
 
     def _run(self) -> list[EpochResult]:
-        history = []
+        guard, history = self.stopping.guard, []
         done_steps = int(self.checkpointer.partial.steps.numpy()) if self.resumes_mid_epoch else 0
         try:
             for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
-                self.guard.check()
+                guard.check()
                 self.epoch = epoch
                 result = self.train_one_epoch(epoch, done_steps)
                 done_steps = 0
                 # Metrics first, then the checkpoint: a run killed in between re-trains this epoch on
                 # resume, and the tracker does not log an epoch twice.
-                with self.guard.deferred():
+                with guard.deferred():
                     history.append(result)
-                    for listener in self.listeners:
-                        listener.on_epoch_end(result)
-                    stopping = any(_stop_requested(listener) for listener in self.listeners)
-                    if self.agree_to_stop is not None:  # every worker, after every epoch: the chief's stop is theirs
-                        stopping = self.agree_to_stop(stopping)
-                    if self.checkpointer.due(epoch) or stopping:  # a run stopped early keeps its last epoch
-                        self._save_checkpoint(epoch)
+                    stopping = self._after_epoch(result)
                 if stopping:
                     self.stopped_at = epoch
                     break
         except Preempted as stop:
             if not isinstance(stop, AgreedStop):  # which comes after its save (save_for_preemption)
-                with self.guard.deferred():
+                with guard.deferred():
                     self.save_for_preemption()
             raise
-        self.guard.training_done()
-        if self.release_iterators is not None:
-            self.release_iterators()
-        with self.guard.deferred():
-            for action in self.end_actions if self.stopped_at is None else self.stop_actions:
+        guard.training_done()
+        self.passes.release_iterators()
+        with guard.deferred():
+            for action in self.end.finished if self.stopped_at is None else self.end.stopped:
                 action(history)
         return history
 
+    def _after_epoch(self, result: EpochResult) -> bool:
+        """The epoch's result to the listeners, then its checkpoint when due; whether training stops here."""
+        for listener in self.listeners:
+            listener.on_epoch_end(result)
+        stopping = _stop_requested(self.listeners)
+        if self.stopping.agree is not None:  # every worker, after every epoch: the chief's stop is theirs
+            stopping = self.stopping.agree(stopping)
+        if self.checkpointer.due(result.epoch) or stopping:  # a run stopped early keeps its last epoch
+            self._save_checkpoint(result.epoch)
+        return stopping
 
-def make_evaluate(steps, dist_test_dataset, reaper: IteratorReaper, inline: bool = False):
+
+def make_evaluate(
+    steps: ReplicaSteps, dist_test_dataset: Iterable[Any], reaper: IteratorReaper, inline: bool = False
+) -> Callable[[], None]:
     """The tutorial's test pass: a tf.function test step per distributed batch, the pass's finished iterator
     released by `reaper`. `inline`: the replica step itself over plain batches, here (ParameterServerStrategy's
     coordinator, which reads the variables from the parameter servers)."""
@@ -286,7 +335,13 @@ def make_evaluate(steps, dist_test_dataset, reaper: IteratorReaper, inline: bool
     return evaluate
 
 
-def make_validate(steps, state: TrainingState, dist_validation_dataset, reaper: IteratorReaper, inline: bool = False):
+def make_validate(
+    steps: ReplicaSteps,
+    state: TrainingState,
+    dist_validation_dataset: Iterable[Any],
+    reaper: IteratorReaper,
+    inline: bool = False,
+) -> Callable[[], tuple[float, float]]:
     """The validation split's pass, as the test pass (make_evaluate) but read at once: its (loss, accuracy), with
     the test metrics reset for the test pass that follows."""
     evaluate = make_evaluate(steps, dist_validation_dataset, reaper, inline)

@@ -30,6 +30,28 @@ class Progress(Protocol):
     def advance(self, steps: int, loss, total) -> None: ...
 
 
+class TrainingLoop(Protocol):
+    """What the controller drives through each epoch, whichever style (Orbit's AbstractTrainer, for one pass)."""
+
+    @property
+    def steps_per_epoch(self) -> int: ...
+
+    @property
+    def resumes_mid_epoch(self) -> bool:
+        """Whether a preempted epoch continues after its checkpointed steps on resume (False: it starts over)."""
+        ...
+
+    def train_epoch(
+        self, epoch: int, progress: Progress, done_steps: int = 0, total: float = 0.0
+    ) -> tuple[tf.Tensor | float, int]:
+        """Train `epoch`, less its first `done_steps` steps; the sum of its steps' losses and how many it sums."""
+        ...
+
+    def finish(self) -> None:
+        """After the last epoch: hand the iterators the loop still holds to its reaper."""
+        ...
+
+
 class LossSum:
     """The running sum of an epoch's per-step losses, a variable the step functions add to on the device.
 
@@ -99,6 +121,8 @@ class ForInLoop:
     until the dataset ends (`for x in dist_dataset`, with the batch drawn inside the call). The finished
     epoch's iterator goes to `reaper`, whose thread waits for its release instead of the next epoch."""
 
+    resumes_mid_epoch = True
+
     def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int, reaper: IteratorReaper):
         self.datasets = datasets
         self.reaper = reaper
@@ -106,7 +130,9 @@ class ForInLoop:
         self.loss_sum = LossSum()
         self.step = iterator_step(steps, self.loss_sum)
 
-    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+    def train_epoch(
+        self, epoch: int, progress: Progress, done_steps: int = 0, total: float = 0.0
+    ) -> tuple[tf.Tensor | float, int]:
         total, count = self.loss_sum.start(total), done_steps
         batches = iter(self.datasets.of_epoch(epoch, done_steps))
         while True:
@@ -119,11 +145,16 @@ class ForInLoop:
         self.reaper.release(batches)
         return self.loss_sum.value(), count
 
+    def finish(self) -> None:
+        """Nothing is held: each epoch's iterator went to the reaper when the epoch ended."""
+
 
 class InFunctionLoop:
     """The whole epoch inside one tf.function: AutoGraph turns `for x in <the epoch's distributed iterator>`
     into a loop. The iterator starts outside the function, so that its release goes to `reaper` (one started
     inside would be released inside, and the call would wait for it)."""
+
+    resumes_mid_epoch = True
 
     def __init__(self, steps: ReplicaSteps, datasets: EpochDatasets, steps_per_epoch: int, reaper: IteratorReaper):
         self.datasets = datasets
@@ -141,7 +172,9 @@ class InFunctionLoop:
 
         self.train_whole_epoch = train_whole_epoch
 
-    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+    def train_epoch(
+        self, epoch: int, progress: Progress, done_steps: int = 0, total: float = 0.0
+    ) -> tuple[tf.Tensor | float, int]:
         started = tf.constant(total, tf.float32)
         batches = iter(self.datasets.of_epoch(epoch, done_steps))
         total, count = self.train_whole_epoch(batches, started)
@@ -149,6 +182,9 @@ class InFunctionLoop:
         count = int(count)
         progress.advance(count, (total - started) / max(count, 1), total)
         return total, done_steps + count
+
+    def finish(self) -> None:
+        """Nothing is held: each epoch's iterator went to the reaper when the epoch ended."""
 
 
 class IteratorLoop:
@@ -158,6 +194,8 @@ class IteratorLoop:
     consumed, so it continues exactly where an uninterrupted run would be. `finish()`, after the last epoch,
     hands the run's iterator to `reaper` (releasing a long-lived one waits longest: 16 s measured).
     """
+
+    resumes_mid_epoch = True
 
     def __init__(
         self,
@@ -186,7 +224,9 @@ class IteratorLoop:
             self.reaper.release(self._iterator)
             self._iterator = None
 
-    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+    def train_epoch(
+        self, epoch: int, progress: Progress, done_steps: int = 0, total: float = 0.0
+    ) -> tuple[tf.Tensor | float, int]:
         total = self.loss_sum.start(total)
         for _ in range(done_steps, self.steps_per_epoch):
             loss = self.step(self.iterator)
@@ -225,7 +265,9 @@ class MultiStepLoop(IteratorLoop):
 
         self.train_steps = train_steps
 
-    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+    def train_epoch(
+        self, epoch: int, progress: Progress, done_steps: int = 0, total: float = 0.0
+    ) -> tuple[tf.Tensor | float, int]:
         # A preemption stops between calls, so a resumed epoch's calls cover the same steps as an uninterrupted one's.
         total, done = self.loss_sum.start(total), done_steps
         while done < self.steps_per_epoch:
@@ -246,7 +288,13 @@ class CoordinatorLoop:
 
     resumes_mid_epoch = False
 
-    def __init__(self, steps: ReplicaSteps, coordinator, dataset_fn, steps_per_epoch: int):
+    def __init__(
+        self,
+        steps: ReplicaSteps,
+        coordinator: tf.distribute.coordinator.ClusterCoordinator,
+        dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
+        steps_per_epoch: int,
+    ):
         self.coordinator = coordinator
         self.steps_per_epoch = steps_per_epoch
         strategy = steps.strategy
@@ -262,7 +310,9 @@ class CoordinatorLoop:
 
         self.train_step = train_step
 
-    def train_epoch(self, epoch: int, progress: Progress, done_steps: int = 0, total=0.0):
+    def train_epoch(
+        self, epoch: int, progress: Progress, done_steps: int = 0, total: float = 0.0
+    ) -> tuple[tf.Tensor | float, int]:
         losses = [
             self.coordinator.schedule(self.train_step, args=(self.iterator,)) for _ in range(self.steps_per_epoch)
         ]
@@ -290,6 +340,9 @@ class CoordinatorLoop:
             )
         return (total if read else float("nan")), max(read, 1)
 
+    def finish(self) -> None:
+        """Nothing to hand over: the workers' iterators belong to the coordinator."""
+
 
 def make_loop(
     style: str,
@@ -302,7 +355,7 @@ def make_loop(
     *,
     reaper: IteratorReaper,
     epoch_read_when_iterated: bool = False,
-):
+) -> TrainingLoop:
     """The loop for `style`, ready to train epoch done_epochs + 1 onwards, whose first `done_steps` steps
     were trained before a preemption. `epoch_read_when_iterated`: make_dataset(first_epoch=<a tf.Variable>)
     reads the epoch when an iterator starts (EpochDatasets). `reaper` releases a pass's finished iterator."""

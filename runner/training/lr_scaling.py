@@ -48,7 +48,7 @@ class LinearWarmup(_Warmup, tf.keras.optimizers.schedules.LearningRateSchedule):
 @functools.cache
 def _keras3_warmup() -> type:
     """The warm-up as a Keras 3 schedule (a Keras 3 optimizer calls only its own Keras's schedules with the step)."""
-    import keras
+    import keras  # noqa: PLC0415  Keras 3: only for a Keras 3 run, a tf_keras run never loads it
 
     return type(
         "Keras3LinearWarmup",

@@ -9,6 +9,8 @@ import os
 import re
 import tempfile
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import tensorflow as tf
@@ -149,45 +151,60 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     SavedModel (runner.tracking.model_export) holds the trained network under `network`: restored by object path
     from its variables/ checkpoint. A tf_keras model logged before (the raw-input wrapper of
     ClassificationTask.export_model): its inner trained network's variables are copied in order."""
-    import mlflow.artifacts  # MLflow: only for a runs:/ or models:/ source
-    import mlflow.tensorflow
-    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+    import mlflow.artifacts  # noqa: PLC0415  MLflow: only for a runs:/ or models:/ source
+    import mlflow.tensorflow  # noqa: PLC0415  MLflow: as above
 
-    from runner.tracking.store import open_client
+    from runner.tracking.store import open_client  # noqa: PLC0415  MLflow: as above
 
     client = open_client(tracking_uri)
     location, description, tags = _resolve(client, source)
-    was = os.environ.get(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name)
-    os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"  # no download bar in the run's log
+    with _without_download_bar(), tempfile.TemporaryDirectory(prefix="runner-init-") as scratch:
+        try:
+            local = mlflow.artifacts.download_artifacts(
+                artifact_uri=location, dst_path=scratch, tracking_uri=client.tracking_uri
+            )
+            saved_model = _saved_model_dir(local)
+            # A model logged before the runner logged SavedModels: a tf_keras model, loaded (outside the run's
+            # strategy: a plain copy to read) and copied from in order.
+            loaded = None if saved_model else mlflow.tensorflow.load_model(local)
+        except RunnerError:
+            raise
+        except Exception as error:  # noqa: BLE001 (a download or a load that fails means one thing here)
+            raise RunnerError(
+                f"init.from={source!r} resolved to {location}, but its model could not be loaded "
+                f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). Fix: check that it is a "
+                "model logged by the runner (MLflow's TensorFlow flavor) and that its artifacts are reachable "
+                "from here."
+            ) from None
+        where = f"init.from={source!r}"
+        if saved_model:
+            _restore_network(where, os.path.join(saved_model, "variables", "variables"), model)
+            return Origin(description, len(model.weights), {FROM_TAG: source, **tags})
+    _copy_in_order(where, _trained_network(source, loaded), model)
+    return Origin(description, len(model.weights), {FROM_TAG: source, **tags})
+
+
+@contextmanager
+def _without_download_bar() -> Iterator[None]:
+    """No download bar in the run's log: MLflow's progress bar for artifacts off while the block runs."""
+    from mlflow.environment_variables import (  # noqa: PLC0415  MLflow: only for a runs:/ or models:/ source
+        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR,
+    )
+
+    name = MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name
+    was = os.environ.get(name)
+    os.environ[name] = "false"
     try:
-        with tempfile.TemporaryDirectory(prefix="runner-init-") as scratch:
-            try:
-                local = mlflow.artifacts.download_artifacts(
-                    artifact_uri=location, dst_path=scratch, tracking_uri=client.tracking_uri
-                )
-                saved_model = _saved_model_dir(local)
-                # A model logged before the runner logged SavedModels: a tf_keras model, loaded (outside the run's
-                # strategy: a plain copy to read) and copied from in order.
-                loaded = None if saved_model else mlflow.tensorflow.load_model(local)
-            except RunnerError:
-                raise
-            except Exception as error:  # noqa: BLE001 (a download or a load that fails means one thing here)
-                raise RunnerError(
-                    f"init.from={source!r} resolved to {location}, but its model could not be loaded "
-                    f"({type(error).__name__}: {' '.join(str(error).split())[:300]}). Fix: check that it is a "
-                    "model logged by the runner (MLflow's TensorFlow flavor) and that its artifacts are reachable "
-                    "from here."
-                ) from None
-            where = f"init.from={source!r}"
-            if saved_model:
-                _restore_network(where, os.path.join(saved_model, "variables", "variables"), model)
-                return Origin(description, len(model.weights), {FROM_TAG: source, **tags})
+        yield
     finally:
         if was is None:
-            os.environ.pop(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = was
-    trained = _trained_network(source, loaded)
+            os.environ[name] = was
+
+
+def _copy_in_order(where: str, trained: tf.keras.Model, model: tf.keras.Model) -> None:
+    """`trained`'s variables into `model`'s, in order, once every shape is known to match."""
     sources, targets = trained.weights, model.weights
     for index, variable in enumerate(targets):
         if index >= len(sources):
@@ -205,7 +222,6 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     # Assigned from the cross-replica context: a distributed variable updates every replica's copy.
     for variable, value in zip(targets, [weight.numpy() for weight in sources], strict=True):
         variable.assign(tf.cast(value, variable.dtype))
-    return Origin(description, len(targets), {FROM_TAG: source, **tags})
 
 
 def _variables_under(path: str, child: str) -> int:
@@ -240,7 +256,7 @@ def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
     """The variables of `model` from the checkpoint `path` of a logged SavedModel, matched by object path under
     its `network` (the trained network): every variable must be found there with its shape, and the source
     network must have no more variables than this model."""
-    from runner.tracking.model_export import NETWORK  # MLflow: only for a logged model
+    from runner.tracking.model_export import NETWORK  # noqa: PLC0415  MLflow: only for a logged model
 
     keys = _checkpoint_keys(path, model, root=NETWORK)
     shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
@@ -271,7 +287,7 @@ def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
 
 def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
     """The artifact location of the model a runs:/ or models:/ URI names, its description and tags."""
-    from mlflow.exceptions import MlflowException  # MLflow: only for a runs:/ or models:/ source
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only for a runs:/ or models:/ source
 
     store = client.tracking_uri
     try:

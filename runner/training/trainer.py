@@ -1,0 +1,238 @@
+"""One job's training run, from its built parts (runner.training.build) to a finished MLflow run.
+
+`Trainer.run` starts (or continues) the run, builds what needs it (the end actions, the controller with the
+tracker and the caller's listeners on its events), trains the remaining epochs, and ends the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import tensorflow as tf
+from omegaconf import OmegaConf
+
+from runner.builtins import keras_lane
+from runner.clusters.agreement import any_worker_stops
+from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
+from runner.data.source import TrainingData
+from runner.data.streaming import sharding_line
+from runner.data.validation import VALIDATION_SPLIT_FILE
+from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
+from runner.tracking.lifecycle import RunLifecycle
+from runner.tracking.params import flatten
+from runner.tracking.protocol import Tracker
+from runner.tracking.provenance import GPU_TAG, KERAS_TAG
+from runner.training.actions import LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
+from runner.training.controller import (
+    Controller,
+    EndAction,
+    EndActions,
+    EpochPasses,
+    EpochResult,
+    Listener,
+    Stopping,
+)
+from runner.training.parts import BatchPlan, Job, Restored
+from runner.training.progress import EpochProgress
+from runner.training.run_ending import RunEnding
+from runner.training.steps import TrainingState
+from runner.training.strategy import gpu_models
+from runner.training.task import ClassificationTask
+
+log = logging.getLogger("runner")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str | None  # None: a worker that is not the chief (it does not track)
+    history: list[EpochResult]  # the epochs trained by this invocation (a resumed run skips earlier ones)
+    final_metrics: dict[str, float]  # the run's last value of each metric, whichever invocation logged it
+    eval_accuracy: float
+    num_replicas: int
+    global_batch_size: int
+    learning_rate: float
+
+    @property
+    def final(self) -> EpochResult:
+        return self.history[-1]
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """Everything a job trains with, built before its MLflow run exists (runner.training.build.build_trainer)."""
+
+    job: Job
+    strategy: tf.distribute.Strategy
+    plan: BatchPlan
+    data: TrainingData
+    experiment: ClassificationTask
+    state: TrainingState
+    restored: Restored
+    passes: EpochPasses
+    test_batches: tf.data.Dataset  # the test set's batches, for the evaluation of the restored model at the end
+    origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
+
+    def run(self, tracker: Tracker, overrides: Sequence[str], listeners: Sequence[Listener] = ()) -> RunResult:
+        """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
+        stopping = _build_stopping(self.job, self.strategy)
+        guard = stopping.guard
+        with guard.installed():
+            with guard.deferred():
+                run_id = tracker.start(self.job.run_dir, _params(self), tags=_tags(self))
+            _say_how_it_starts(self, run_id, tracker)
+            checkpointer = self.restored.checkpointer
+            if checkpointer.latest:
+                # The checkpoint resumed from may have been saved after its invocation last handed anything to the
+                # tracker (killed between the two): handed over again, it reaches the run as mlflow.checkpoints says.
+                tracker.on_checkpoint_saved(self.restored.done_epochs, checkpointer.files(checkpointer.latest))
+            end = _build_end_actions(self, tracker, run_id)
+            controller = _build_controller(self, [tracker, *listeners], stopping, end)
+            ending = RunEnding(self.job, self.restored, tracker, run_id, end.finished, controller)
+            with RunLifecycle(tracker, ending.discard_model, ending.explain):
+                with guard.deferred():
+                    _log_run_inputs(tracker, self.job, self.data, overrides)
+                with self.passes.reaper:
+                    history = controller.run()
+                histories = tracker.metric_histories() if self.job.task.chief else {}
+        return _result(self, run_id, history, histories, end)
+
+
+def _build_stopping(job: Job, strategy: tf.distribute.Strategy) -> Stopping:
+    """A MultiWorkerMirrored cluster's task trains in step with the others: any of them stopping stops them all, at
+    one agreed step for a preemption (whichever task got the SIGTERM), after the epoch for the chief's pruner (the
+    others have no trial to ask). Any other process stops alone."""
+    if job.settings.strategy.name == "multi_worker_mirrored" and job.task.type is not None:
+        return Stopping(CoordinatedPreemption(strategy.cluster_resolver), any_worker_stops(strategy))
+    return Stopping(PreemptionGuard())
+
+
+def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -> EndActions:
+    """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration. A trial its
+    pruner stopped keeps its curves and its checkpoint, and logs no model."""
+    job, settings = trainer.job, trainer.job.settings
+    if not job.task.chief:  # the kept checkpoint is the chief's
+        return EndActions()
+    tracking_uri = tracker.tracking_uri
+    assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
+    restored = RestoreAndEvaluate(
+        trainer.restored.checkpointer, trainer.experiment.build_model, trainer.test_batches, tracker, settings.epochs
+    )
+    title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
+    curves = PlotCurves(tracker, curves_path(job.run_dir), title)
+    actions: list[EndAction] = [restored, curves]
+    if settings.mlflow.log_model:
+        examples = trainer.data.raw_examples(5)
+        export = trainer.experiment.export_model
+        actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id, settings.epochs))
+    if settings.mlflow.register:
+        default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
+        objective = settings.sweep.objective or default
+        name = settings.mlflow.registered_model_name
+        actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
+    return EndActions(finished=actions, stopped=[curves])
+
+
+def _build_controller(
+    trainer: Trainer, listeners: Sequence[Listener], stopping: Stopping, end: EndActions
+) -> Controller:
+    """The run's controller; only the chief draws progress (the other tasks train the same steps in step)."""
+    settings = trainer.job.settings
+    progress = EpochProgress(settings.epochs, settings.progress if trainer.job.task.chief else False)
+    return Controller(
+        trainer.state,
+        trainer.passes,
+        trainer.restored.checkpointer,
+        progress,
+        listeners,
+        settings.epochs,
+        stopping=stopping,
+        end=end,
+    )
+
+
+def _params(trainer: Trainer) -> dict[str, object]:
+    return {
+        **flatten(trainer.job.settings.composed),
+        "num_replicas": trainer.strategy.num_replicas_in_sync,
+        "global_batch_size": trainer.plan.global_batch,
+        "learning_rate": trainer.plan.learning_rate,
+    }
+
+
+def _tags(trainer: Trainer) -> dict[str, str]:
+    return {
+        GPU_TAG: ", ".join(gpu_models()) or "none",
+        KERAS_TAG: keras_lane.described(trainer.state.model),
+        **trainer.origin_tags,
+    }
+
+
+def _say_how_it_starts(trainer: Trainer, run_id: str | None, tracker: Tracker) -> None:
+    job, plan, settings = trainer.job, trainer.plan, trainer.job.settings
+    if job.task.chief:
+        log.info(
+            "MLflow run %s in experiment %r at %s; outputs in %s",
+            run_id,
+            settings.mlflow.experiment_name,
+            tracker.tracking_uri,
+            job.run_dir,
+        )
+    else:
+        log.info("%s of the cluster: training in step with the chief, which tracks the job", job.task.name)
+    log.info(
+        "strategy %s: %d replica(s), global batch %d, learning rate %.3g, %d steps per epoch%s",
+        settings.strategy.name,
+        trainer.strategy.num_replicas_in_sync,
+        plan.global_batch,
+        plan.learning_rate,
+        plan.steps_per_epoch,
+        _resuming(trainer),
+    )
+    if plan.input_workers > 1:
+        log.info("%s", sharding_line(settings.dataset.name, trainer.data, plan.input_workers))
+
+
+def _resuming(trainer: Trainer) -> str:
+    """Where a resumed run continues, as the start's log line ends ("" for a fresh run)."""
+    checkpointer = trainer.restored.checkpointer
+    if not checkpointer.latest:
+        return ""
+    steps = int(checkpointer.partial.steps.numpy())  # of the next epoch, that a preemption checkpoint holds
+    if not steps:
+        and_steps = ""
+    elif trainer.passes.loop.resumes_mid_epoch:
+        and_steps = f" and {steps} step(s) of the next epoch"
+    else:
+        and_steps = f" (the {steps} steps of the preempted epoch are trained again)"
+    return f"; resuming after epoch {trainer.restored.done_epochs}{and_steps} from {checkpointer.latest}"
+
+
+def _log_run_inputs(tracker: Tracker, job: Job, data: TrainingData, overrides: Sequence[str]) -> None:
+    """What the run was asked for: the composed config, the data, its held-out split and the command's overrides."""
+    tracker.log_text(_to_yaml(job.settings.composed), "config.yaml")
+    tracker.log_inputs(data.inputs())
+    held_out = data.validation_split()  # a fraction or a fold: what it was, to check or reuse
+    if held_out is not None:
+        tracker.log_text(json.dumps(held_out), VALIDATION_SPLIT_FILE)
+    tracker.log_text("".join(f"- {item}\n" for item in overrides) or "[]\n", "overrides.yaml")
+
+
+def _result(
+    trainer: Trainer,
+    run_id: str | None,
+    history: list[EpochResult],
+    histories: dict[str, list[tuple[int, float]]],
+    end: EndActions,
+) -> RunResult:
+    final_metrics = {key: points[-1][1] for key, points in histories.items()}
+    restored = next((action for action in end.finished if isinstance(action, RestoreAndEvaluate)), None)
+    eval_accuracy = restored.accuracy if restored else float("nan")
+    replicas, plan = trainer.strategy.num_replicas_in_sync, trainer.plan
+    return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, plan.global_batch, plan.learning_rate)
+
+
+def _to_yaml(config: Mapping[str, object]) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(dict(config)))
