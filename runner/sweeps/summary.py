@@ -13,6 +13,7 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
@@ -105,7 +106,7 @@ class ConfigurationRow:
     configuration: str
     jobs: list[JobRow]
 
-    @property
+    @cached_property
     def finished(self) -> list[JobRow]:
         """The runs that trained every epoch, one per (seed, fold): a second finished run of the same configuration,
         seed and fold (the same configuration proposed twice, or listed twice in a grid) is the same run again,
@@ -119,8 +120,8 @@ class ConfigurationRow:
     @property
     def repeated(self) -> list[JobRow]:
         """Finished runs left out of `finished` as the same (seed, fold) again."""
-        kept = self.finished
-        return [job for job in self.jobs if job.finished and job not in kept]
+        kept = {id(job) for job in self.finished}
+        return [job for job in self.jobs if job.finished and id(job) not in kept]
 
     @property
     def n(self) -> int:
