@@ -9,6 +9,7 @@ import pytest
 from helpers.config import compose
 from helpers.presets import TINY
 from helpers.requires import missing, on_ci
+from helpers.turns import turn
 from runner.entry import prepare_for_tensorflow
 
 prepare_for_tensorflow()  # the tests train in this process: tf_keras, before anything imports TensorFlow
@@ -55,11 +56,30 @@ def pytest_addoption(parser):
     )
 
 
+# Modules that start a SLURM cluster of their own (tests/helpers/slurm.py): one at a time on the machine.
+SLURM_MODULES = {"test_slurm", "test_preemption_clusters", "test_submitit"}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Soak tests run for many minutes: without --soak they are deselected, not skipped (a skipped test fails CI)."""
+    """Soak tests run for many minutes: without --soak they are deselected, not skipped (a skipped test fails CI).
+    Under pytest-xdist's --dist loadgroup each module is one group, run in order by one worker (its module-scoped
+    fixtures start once), and the SLURM modules share one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.module.__name__.rpartition(".")[2]
+            item.add_marker(pytest.mark.xdist_group("slurm" if module in SLURM_MODULES else module))
     if config.getoption("--soak"):
         return
     soak = [item for item in items if item.get_closest_marker("soak") is not None]
     if soak:
         config.hook.pytest_deselected(items=soak)
         items[:] = [item for item in items if item.get_closest_marker("soak") is None]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """@pytest.mark.alone: the test runs while no other test runs (tests/helpers/turns.py); every other test runs
+    beside at most one more."""
+    with turn(alone=item.get_closest_marker("alone") is not None):
+        yield

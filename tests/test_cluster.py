@@ -558,6 +558,7 @@ def test_multi_worker_mirrored_keeps_no_thread_per_all_reduce(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the cluster must stop within 60 s of the freeze
 def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     """No launcher watches a TF_CONFIG cluster: TensorFlow's heartbeats must find a peer that froze."""
     from runner.clusters.local import free_ports

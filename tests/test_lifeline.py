@@ -12,9 +12,13 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from helpers.cli import wait_for
 from runner.lifeline import LIFELINE_VARIABLE, SWEEP_PROCESS_VARIABLE, Process, lifeline, sweep_process
 from runner.run_lock import LOCK_FILE, wait_while_held
+
+pytestmark = pytest.mark.alone  # a watcher must notice a gone process within seconds
 
 # A process that watches its lifeline (runner.lifeline.watch) and, on SIGTERM, writes `stopped` and exits 0.
 _WATCHING = textwrap.dedent(

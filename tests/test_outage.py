@@ -26,7 +26,8 @@ from helpers.processes import children, is_running, wait_group
 from helpers.servers import MlflowServer
 from helpers.tracking import metric_history, mlflow_client
 
-pytestmark = [pytest.mark.slow, pytest.mark.server]
+# alone: epoch times during and outside an outage are compared, and a journal's replay timed.
+pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.alone]
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 # One device, a checkpoint after every epoch (each one an artifact handed over while the server may be down),

@@ -221,6 +221,7 @@ def test_damaged_checkpoints_are_skipped_for_the_newest_readable_one(tmp_path, u
     _assert_each_epoch_logged_once(client, run_id)
 
 
+@pytest.mark.alone  # the run must stop within 30 s of the signal
 def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupted):
     # Enough epochs that the signal lands mid-run however fast the machine trains one.
     args = _args(tmp_path, "run", "epochs=8")

@@ -131,6 +131,7 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
 
 
+@pytest.mark.alone  # the job must fail within 60 s of the kill
 def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(slurm, tmp_path):
     # A run directory the script must quote for Hydra: a quote, a comma (a sweep to Hydra), spaces, a `$`.
     run_dir = tmp_path / "it's a run, for $HOME"

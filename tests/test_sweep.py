@@ -91,6 +91,7 @@ def test_an_interrupted_sweep_completes_the_rest_under_the_same_parent(serial_sw
     assert [run.info.status for run in completed] == ["FINISHED"] * 4
 
 
+@pytest.mark.alone  # a rerun that trains nothing takes under 30 s
 def test_rerun_of_a_finished_sweep_trains_nothing(serial_sweep):
     tmp_path, sweep_dir, overrides, _, _, _, _ = serial_sweep
     client = client_for(tmp_path)

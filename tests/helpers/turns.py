@@ -1,0 +1,58 @@
+"""Whose turn it is on the machine's cores: the suite runs on two pytest-xdist workers (pyproject.toml's addopts),
+so two tests usually run at once. A test that measures time (an outage's epoch times, a deadline for processes to
+stop) is marked `@pytest.mark.alone` and runs while no other test runs.
+
+Two lock files shared by the workers (fcntl.flock, released by the kernel if a worker dies): every test holds the
+room shared while it runs; a test that runs alone holds it exclusive. The turnstile in front of the room keeps a
+waiting lone test from being overtaken: it holds the turnstile while it waits for the room, and every other test
+passes the turnstile before entering. Without xdist (`-n 0`, or a single test run) nothing is locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+
+WORKERS_RUN = "PYTEST_XDIST_TESTRUNUID"  # set by pytest-xdist in each worker, the same for one test run's workers
+
+
+def _directory() -> Path | None:
+    run = os.environ.get(WORKERS_RUN)
+    if not run:
+        return None
+    directory = Path(tempfile.gettempdir()) / f"runner-tests-turns-{run}"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+@contextmanager
+def _locked(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _turn(directory: Path, alone: bool) -> Iterator[None]:
+    turnstile, room = directory / "turnstile.lock", directory / "room.lock"
+    if alone:
+        with _locked(turnstile, fcntl.LOCK_EX), _locked(room, fcntl.LOCK_EX):
+            yield
+    else:
+        with _locked(turnstile, fcntl.LOCK_EX):
+            pass
+        with _locked(room, fcntl.LOCK_SH):
+            yield
+
+
+def turn(alone: bool) -> AbstractContextManager[None]:
+    """Hold this while a test runs (setup, call and teardown): alone, or beside another test."""
+    directory = _directory()
+    return nullcontext() if directory is None else _turn(directory, alone)
