@@ -29,7 +29,7 @@ from runner.compat.hydra_internals import parse_command_line
 from runner.config.components import check_targets
 from runner.config.help import group_names, group_options
 from runner.config.plain import as_dict, job_config
-from runner.config.schema import TARGET_GROUPS, Settings, config_name, declared, group_class, register
+from runner.config.schema import TARGET_ARGUMENTS, TARGET_GROUPS, Settings, config_name, declared, group_class, register
 from runner.config.settings import sweep_settings, target_components, validate
 from runner.errors import RunnerError
 from runner.searchpath import searchpath_overrides
@@ -344,7 +344,7 @@ def settings_refusal(config: dict, override: Override) -> RunnerError | None:
 
 def _check_targets(config: DictConfig) -> None:
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in TARGET_GROUPS}
-    check_targets(target_components(plain))
+    check_targets(target_components(plain), TARGET_ARGUMENTS)
 
 
 def schema_keys(config: Mapping[str, Any] | None = None, hydra: Mapping[str, Any] | None = None) -> list[str]:

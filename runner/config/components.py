@@ -20,19 +20,16 @@ from hydra.utils import instantiate
 
 from runner.errors import RunnerError
 
-# What the runner passes to each kind of callable itself (the config gives the rest).
-MODEL_ARGUMENTS = ("input_shape", "num_classes")
-OPTIMIZER_ARGUMENTS = ("learning_rate",)
-SCHEDULE_ARGUMENTS = ("learning_rate", "total_steps")
-LOSS_POSITIONAL = 2  # labels, logits
-DATASET_ARGUMENTS = ("seed", "train_examples", "test_examples")  # passed when the callable takes them
+# What the runner passes a dataset callable when it takes them (what it passes the others is declared with each
+# group in runner.config.schema: TARGET_ARGUMENTS).
+DATASET_ARGUMENTS = ("seed", "train_examples", "test_examples")
 
 
 @dataclass(frozen=True)
 class Component:
     """One `_target_` node of the config: the callable's dotted path and its own arguments."""
 
-    group: str  # the config key: model, optimizer, schedule, loss, dataset
+    group: str  # the config key: one of runner.config.schema.TARGET_GROUPS
     target: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
@@ -240,22 +237,16 @@ def call(key: str, target: str, build: Callable[[], Any]) -> Any:
 
 
 # What the runner passes each group's callable itself: keyword arguments, and how many leading positional ones.
-_SUPPLIED = {
-    "model": (MODEL_ARGUMENTS, 0),
-    "optimizer": (OPTIMIZER_ARGUMENTS, 0),
-    "schedule": (SCHEDULE_ARGUMENTS, 0),
-    "loss": ((), LOSS_POSITIONAL),
-    "dataset": ((), 0),
-    "pruner": ((), 0),
-}
-
-
-def check_targets(components: Iterable[Component], complete: bool = True) -> list[Component]:
+def check_targets(
+    components: Iterable[Component], supplies: Mapping[str, tuple[tuple[str, ...], int]], complete: bool = True
+) -> list[Component]:
     """Each component's callable imports and takes the arguments its config gives (and, if `complete`, is
-    given every argument it needs): one paragraph otherwise. Returns them with the arguments that are passed."""
+    given every argument it needs): one paragraph otherwise. Returns them with the arguments that are passed.
+    `supplies`: per group, the keyword arguments the runner passes and how many positional ones
+    (runner.config.schema.TARGET_ARGUMENTS)."""
     checked = []
     for component in components:
-        supplied, positional = _SUPPLIED[component.group]
+        supplied, positional = supplies[component.group]
         arguments = check_arguments(
             f"{component.group}._target_",
             component.target,

@@ -28,8 +28,6 @@ from runner.outcome import RESULT_KEYS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
-# The groups whose other keys are a `_target_` callable's arguments: open to any key.
-TARGET_GROUPS = ("model", "optimizer", "schedule", "loss", "dataset", "pruner")
 STRATEGIES = tuple("default one_device mirrored central_storage multi_worker_mirrored parameter_server tpu".split())
 
 
@@ -45,12 +43,14 @@ def group(kind: type) -> Any:
     return field(default_factory=kind, metadata={"group": True})
 
 
-def open_group(optional: bool = False) -> Any:
+def open_group(optional: bool = False, supplies: tuple[str, ...] = (), positional: int = 0) -> Any:
     """A `_target_` group: the callable and its arguments; the runner's own keys are its class's other fields.
-    `optional`: a null `_target_` means none (the group's default)."""
+    `optional`: a null `_target_` means none (the group's default); `supplies`: the keyword arguments the runner
+    passes the callable itself, `positional`: how many positional ones (the config gives the rest)."""
+    facts = {"target": True, "supplies": supplies, "positional": positional}
     if optional:
-        return field(default=None, metadata={"target": True, "optional": True})
-    return field(default_factory=lambda: Component("", ""), metadata={"target": True})
+        return field(default=None, metadata={**facts, "optional": True})
+    return field(default_factory=lambda: Component("", ""), metadata=facts)
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,11 @@ class ClusterSettings:
     )
 
 
+# The validation split a sweep's job holds out when dataset.validation_fraction is null and it chooses on a val_
+# objective (runner.sweeps.job.validation_of_job).
+SWEEP_VALIDATION_FRACTION = 0.1
+
+
 @dataclass(frozen=True)
 class DatasetSettings:
     """What is trained on: `component` is the callable returning the data (runner.data.source) and its
@@ -132,7 +137,8 @@ class DatasetSettings:
         "pass the number raw inputs are divided by, e.g. dataset.scale=255 for 8-bit pixels, or 1",
     )
     # Hold out this fraction of the training examples (whole files, for file data) as a validation split,
-    # stratified by label, evaluated every epoch (val_loss, val_accuracy). null: none (a sweep job's default: 0.1).
+    # stratified by label, evaluated every epoch (val_loss, val_accuracy). null: none (a sweep job's default:
+    # SWEEP_VALIDATION_FRACTION).
     validation_fraction: float | None = key(
         None,
         FRACTION,
@@ -157,7 +163,7 @@ class OptimizerSettings:
     """Called as build(learning_rate=..., **arguments); `lr` is the base rate, scaled by lr_scaling."""
 
     lr: float = key(MISSING, Number(positive=True), "pass a positive learning rate, e.g. optimizer.lr=0.001")
-    component: Component = open_group()
+    component: Component = open_group(supplies=("learning_rate",))
 
 
 @dataclass(frozen=True)
@@ -325,12 +331,12 @@ class Settings:
     cluster: ClusterSettings = group(ClusterSettings)
     dataset: DatasetSettings = group(DatasetSettings)
     # model: build(input_shape=..., num_classes=..., **arguments) in strategy.scope(), returning logits.
-    model: Component = open_group()
+    model: Component = open_group(supplies=("input_shape", "num_classes"))
     optimizer: OptimizerSettings = group(OptimizerSettings)
     # schedule: build(learning_rate=..., total_steps=..., **arguments): a rate or a Keras schedule.
-    schedule: Component = open_group()
+    schedule: Component = open_group(supplies=("learning_rate", "total_steps"))
     # loss: loss(labels, logits, **arguments): one loss per example (averaged over the global batch).
-    loss: Component = open_group()
+    loss: Component = open_group(positional=2)  # labels, logits
     # pruner: an Optuna pruner (runner.sweeps.pruning) stopping a sweep's hopeless trials; null: none.
     pruner: Component | None = open_group(optional=True)
     lr_scaling: LrScalingSettings = group(LrScalingSettings)
@@ -361,6 +367,31 @@ def _types(kind: type) -> dict[str, Any]:
 
 def group_class(kind: type, item: dataclasses.Field) -> type:
     return _types(kind)[item.name]
+
+
+def _target_fields(kind: type) -> list[tuple[str, str, dataclasses.Field]]:
+    """(group, the dotted path of its Component in Settings, its `_target_` field) for each `_target_` group: an open
+    group (model, schedule, loss, pruner), or a group of the runner's keys around one (dataset, optimizer: their
+    `component`)."""
+    found = []
+    for item in declared(kind):
+        if "target" in item.metadata:
+            found.append((config_name(item), item.name, item))
+        elif item.metadata.get("group"):
+            inner = [each for each in declared(group_class(kind, item)) if "target" in each.metadata]
+            found.extend((config_name(item), f"{item.name}.{each.name}", each) for each in inner)
+    return found
+
+
+# Each `_target_` group, from the declarations above: {group: (the keyword arguments the runner supplies, how many
+# positional ones)}. Its keys besides the runner's are the callable's arguments, so the group is open to any key.
+TARGET_ARGUMENTS = {
+    name: (item.metadata["supplies"], item.metadata["positional"]) for name, _, item in _target_fields(Settings)
+}
+# Where each group's Component is in Settings; a run checks those it always builds (an optional one, the pruner,
+# is checked by the sweep that uses it: runner.sweeps.pruning.check_pruner).
+REQUIRED_TARGET_PATHS = tuple(path for _, path, item in _target_fields(Settings) if not item.metadata.get("optional"))
+TARGET_GROUPS = tuple(TARGET_ARGUMENTS)
 
 
 def nullable(kind: type, item: dataclasses.Field) -> bool:

@@ -21,7 +21,15 @@ from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
 from runner.config import schema
 from runner.config.checks import TEXT, Number, refusal
 from runner.config.components import Component, check_targets
-from runner.config.schema import TARGET_GROUPS, InitSettings, MlflowSettings, Settings, SweepSettings
+from runner.config.schema import (
+    REQUIRED_TARGET_PATHS,
+    TARGET_ARGUMENTS,
+    TARGET_GROUPS,
+    InitSettings,
+    MlflowSettings,
+    Settings,
+    SweepSettings,
+)
 from runner.errors import RunnerError
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
@@ -145,8 +153,8 @@ def checked_targets(settings: Settings) -> Settings:
     """Settings whose `_target_` callables import and take the arguments their config gives (one paragraph
     otherwise). A null argument the callable does not take is left out: an option's `dir: null` does not stick
     to a `_target_` given on the command line."""
-    paths = ("model", "optimizer.component", "schedule", "loss", "dataset.component")
-    checked = check_targets([operator.attrgetter(path)(settings) for path in paths])
+    paths = REQUIRED_TARGET_PATHS
+    checked = check_targets([operator.attrgetter(path)(settings) for path in paths], TARGET_ARGUMENTS)
     for path, component in zip(paths, checked, strict=True):
         settings = _replaced(settings, path, component)
     return settings
