@@ -16,6 +16,7 @@ from runner.sweeps.optuna_sweeper import launcher_parallelism
 from runner.sweeps.pruning import BASIC_SWEEPER, TrialReporter, check_pruner
 from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
 from runner.sweeps.summary import ConfigurationRow, JobRow, Summary
+from runner.sweeps.sweep_config import SweepConfig
 
 
 def test_hydra_params_become_optuna_distributions_and_a_command_line_sweep_wins():
@@ -148,7 +149,7 @@ def test_a_grid_job_continues_its_running_trial_and_asks_a_new_one_after_a_failu
     from optuna.trial import TrialState
 
     config = _grid_config("pruner=median", "sweep.objective=test_loss")
-    create_grid_study(config, str(tmp_path))
+    create_grid_study(SweepConfig.read(config), str(tmp_path))
     first = JobTrial(str(tmp_path), 0).open()
     assert JobTrial(str(tmp_path), 0).open() == first  # the killed attempt's trial, continued
     other = JobTrial(str(tmp_path), 1).open()
@@ -276,26 +277,27 @@ def test_the_wilcoxon_pruner_stops_a_trial_whose_replicates_are_behind_the_best_
     (four pairs: p = 1/16 < 0.1), not before; one that keeps up is not. The training reports nothing per epoch."""
     from optuna.trial import TrialState
 
-    from runner.sweeps.pruning import prunes_replicates, report_replicate, trial_reporter
+    from runner.sweeps.pruning import report_replicate, trial_reporter
 
     config = _grid_config("pruner=wilcoxon", "sweep.folds=5", "epochs=3")
-    assert prunes_replicates(config) and not prunes_replicates(_grid_config("pruner=median"))
+    sweep = SweepConfig.read(config)
+    assert sweep.prunes_replicates and not SweepConfig.read(_grid_config("pruner=median")).prunes_replicates
     check_pruner(config)
-    create_grid_study(config, str(tmp_path))
+    create_grid_study(sweep, str(tmp_path))
     best = JobTrial(str(tmp_path), 0)
     link = best.open()
     for fold, value in enumerate((0.91, 0.88, 0.9, 0.87, 0.89)):
-        assert not report_replicate(link, config, fold, value)  # the first trial: nothing to compare with
+        assert not report_replicate(link, sweep, fold, value)  # the first trial: nothing to compare with
     best.tell(0.89)
 
     behind = JobTrial(str(tmp_path), 1).open()
-    pruned_after = [fold for fold in range(5) if report_replicate(behind, config, fold, 0.5 + fold / 100)]
+    pruned_after = [fold for fold in range(5) if report_replicate(behind, sweep, fold, 0.5 + fold / 100)]
     assert pruned_after[0] == 3  # the fourth fold
     _, trial = behind.open()
     assert trial.user_attrs[PRUNED_TAG] == 3  # its runs stopped after their last epoch
 
     level = JobTrial(str(tmp_path), 2).open()
-    assert not any(report_replicate(level, config, fold, value) for fold, value in enumerate((0.9, 0.89, 0.9, 0.88)))
+    assert not any(report_replicate(level, sweep, fold, value) for fold, value in enumerate((0.9, 0.89, 0.9, 0.88)))
     study = optuna.load_study(study_name=GRID_STUDY, storage=open_storage(str(tmp_path / JOURNAL_FILE)))
     assert study.trials[0].state == TrialState.COMPLETE and study.trials[1].intermediate_values[3] == 0.53
 

@@ -201,6 +201,7 @@ def _requests_by_path(log: str) -> dict[str, int]:
 
 @pytest.mark.slow  # an MLflow server and python -m runner.report, a process each
 @pytest.mark.server
+@pytest.mark.alone  # the report must take under 60 s
 def test_the_summary_and_report_of_500_runs_of_20_epochs_read_through_a_server_in_few_requests(tmp_path):
     """The histories come in bulk: requests grow with the runs (per 100) and the metrics drawn, never with
     runs x metrics x epochs (500 x 5 x 20 = 50,000 points)."""
@@ -277,12 +278,14 @@ def test_a_sweep_directory_names_its_store_so_the_report_reads_it_from_any_direc
     from omegaconf import OmegaConf
 
     from runner.sweeps.callback import start_parent_run
+    from runner.sweeps.sweep_config import SweepConfig
 
     started = tmp_path / "project"
     started.mkdir()
     monkeypatch.chdir(started)
     sweep_dir = started / "multirun" / "sweep"
-    parent_id = start_parent_run(sweep_config(str(sweep_dir), "sqlite:///mlflow.db", "optimizer.lr=0.1,0.2"))
+    config = sweep_config(str(sweep_dir), "sqlite:///mlflow.db", "optimizer.lr=0.1,0.2")
+    parent_id = start_parent_run(config, SweepConfig.read(config))
     assert (sweep_dir / TRACKING_URI_FILE).read_text() == f"sqlite:///{started}/mlflow.db\n"
 
     elsewhere = tmp_path / "elsewhere"

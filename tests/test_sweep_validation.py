@@ -19,6 +19,7 @@ from runner.data.validation import OPTIONAL_VARIABLE
 from runner.sweeps.job import validation_of_job
 from runner.sweeps.report import REPORT_FILE
 from runner.sweeps.summary import MARKDOWN_FILE
+from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import CHOSEN_BY_TAG, PARENT_RUN_ID_FILE, what_chose
 
 CONTEXT = "mlflow.data.context"
@@ -26,18 +27,22 @@ CONTEXT = "mlflow.data.context"
 DEFAULT_OBJECTIVE_JOB = [item for item in SWEEP_JOB if not item.startswith("sweep.objective=")]
 
 
+def _validation(overrides: list[str], swept: str):
+    return validation_of_job(SweepConfig.read(compose(overrides)), swept=swept)
+
+
 def test_a_sweep_job_holds_out_the_default_fraction_from_one_split_seed_unless_told_otherwise():
-    default = validation_of_job(compose(["seed=7"]), swept="optimizer.lr")
+    default = _validation(["seed=7"], swept="optimizer.lr")
     assert default.overrides == ("dataset.validation_fraction=0.1", "dataset.split_seed=7")
     assert default.environ == {OPTIONAL_VARIABLE: "1"} and default.fallback == "test_accuracy"
     # A sweep over `seed` itself still validates every job on one split: the schema's seed draws it.
-    assert validation_of_job(compose(["seed=7"]), swept="seed,batch").overrides[-1] == "dataset.split_seed=42"
-    given = validation_of_job(compose(["dataset.validation_fraction=0.3", "dataset.split_seed=3"]), swept="batch")
+    assert _validation(["seed=7"], swept="seed,batch").overrides[-1] == "dataset.split_seed=42"
+    given = _validation(["dataset.validation_fraction=0.3", "dataset.split_seed=3"], swept="batch")
     assert given.overrides == () and given.environ == {}
-    on_test = validation_of_job(compose(["sweep.objective=test_accuracy"]), swept="batch")
+    on_test = _validation(["sweep.objective=test_accuracy"], swept="batch")
     assert on_test.overrides == () and on_test.fallback is None  # trains on every training example, as asked
     # Asked for by name, a val_ objective over data that cannot be split is refused, not answered on test.
-    asked = validation_of_job(compose(["sweep.objective=val_loss"]), swept="batch")
+    asked = _validation(["sweep.objective=val_loss"], swept="batch")
     assert asked.overrides[0] == "dataset.validation_fraction=0.1" and asked.environ == {} and asked.fallback is None
     assert asked.chosen_by("val_loss", {"test_loss": 1.0}) is None
     assert default.chosen_by("val_accuracy", {"test_accuracy": 0.5}) == "test_accuracy"

@@ -22,14 +22,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.check import check_sweep_points
-from runner.config.settings import mlflow_settings, sweep_settings
+from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
 from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
-from runner.sweeps.grid_study import create_grid_study, prunes_a_grid
+from runner.sweeps.grid_study import create_grid_study
 from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.pruning import check_pruner
 from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
+from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
     CHOSEN_BY_TAG,
@@ -38,9 +39,6 @@ from runner.sweeps.terms import (
     REGISTERED_VERSION_TAG,
     SWEEP_DIR_TAG,
     SWEPT_KEYS_TAG,
-    lower_is_better,
-    objective_is_default,
-    objective_name,
     read_parent_run_id,
     record_tracking_uri,
     run_name_for,
@@ -86,24 +84,24 @@ class SweepCallback(Callback):
             check_optuna_sweep(config)
             # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
             # this user, leaves nothing behind.
-            tracking = mlflow_settings(config)  # also refuses an empty experiment name, a bad model name, ...
-            check_server(tracking, registers=tracking.log_model)
+            sweep = SweepConfig.read(config)  # also refuses an empty experiment name, a bad model name, ...
+            check_server(sweep.tracking, registers=sweep.tracking.log_model)
             check_before_sweep(config)
             verbose = is_verbose(config.get("verbose"), config.hydra.verbose)
             configure(verbose)  # before MLflow is imported
             with loading_tensorflow(verbose):
                 check_folds(config)  # loads the data (and TensorFlow) with sweep.folds alone
-            if prunes_a_grid(config, OmegaConf.select(config, "hydra.sweeper._target_")):
+            if sweep.prunes_a_grid:
                 # The study the grid's jobs report their epochs to, before any job starts.
-                create_grid_study(config, sweep_dir_of(config))
-            parent_id = start_parent_run(config)
+                create_grid_study(sweep, sweep_dir_of(config))
+            parent_id = start_parent_run(config, sweep)
         except RunnerError as error:
             _exit_with(error, 2)
         log.info(
             "sweep %s: MLflow parent run %s; MLflow UI: %s",
             run_name_for(sweep_dir_of(config)),
             parent_id,
-            parent_ui_link(config, parent_id),
+            parent_ui_link(sweep, parent_id),
         )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -124,19 +122,20 @@ def check_optuna_sweep(config: DictConfig) -> None:
         open_storage(storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir_of(config)))
 
 
-def parent_ui_link(config: DictConfig, parent_id: str) -> str:
+def parent_ui_link(sweep: SweepConfig, parent_id: str) -> str:
     """Where the MLflow UI shows the sweep's experiment (its runs table) and its parent run."""
     from runner.tracking.store import open_client, sqlite_file  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
     from runner.tracking.ui import ui_link  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
 
-    client = open_client(config.mlflow.tracking_uri or None)
+    client = open_client(sweep.tracking_uri)
     database = sqlite_file(client.tracking_uri)
     tracking_uri = f"sqlite:///{database}" if database else client.tracking_uri
     return ui_link(tracking_uri, client.get_run(parent_id).info.experiment_id, parent_id)
 
 
-def start_parent_run(config: DictConfig) -> str:
-    """Create the sweep's parent run, or reuse the one the sweep directory names."""
+def start_parent_run(config: DictConfig, sweep: SweepConfig) -> str:
+    """Create the sweep's parent run, or reuse the one the sweep directory names. `config`: the sweep's composed
+    config (its `hydra` node: the sweep directory and overrides); `sweep`: what it asks, read (SweepConfig.read)."""
     from mlflow import get_tracking_uri  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
     from mlflow.entities import RunStatus  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
     from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only once a sweep starts (Hydra makes this callback for single runs too)
@@ -154,7 +153,7 @@ def start_parent_run(config: DictConfig) -> str:
         SWEEP_DIR_TAG: sweep_dir,
     }
     try:
-        client = open_client(config.mlflow.tracking_uri or None)  # the store, created before any job runs
+        client = open_client(sweep.tracking_uri)  # the store, created before any job runs
         record_tracking_uri(sweep_dir, client.tracking_uri)  # for python -m runner.report, from any directory
         parent_id = read_parent_run_id(sweep_dir)
         if parent_id is not None:
@@ -167,11 +166,11 @@ def start_parent_run(config: DictConfig) -> str:
                 for key, value in tags.items():
                     client.set_tag(parent_id, key, value)
                 return parent_id
-        experiment_id = get_or_create_experiment(client, str(config.mlflow.experiment_name))
+        experiment_id = get_or_create_experiment(client, sweep.tracking.experiment_name)
         parent_id = client.create_run(experiment_id, tags=tags, run_name=run_name_for(sweep_dir)).info.run_id
     except MlflowException as error:
         raise RunnerError(
-            f"mlflow.tracking_uri={config.mlflow.tracking_uri or get_tracking_uri()!r} could not hold the sweep's "
+            f"mlflow.tracking_uri={sweep.tracking_uri or get_tracking_uri()!r} could not hold the sweep's "
             f"parent run: {error}. "
             "Fix: point mlflow.tracking_uri at a reachable tracking server or a writable sqlite:///path.db."
         ) from error
@@ -192,10 +191,11 @@ def finish_parent_run(config: DictConfig) -> None:
     parent_id = read_parent_run_id(sweep_dir)
     if parent_id is None:  # on_multirun_start did not get as far as creating it
         return
-    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri or None)
+    sweep = SweepConfig.read(config)
+    client = MlflowClient(tracking_uri=sweep.tracking_uri)
     status = RunStatus.FAILED
     try:
-        summary, paths = write_outputs(client, parent_id, _facts(config, sweep_dir), sweep_dir, sweep_dir)
+        summary, paths = write_outputs(client, parent_id, _facts(config, sweep, sweep_dir), sweep_dir, sweep_dir)
         objective = summary.objective  # the test set's, where the data could not be split
         client.set_tag(parent_id, CHOSEN_BY_TAG, objective)
         for path in paths:
@@ -213,7 +213,7 @@ def finish_parent_run(config: DictConfig) -> None:
         print(summary.markdown() + "\n" + summary.jobs_markdown(), flush=True)
         failed = summary.failed
         if summary.best is not None:
-            if not mlflow_settings(config).log_model:
+            if not sweep.tracking.log_model:
                 print("mlflow.log_model=false: the jobs logged no model, so none is registered", flush=True)
             elif failed:
                 # The best of an unfinished sweep may not be its best: registered now, it could hold @champion
@@ -224,7 +224,7 @@ def finish_parent_run(config: DictConfig) -> None:
                     flush=True,
                 )
             else:
-                _register_best(client, config, parent_id, summary.best, objective)
+                _register_best(client, sweep, sweep_dir, parent_id, summary.best, objective)
         if not failed:
             status = RunStatus.FINISHED
     finally:
@@ -249,15 +249,16 @@ def _failed_jobs(summary, parent_id: str, sweep_dir: str) -> RunnerError:
     )
 
 
-def _facts(config: DictConfig, sweep_dir: str) -> SweepFacts:
-    """The sweep's facts from its composed config (runner.sweeps.outputs)."""
+def _facts(config: DictConfig, sweep: SweepConfig, sweep_dir: str) -> SweepFacts:
+    """The sweep's facts (runner.sweeps.outputs): what it asks, and its study and search space from its composed
+    config."""
     from runner.sweeps.outputs import SweepFacts  # noqa: PLC0415  MLflow: only once the sweep ends
     from runner.sweeps.report import find_study, log_scaled_keys  # noqa: PLC0415  Plotly: only once the sweep ends
 
-    default = objective_is_default(config)
+    default = sweep.objective_is_default
     return SweepFacts(
-        objective=objective_name(config),
-        direction=OmegaConf.select(config, "hydra.sweeper.direction"),
+        objective=sweep.objective,
+        direction=sweep.direction,
         fallback=FALLBACK_OBJECTIVE if default else None,
         asked=not default,
         study=find_study(sweep_dir, {}, config),
@@ -265,13 +266,13 @@ def _facts(config: DictConfig, sweep_dir: str) -> SweepFacts:
     )
 
 
-def _register_best(client, config: DictConfig, parent_id: str, best, objective: str) -> None:
+def _register_best(client, sweep: SweepConfig, sweep_dir: str, parent_id: str, best, objective: str) -> None:
     """The best job's model as a new version of mlflow.registered_model_name, tagged with this sweep."""
     from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only once the sweep ends
 
     from runner.tracking.registry import SWEEP_TAG, register_run_model  # noqa: PLC0415  MLflow: only at the end
 
-    name = mlflow_settings(config).registered_model_name
+    name = sweep.tracking.registered_model_name
     try:
         registration = register_run_model(
             client,
@@ -279,14 +280,14 @@ def _register_best(client, config: DictConfig, parent_id: str, best, objective: 
             best.run_id,
             objective,
             best.metrics[objective],
-            lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction")),
+            sweep.lower_is_better,
             tags={SWEEP_TAG: parent_id},
         )
     except MlflowException as error:
         raise RunnerError(
             f"the sweep's best job {best.job} (MLflow run {best.run_id}) could not be registered as a version of "
             f"{name!r} at {client.tracking_uri}: {error.message}. Fix: make the Model Registry writable for "
-            f"you, then re-run the same sweep command with hydra.sweep.dir={sweep_dir_of(config)}: its finished "
+            f"you, then re-run the same sweep command with hydra.sweep.dir={sweep_dir}: its finished "
             "jobs are skipped and the best one is registered."
         ) from None
     client.set_tag(parent_id, REGISTERED_VERSION_TAG, f"{registration.name}/{registration.version}")

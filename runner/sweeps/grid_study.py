@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
-from omegaconf import OmegaConf
+from runner.sweeps.study import JOURNAL_FILE, SWEEP_DIR_ATTR, TrialLink, end_trial, open_storage
 
-from runner.sweeps.pruning import pruner_node
-from runner.sweeps.study import JOURNAL_FILE, SWEEP_DIR_ATTR, SWEEPER_TARGET, TrialLink, end_trial, open_storage
-from runner.sweeps.terms import lower_is_better, objective_name
+if TYPE_CHECKING:
+    from runner.sweeps.sweep_config import SweepConfig
 
 log = logging.getLogger("runner")
 
@@ -34,25 +33,17 @@ GRID_STUDY = "grid"
 JOB_NUMBER_ATTR = "job_number"
 
 
-def prunes_a_grid(config: Any, sweeper_target: str | None) -> bool:
-    """A sweep with a pruner (not pruner=none) that is not an Optuna sweep (runner.sweeps.pruning.check_pruner
-    allows only Hydra's basic sweeper besides): its jobs report to a grid study. `sweeper_target`:
-    hydra.sweeper._target_ (a job's task config has no `hydra` node: it passes HydraConfig's)."""
-    return pruner_node(config) is not None and sweeper_target != SWEEPER_TARGET
-
-
 def grid_storage(sweep_dir: str) -> str:
     return os.path.join(os.path.abspath(sweep_dir), JOURNAL_FILE)
 
 
-def create_grid_study(config: Any, sweep_dir: str) -> None:
+def create_grid_study(config: SweepConfig, sweep_dir: str) -> None:
     """Before any job starts (the sweep callback): the study, created once; a re-run of the sweep finds it. Its
     direction follows sweep.objective (losses are minimized)."""
     import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    objective = objective_name(config)
-    minimize = lower_is_better(objective, OmegaConf.select(config, "hydra.sweeper.direction"))
+    minimize = config.lower_is_better
     optuna.create_study(
         study_name=GRID_STUDY,
         storage=open_storage(grid_storage(sweep_dir)),

@@ -38,8 +38,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import DictConfig, OmegaConf
 
 from runner import outcome
-from runner.config.schema import Settings
-from runner.config.settings import sweep_settings
+from runner.config.schema import SWEEP_VALIDATION_FRACTION, Settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 from runner.lifeline import Process, exit_once_gone, lifeline, sweep_process
@@ -47,15 +46,15 @@ from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, KILLED, OUTCOME_FILE, O
 from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
-from runner.sweeps.grid_study import JobTrial, prunes_a_grid
+from runner.sweeps.grid_study import JobTrial
 from runner.sweeps.launchers import LAUNCHERS, launcher_name
-from runner.sweeps.pruning import prunes_replicates, report_replicate
+from runner.sweeps.pruning import report_replicate
 from runner.sweeps.ray_worker import ray_node_tags
 from runner.sweeps.study import PRUNED_TAG, SWEEPER_TARGET, TrialLink, storage_of, study_name_of
+from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     CONFIGURATION_TAG,
-    DEFAULT_VALIDATION_FRACTION,
     FOLD_KEY,
     FOLD_TAG,
     JOB_NUMBER_TAG,
@@ -66,10 +65,7 @@ from runner.sweeps.terms import (
     SLURM_JOB_ID_TAG,
     SWEPT_KEYS_TAG,
     WALL_SECONDS,
-    objective_is_default,
-    objective_name,
     read_parent_run_id,
-    worst_value,
 )
 from runner.tracking.lifecycle import ERROR_TAG
 from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
@@ -88,33 +84,30 @@ SCHEMA_SEED = Settings.seed  # the schema's default seed
 def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     """Train this job (each of its seeds, with sweep.seeds > 1) in a subprocess under the sweep's parent
     run; return its objective (the mean over its seeds)."""
-    objective = objective_name(cfg)
-    worst = worst_value(objective, OmegaConf.select(hydra_config, "sweeper.direction"))
+    config = SweepConfig.read(cfg, hydra_config)  # what this job reads of its config, once
     sweep_dir = os.path.abspath(str(hydra_config.sweep.dir))
     job_dir = str(hydra_config.runtime.output_dir)
     number = int(hydra_config.job.num)
     overrides = [str(item) for item in hydra_config.overrides.task]
 
-    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri or None)
+    client = MlflowClient(tracking_uri=config.tracking_uri)
     parent = _parent_run(client, sweep_dir)
     swept = parent.data.tags.get(SWEPT_KEYS_TAG, "")
     name = _point_name(overrides, swept, number)
     configuration = configuration_name(overrides, swept, number)
-    job = _Job(
-        client, parent, number, configuration, objective, worst, hydra_config, progress_overrides(cfg.get("progress"))
-    )
-    job.validation = validation_of_job(cfg, swept)
+    job = _Job(client, parent, number, configuration, config, hydra_config, progress_overrides(config.progress))
+    job.validation = validation_of_job(config, swept)
     # A grid sweep with a pruner: the job's training reports to a trial of its own.
-    if prunes_a_grid(cfg, OmegaConf.select(hydra_config, "sweeper._target_")):
+    if config.prunes_a_grid:
         job.grid_trial = JobTrial(sweep_dir, number)
-    seeds = job_seeds(cfg)
-    folds = sweep_settings(cfg).folds
+    seeds = config.seeds
+    folds = config.sweep.folds
     runs = _runs(job_dir, overrides, name, configuration, seeds, folds)
     values = []
     for index, run in enumerate(runs):
         # A trial's runs continue one another's steps (TrialLink.first_step): the pruner compares like with like.
-        values.append(job.train_seed(*run, first_step=index * int(cfg.epochs)))
-        if job.pruned_at is not None or job.replicate_pruned(cfg, index, values[-1]):
+        values.append(job.train_seed(*run, first_step=index * config.epochs))
+        if job.pruned_at is not None or job.replicate_pruned(index, values[-1]):
             break  # the pruner stopped the trial: its other seeds and folds do not train
         if job.interrupted:  # the rest is the re-run's
             return job.worst
@@ -125,7 +118,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
             "job %d (%s): %s %s over seeds %s%s, mean %.4f",
             number,
             configuration,
-            objective,
+            config.objective,
             ", ".join(f"{value:.4f}" for value in values),
             ", ".join(map(str, seeds)),
             f" and {folds} folds" if folds else "",
@@ -164,18 +157,6 @@ def progress_overrides(progress, stderr=None) -> list[str]:
     return ["progress=true"] if progress is None and bar_enabled(None, stderr) else []
 
 
-def job_seeds(cfg: DictConfig) -> list[int]:
-    """The seeds a job trains: its `seed`, then the next sweep.seeds - 1 integers."""
-    seed = cfg.seed
-    try:
-        count = sweep_settings(cfg).seeds
-    except RunnerError:  # swept to a bad value: the training process refuses it and the job is FAILED
-        return [seed]
-    if isinstance(seed, bool) or not isinstance(seed, int):  # likewise
-        return [seed]
-    return [seed + offset for offset in range(count)]
-
-
 def with_seed(overrides: list[str], seed: int) -> list[str]:
     """The job's overrides with `seed=<seed>` in place of any seed it had."""
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -199,14 +180,14 @@ class _Job:
         parent: Run,
         number: int,
         configuration: str,
-        objective: str,
-        worst: float,
+        config: SweepConfig,
         hydra_config: DictConfig,
         progress: list[str],
     ):
         self.client, self.parent, self.number = client, parent, number
         self.progress = progress  # progress_overrides
-        self.configuration, self.objective, self.worst = configuration, objective, worst
+        self.config, self.configuration = config, configuration
+        self.objective, self.worst = config.objective, config.worst
         self.hydra_config = hydra_config
         self.cwd = str(hydra_config.runtime.cwd)
         self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
@@ -331,15 +312,15 @@ class _Job:
         log.error("%s failed (MLflow run %s): %s", label, run_id, error)
         return self.worst
 
-    def replicate_pruned(self, cfg: DictConfig, replicate: int, value: float) -> bool:
+    def replicate_pruned(self, replicate: int, value: float) -> bool:
         """With a replicate pruner (pruner=wilcoxon), after the job's run of `replicate`: its objective goes to the
         trial and the pruner decides; a pruned trial's runs are tagged `pruned_at_epoch` (their last epoch), so that
         the summary shows the configuration pruned and never compares or picks it."""
-        if self.link is None or self.failed or not prunes_replicates(cfg):
+        if self.link is None or self.failed or not self.config.prunes_replicates:
             return False
-        if not report_replicate(self.link, cfg, replicate, value):
+        if not report_replicate(self.link, self.config, replicate, value):
             return False
-        self.pruned_at = int(cfg.epochs)
+        self.pruned_at = self.config.epochs
         for run_id in self.run_ids:
             self.client.set_tag(run_id, PRUNED_TAG, str(self.pruned_at))
         return True
@@ -375,23 +356,23 @@ class ValidationOfJob:
         return self.fallback if self.fallback is not None and self.fallback in metrics else None
 
 
-def validation_of_job(cfg: DictConfig, swept: str) -> ValidationOfJob:
+def validation_of_job(config: SweepConfig, swept: str) -> ValidationOfJob:
     """With a val_ objective and no dataset.validation_fraction, the job holds out the default fraction; left to
     the default objective, data the runner cannot split trains without one and answers with the test set's
     metric (the summary says so). The split seed is the job's seed before its replicates (sweep.seeds), or the
     schema's seed when the sweep varies `seed` itself, so every configuration and seed is validated on the same
     examples."""
-    fraction = OmegaConf.select(cfg, "dataset.validation_fraction")
+    fraction = config.validation_fraction
     overrides, environ = [], {}
-    folds = sweep_settings(cfg).folds  # then each run holds out its fold instead (train_seed)
-    fallback = FALLBACK_OBJECTIVE if objective_is_default(cfg) and folds is None else None
-    if fraction is None and folds is None and objective_name(cfg).startswith("val_"):
-        overrides.append(f"dataset.validation_fraction={DEFAULT_VALIDATION_FRACTION}")
-        fraction = DEFAULT_VALIDATION_FRACTION
+    folds = config.sweep.folds  # then each run holds out its fold instead (train_seed)
+    fallback = FALLBACK_OBJECTIVE if config.objective_is_default and folds is None else None
+    if fraction is None and folds is None and config.objective.startswith("val_"):
+        overrides.append(f"dataset.validation_fraction={SWEEP_VALIDATION_FRACTION}")
+        fraction = SWEEP_VALIDATION_FRACTION
         if fallback is not None:
             environ[OPTIONAL_VARIABLE] = "1"
-    if (fraction is not None or folds is not None) and OmegaConf.select(cfg, "dataset.split_seed") is None:
-        seed = SCHEMA_SEED if SEED_KEY in swept.split(",") else cfg.seed
+    if (fraction is not None or folds is not None) and config.split_seed is None:
+        seed = SCHEMA_SEED if SEED_KEY in swept.split(",") else config.seed
         overrides.append(f"dataset.split_seed={seed}")
     return ValidationOfJob(tuple(overrides), environ, fallback)
 
@@ -428,16 +409,16 @@ def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | 
     failure): mark its child run FAILED with `error`, creating the run if the job never got to; return
     the worst objective, for the sweeper. `cfg` is the job's config, hydra node included."""
     hydra_config = cfg.hydra
-    objective = objective_name(cfg)
-    worst = worst_value(objective, OmegaConf.select(hydra_config, "sweeper.direction"))
+    config = SweepConfig.read(cfg)
+    objective, worst = config.objective, config.worst
     number = int(hydra_config.job.num)
     overrides = [str(item) for item in hydra_config.overrides.task]
     overrides_tag = ",".join(overrides)
-    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri or None)
+    client = MlflowClient(tracking_uri=config.tracking_uri)
     parent = _parent_run(client, os.path.abspath(str(hydra_config.sweep.dir)))
     run = _existing_child(client, job_dir, parent.info.run_id, overrides_tag)
     if run is not None and run.info.status == _FINISHED:  # it finished; only its answer was lost
-        chosen_by = validation_of_job(cfg, "").chosen_by(objective, run.data.metrics)
+        chosen_by = validation_of_job(config, "").chosen_by(objective, run.data.metrics)
         return float(run.data.metrics[chosen_by]) if chosen_by else worst
     where = where_it_runs(hydra_config)
     if slurm_job:

@@ -8,6 +8,7 @@ import logging
 import os
 from typing import Any
 
+from runner.config.settings import mlflow_settings
 from runner.sweeps.terms import read_parent_run_id
 
 log = logging.getLogger("runner")
@@ -26,6 +27,6 @@ def fail_parent_run(config: Any, error: str) -> None:
     if parent_id is None:
         return
     try:
-        end_failed(MlflowClient(tracking_uri=config.mlflow.tracking_uri or None), parent_id, error)
+        end_failed(MlflowClient(tracking_uri=mlflow_settings(config).tracking_uri or None), parent_id, error)
     except MlflowException as failure:
         log.warning("the sweep's parent run %s could not be marked FAILED: %s", parent_id, failure)

@@ -13,20 +13,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from runner.config.components import check_arguments, import_target
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError
 from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
+from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_node
 from runner.sweeps.terms import objective_name
 
 log = logging.getLogger("runner")
 
 PRUNERS = ("none", "median", "successive_halving", "hyperband", "wilcoxon")
-# Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
-# run's final objective as the step of its replicate (report_replicate); the training process reports no epoch.
-REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
 # The objectives a training process has after every epoch (runner.training.controller.EpochResult.metrics).
 PER_EPOCH = (
     "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_second"
@@ -34,21 +32,6 @@ PER_EPOCH = (
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
 # (runner.sweeps.grid_study).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-
-
-def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The `pruner` group as a plain mapping ({_target_: ..., arguments}), or None for pruner=none."""
-    node = config.get("pruner")
-    if node is None:
-        return None
-    plain = dict(_plain(node))
-    return plain if plain.get("_target_") else None
-
-
-def _plain(node: Any) -> Mapping[str, Any]:
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a mapping node
-    return node
 
 
 def check_pruner(config: Any) -> None:
@@ -93,27 +76,21 @@ def _check_replicates(config: Any, target: str) -> None:
         )
 
 
-def prunes_replicates(config: Mapping[str, Any]) -> bool:
-    """The sweep's pruner compares replicates, not epochs (REPLICATE_PRUNERS)."""
-    node = pruner_node(config)
-    return node is not None and node["_target_"] in REPLICATE_PRUNERS
-
-
-def report_replicate(link: TrialLink, config: Mapping[str, Any], replicate: int, value: float) -> bool:
+def report_replicate(link: TrialLink, config: SweepConfig, replicate: int, value: float) -> bool:
     """After a trial's run of replicate `replicate` (its index among the trial's seeds and folds, the same in every
     trial): its objective goes to the trial as that step, and the replicate pruner decides. True: the trial is
     pruned (PRUNED_TAG set to the epoch its runs stopped after, their last), and its other runs do not train."""
-    _, trial = link.open(instantiate(pruner_node(config)))
+    _, trial = link.open(instantiate(config.pruner))
     trial.report(value, replicate)
     if not trial.should_prune():
         return False
-    trial.set_user_attr(PRUNED_TAG, int(config["epochs"]))
+    trial.set_user_attr(PRUNED_TAG, config.epochs)
     log.info(
         "trial %d pruned after %d replicate(s): its %s is significantly behind the best trial's on the same seeds "
         "and folds; its other replicates do not train",
         trial.number,
         replicate + 1,
-        objective_name(config),
+        config.objective,
     )
     return True
 

@@ -39,7 +39,6 @@ REGISTERED_VERSION_TAG = "registered_model_version"
 
 
 # ---- what chooses the winner (a validation split unless told otherwise) ----
-DEFAULT_VALIDATION_FRACTION = 0.1
 # On each child run and on the parent: the metric that chose (`test_accuracy` where the data could not be split).
 CHOSEN_BY_TAG = "chosen_by"
 

@@ -1,0 +1,123 @@
+"""A sweep's composed config, read once: what the sweep's callback and each of its jobs use of it, typed.
+
+The sweep's process reads its own (SweepConfig.read(config), its `hydra` node included); each job reads its job's
+config with HydraConfig's node beside it, at the start of runner.sweeps.job.run_sweep_job. Below those two points
+nothing reads the raw config's keys. The `sweep` and `mlflow` groups are validated here (the callback has already
+refused a bad value of them before the parent run exists: runner.config.check.check_sweep_points); a job's own
+`seed` and dataset values are kept as composed, since a bad swept value is its training process's to refuse,
+which fails that job and not the sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.config.schema import MlflowSettings, SweepSettings
+from runner.config.settings import mlflow_settings, sweep_settings
+from runner.sweeps.study import SWEEPER_TARGET
+from runner.sweeps.terms import DEFAULT_OBJECTIVE, lower_is_better
+
+# Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
+# run's final objective as the step of its replicate (runner.sweeps.pruning.report_replicate); the training process
+# reports no epoch.
+REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
+
+
+def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `pruner` group as a plain mapping ({_target_: ..., arguments}), or None for pruner=none."""
+    node = config.get("pruner")
+    if node is None:
+        return None
+    plain = dict(_plain(node))
+    return plain if plain.get("_target_") else None
+
+
+def _plain(node: Any) -> Mapping[str, Any]:
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a mapping node
+    return node
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What a sweep is asked to do, from its composed config (see the module's docstring for who reads it)."""
+
+    tracking: MlflowSettings  # the `mlflow` group: the store, the experiment, the model and its registry name
+    sweep: SweepSettings  # the `sweep` group: objective, seeds, folds
+    direction: Any  # hydra.sweeper.direction (None: the objective's own, runner.sweeps.terms.lower_is_better)
+    sweeper: str | None  # hydra.sweeper._target_
+    pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
+    epochs: int  # a trial's runs continue one another's steps, epochs apart
+    # A job's own values, as composed (its training process validates them).
+    seed: Any
+    progress: Any
+    validation_fraction: Any
+    split_seed: Any
+
+    @classmethod
+    def read(cls, config: DictConfig, hydra: DictConfig | None = None) -> SweepConfig:
+        """`config`: the sweep's or a job's composed config; `hydra`: the `hydra` node, where `config` has none
+        (a job's task config: HydraConfig.get()); without either, the sweeper's defaults."""
+        if hydra is None:
+            hydra = config.get("hydra") or OmegaConf.create({})
+        return cls(
+            tracking=mlflow_settings(config),
+            sweep=sweep_settings(config),
+            direction=OmegaConf.select(hydra, "sweeper.direction"),
+            sweeper=OmegaConf.select(hydra, "sweeper._target_"),
+            pruner=pruner_node(config),
+            seed=config.get("seed"),
+            epochs=int(config.epochs),
+            progress=config.get("progress"),
+            validation_fraction=OmegaConf.select(config, "dataset.validation_fraction"),
+            split_seed=OmegaConf.select(config, "dataset.split_seed"),
+        )
+
+    @property
+    def tracking_uri(self) -> str | None:
+        """mlflow.tracking_uri, None for MLflow's default (MLFLOW_TRACKING_URI, else ./mlflow.db)."""
+        return self.tracking.tracking_uri or None
+
+    @property
+    def objective(self) -> str:
+        """The metric a job returns to the sweeper (sweep.objective; null: DEFAULT_OBJECTIVE)."""
+        return self.sweep.objective or DEFAULT_OBJECTIVE
+
+    @property
+    def objective_is_default(self) -> bool:
+        """sweep.objective was left null: the sweep chooses on validation, or on test where the data cannot be
+        split."""
+        return self.sweep.objective is None
+
+    @property
+    def lower_is_better(self) -> bool:
+        return lower_is_better(self.objective, self.direction)
+
+    @property
+    def worst(self) -> float:
+        """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
+        such a trial as FAIL)."""
+        return float("inf") if self.lower_is_better else float("-inf")
+
+    @property
+    def seeds(self) -> list[Any]:
+        """The seeds a job trains: its `seed`, then the next sweep.seeds - 1 integers (its `seed` alone when that
+        is not an integer: its training process refuses it and the job is FAILED)."""
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            return [self.seed]
+        return [self.seed + offset for offset in range(self.sweep.seeds)]
+
+    @property
+    def prunes_replicates(self) -> bool:
+        """The sweep's pruner compares replicates, not epochs (REPLICATE_PRUNERS: pruner=wilcoxon)."""
+        return self.pruner is not None and self.pruner["_target_"] in REPLICATE_PRUNERS
+
+    @property
+    def prunes_a_grid(self) -> bool:
+        """A sweep with a pruner that is not an Optuna sweep (runner.sweeps.pruning.check_pruner allows only Hydra's
+        basic sweeper besides): its jobs report to a grid study (runner.sweeps.grid_study)."""
+        return self.pruner is not None and self.sweeper != SWEEPER_TARGET
