@@ -112,6 +112,7 @@ def test_an_unreadable_override_is_one_paragraph():
     assert _refusal("batch=[1").startswith("'batch=[1' is not valid: Hydra cannot read it")
 
 
+@pytest.mark.alone  # it times the check
 def test_a_normal_command_line_is_checked_in_well_under_a_second():
     check_command_line(["strategy=one_device"])  # Hydra's plugins are discovered once per process
     started = time.perf_counter()

@@ -69,6 +69,7 @@ def test_flush_drops_the_held_release_at_once():
         assert dropped == [("last", REAPER_THREAD)]
 
 
+@pytest.mark.alone  # the quick release must come within 1.5 s
 def test_a_slow_release_delays_no_other():
     dropped: list[tuple[str, str]] = []
     reaper = IteratorReaper()
