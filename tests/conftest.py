@@ -9,7 +9,7 @@ import pytest
 from helpers.config import compose
 from helpers.presets import TINY
 from helpers.requires import missing, on_ci
-from helpers.turns import turn
+from helpers.turns import clear, turn
 from runner.entry import prepare_for_tensorflow
 
 prepare_for_tensorflow()  # the tests train in this process: tf_keras, before anything imports TensorFlow
@@ -77,9 +77,14 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item.get_closest_marker("soak") is None]
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     """@pytest.mark.alone: the test runs while no other test runs (tests/helpers/turns.py); every other test runs
-    beside at most one more."""
+    beside at most one more. Outermost (tryfirst), so that pytest-timeout's clock starts once the test has its
+    turn, not while it waits for it."""
     with turn(alone=item.get_closest_marker("alone") is not None):
         yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    clear()  # the turns' lock files of a worker that is done

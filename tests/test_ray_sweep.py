@@ -13,8 +13,10 @@ import csv
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -72,7 +74,9 @@ def ray_session(tmp_path_factory):
     """One Ray head for every case: a 3-job sweep on it (one job with a bad value), then, with the cluster
     stopped, a sweep at the address that no longer answers, then a 1-job sweep of two folds that starts its own Ray."""
     work = tmp_path_factory.mktemp("ray_sweeps")
-    head, temp = work / "head", tmp_path_factory.mktemp("ray")
+    # Ray's temp directory holds its sockets, whose paths may not exceed 107 bytes: a short one of its own, not
+    # pytest's (a worker's basetemp, /tmp/pytest-of-root/pytest-N/popen-gw1/, leaves too little room).
+    head, temp = work / "head", Path(tempfile.mkdtemp(prefix="runner-ray-"))
     head.mkdir()
     address = f"hydra.launcher.ray.init.address=127.0.0.1:{PORT}"
     # HOME too, holding a Ray token as a machine where Ray ran before does (~/.ray/auth_token): the head then
@@ -85,7 +89,7 @@ export RAY_TMPDIR={temp} HOME={work}/home
 cd {head}  # the head starts elsewhere than the sweeps: its workers must still put jobs where the command ran
 {RAY} start --head --port={PORT} --num-cpus=2 --temp-dir={temp} --include-dashboard=false \\
   --disable-usage-stats > {work}/ray_start.log 2>&1 || exit 90
-ps -eo args > {work}/ps_cluster.txt
+ps -ww -eo args > {work}/ps_cluster.txt
 cd {work}
 {
         runner_command(
@@ -114,19 +118,24 @@ echo $? > unreachable.rc
         )
     } > local.out 2> local.err
 echo $? > local.rc
-ps -eo args > ps_end.txt
+ps -ww -eo args > ps_end.txt
 """
     try:
-        done = run_in_namespace(script, work, timeout=540)
+        try:
+            done = run_in_namespace(script, work, timeout=540)
+        finally:
+            # The namespace died with its script: no Ray process may have outlived it, anywhere on the machine.
+            survivors = [
+                line
+                for line in subprocess.run(
+                    ["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True
+                ).stdout.splitlines()
+                if str(temp) in line
+            ]
+        assert done.returncode == 0, (done.returncode, done.stderr[-3000:], read(work / "ray_start.log")[-3000:])
+        yield work, survivors
     finally:
-        # The namespace died with its script: no Ray process may have outlived it, anywhere on the machine.
-        survivors = [
-            line
-            for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-            if str(temp) in line
-        ]
-    assert done.returncode == 0, (done.returncode, done.stderr[-3000:], read(work / "ray_start.log")[-3000:])
-    return work, survivors
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def client(work: Path, store: str) -> MlflowClient:

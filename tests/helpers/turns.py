@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -20,12 +21,13 @@ from pathlib import Path
 WORKERS_RUN = "PYTEST_XDIST_TESTRUNUID"  # set by pytest-xdist in each worker, the same for one test run's workers
 
 
-def _directory() -> Path | None:
+def _directory(create: bool = True) -> Path | None:
     run = os.environ.get(WORKERS_RUN)
     if not run:
         return None
     directory = Path(tempfile.gettempdir()) / f"runner-tests-turns-{run}"
-    directory.mkdir(exist_ok=True)
+    if create:
+        directory.mkdir(exist_ok=True)
     return directory
 
 
@@ -56,3 +58,11 @@ def turn(alone: bool) -> AbstractContextManager[None]:
     """Hold this while a test runs (setup, call and teardown): alone, or beside another test."""
     directory = _directory()
     return nullcontext() if directory is None else _turn(directory, alone)
+
+
+def clear() -> None:
+    """When a worker has run its last test: the lock files go (the other worker, now alone, makes them again if it
+    runs another test, and removes them in turn)."""
+    directory = _directory(create=False)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
