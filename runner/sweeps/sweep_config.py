@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.schema import MlflowSettings, SweepSettings
 from runner.config.settings import mlflow_settings, sweep_settings
 from runner.sweeps.study import SWEEPER_TARGET
-from runner.sweeps.terms import DEFAULT_OBJECTIVE, lower_is_better
+from runner.sweeps.terms import DEFAULT_OBJECTIVE, lower_is_better, worst_value
 
 # Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
 # run's final objective as the step of its replicate (runner.sweeps.pruning.report_replicate); the training process
@@ -99,9 +99,8 @@ class SweepConfig:
 
     @property
     def worst(self) -> float:
-        """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
-        such a trial as FAIL)."""
-        return float("inf") if self.lower_is_better else float("-inf")
+        """What a failed job returns (runner.sweeps.terms.worst_value)."""
+        return worst_value(self.objective, self.direction)
 
     @property
     def seeds(self) -> list[Any]:

@@ -48,11 +48,6 @@ def objective_name(config: Any) -> str:
     return sweep_settings(config).objective or DEFAULT_OBJECTIVE
 
 
-def objective_is_default(config: Any) -> bool:
-    """sweep.objective was left null: the sweep chooses on validation, or on test where the data cannot be split."""
-    return sweep_settings(config).objective is None
-
-
 def chosen_on_test(objective: str) -> bool:
     """Whether `objective` is measured on the test set (eval_accuracy is the test set, once more)."""
     return objective.startswith("test_") or objective == "eval_accuracy"
