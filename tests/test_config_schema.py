@@ -115,11 +115,17 @@ def test_an_unreadable_override_is_one_paragraph():
 @pytest.mark.alone  # it times the check
 def test_a_normal_command_line_is_checked_in_well_under_a_second():
     check_command_line(["strategy=one_device"])  # Hydra's plugins are discovered once per process
-    started = time.perf_counter()
-    check_command_line(["strategy=one_device", "batch=128", "optimizer.lr=0.002", "epochs=2", "loop=multi_step"])
-    # A sweep's other values of a key are set on a copy of the first composition, not composed anew.
-    check_command_line(["-m", "batch=16,32,64,128", "optimizer.lr=0.1,0.01,0.001", "seed=1,2,3"])
-    assert time.perf_counter() - started < 1.0
+
+    def seconds_to_check() -> float:
+        started = time.perf_counter()
+        check_command_line(["strategy=one_device", "batch=128", "optimizer.lr=0.002", "epochs=2", "loop=multi_step"])
+        # A sweep's other values of a key are set on a copy of the first composition, not composed anew.
+        check_command_line(["-m", "batch=16,32,64,128", "optimizer.lr=0.1,0.01,0.001", "seed=1,2,3"])
+        return time.perf_counter() - started
+
+    # The best of three, as timeit reports: the check's own time, not a pause of the machine's (a garbage
+    # collection, another process) that one measurement may fall on.
+    assert min(seconds_to_check() for _ in range(3)) < 1.0
 
 
 def test_each_value_of_a_swept_key_or_group_is_checked():

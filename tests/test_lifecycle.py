@@ -70,3 +70,17 @@ def test_an_explained_error_replaces_the_original_in_the_run_and_for_the_caller(
             raise ConnectionError("socket closed")
     assert raised.value.__suppress_context__
     assert "another task" in _run(tracker).data.tags["error"]
+
+
+def test_a_long_error_keeps_its_start_and_its_last_line_in_the_tag(tracker):
+    """A TensorFlow op error puts the op's traceback first and its own words last; how long the traceback is
+    depends on where the packages are installed, so the tag keeps the end of the message, not only its start."""
+    traceback = "".join(f'  File "/a/long/install/prefix/site-packages/module_{n}.py", line {n}\n' for n in range(200))
+    message = f"Graph execution error:\n{traceback}indices[3] = 206 is not in [0, 64)"
+    with pytest.raises(ValueError), RunLifecycle(tracker):
+        raise ValueError(message)
+    tag = _run(tracker).data.tags["error"]
+    assert len(message) > len(tag)
+    assert tag.startswith("ValueError: Graph execution error:")
+    assert tag.endswith("206 is not in [0, 64)")
+    assert "characters left out" in tag

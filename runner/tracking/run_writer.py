@@ -171,21 +171,37 @@ class RunWriter:
             return
         if resumable:
             self.client.set_tag(self.run_id, RESUMABLE_TAG, "true")
-            self.client.set_tag(self.run_id, ERROR_TAG, message)
+            self.client.set_tag(self.run_id, ERROR_TAG, error_tag_text(message))
             self.client.set_terminated(self.run_id, RunStatus.to_string(RunStatus.KILLED))
             return
         end_failed(self.client, self.run_id, message)
 
 
+ERROR_TAG_LENGTH = 5000  # within MLflow's limit on a tag's value (8,000 characters) with room for a mark
+
+
+def error_tag_text(error: str) -> str:
+    """`error` as its tag keeps it: whole when short, else its start and its end. A TensorFlow op error puts the
+    traceback of the op first and its own message (the bad index, the shape) last, and the last part is what a
+    reader needs; how long the traceback is depends on where the packages are installed."""
+    if len(error) <= ERROR_TAG_LENGTH:
+        return error
+    mark = "\n[... {} characters left out ...]\n"
+    head = ERROR_TAG_LENGTH // 4
+    tail = ERROR_TAG_LENGTH - head - len(mark.format(len(error)))
+    return error[:head] + mark.format(len(error) - head - tail) + error[-tail:]
+
+
 def end_failed(client: MlflowClient, run_id: str, error: str, keep_own_error: bool = False) -> None:
-    """The one way a run is ended FAILED: `error` (its first 5,000 characters) in its `error` tag, then the status.
+    """The one way a run is ended FAILED: `error` (its start and its end when long, see error_tag_text) in its
+    `error` tag, then the status.
     With `keep_own_error`, a run that its own process already ended FAILED with an error keeps that error (the
     supervisor's word on it would say less)."""
     if keep_own_error:
         run = client.get_run(run_id)
         if run.info.status == RunStatus.to_string(RunStatus.FAILED) and run.data.tags.get(ERROR_TAG):
             return
-    client.set_tag(run_id, ERROR_TAG, error[:5000])
+    client.set_tag(run_id, ERROR_TAG, error_tag_text(error))
     client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
 
 
