@@ -59,16 +59,43 @@ def pytest_addoption(parser):
 # Modules that start a SLURM cluster of their own (tests/helpers/slurm.py): one at a time on the machine.
 SLURM_MODULES = {"test_slurm", "test_preemption_clusters", "test_submitit"}
 
+# The longest groups, longest first (seconds measured two at a time on 2 cores, the top of --durations): the
+# workers take them first, so that what is left for the end is short and neither worker waits long on the other.
+# The order is only a schedule; any order passes.
+LONGEST_GROUPS = (
+    "slurm",  # about 970 s
+    "test_optuna_sweeps",  # 400 s
+    "test_team_server_page",  # 400 s
+    "test_sweep_validation",  # 280 s
+    "test_ray_sweep",  # 260 s
+    "test_sweep",  # 250 s
+    "test_resilience",  # 240 s
+    "test_packaging",  # 240 s
+    "test_example_project",  # 230 s
+    "test_team_auth",  # 210 s
+    "test_outage",  # 200 s
+    "test_sweep_seeds",  # 200 s
+    "test_team_server",  # 170 s
+)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Soak tests run for many minutes: without --soak they are deselected, not skipped (a skipped test fails CI).
     Under pytest-xdist's --dist loadgroup each module is one group, run in order by one worker (its module-scoped
-    fixtures start once), and the SLURM modules share one."""
+    fixtures start once), and the SLURM modules share one; the longest groups come first (LONGEST_GROUPS, with
+    --no-loadscope-reorder in pyproject.toml, which would otherwise put the groups of most tests first)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             module = item.module.__name__.rpartition(".")[2]
             item.add_marker(pytest.mark.xdist_group("slurm" if module in SLURM_MODULES else module))
+
+    def rank(item) -> int:
+        group = item.get_closest_marker("xdist_group")
+        name = group.args[0] if group.args else group.kwargs.get("name")
+        return LONGEST_GROUPS.index(name) if name in LONGEST_GROUPS else len(LONGEST_GROUPS)
+
+    items.sort(key=rank)  # stable: within a group, and among the rest, the order of collection
     if config.getoption("--soak"):
         return
     soak = [item for item in items if item.get_closest_marker("soak") is not None]
