@@ -330,6 +330,19 @@ def test_a_pruned_cluster_trial_stops_every_task(tmp_path, cluster, good_lr):
             "pruner=wilcoxon is not valid without replicates: it compares a configuration's seeds or folds",
         ),
         (
+            ("hparams_search=optuna", "hydra.sweeper.terminate=regret"),
+            "hydra.sweeper.terminate=regret is not valid without replicates: it stops the study once the most",
+        ),
+        (
+            ("hparams_search=optuna", "sweep.seeds=2", "hydra.sweeper.terminate=regrets"),
+            "hydra.sweeper.terminate='regrets' is not valid: the study terminators are regret",
+        ),
+        (
+            ("optimizer.lr=0.01,0.001", "sweep.seeds=2", "hydra.sweeper.terminate=regret"),
+            "hydra.sweeper.terminate=regret is not valid with a grid sweep (hydra._internal.core_plugins.basic_sweeper."
+            "BasicSweeper): a terminator ends an Optuna study",
+        ),
+        (
             ("hparams_search=optuna", "hydra.sweeper.storage=postgresql+psycopg2://me@127.0.0.1:1/optuna"),
             "hydra.sweeper.storage='postgresql+psycopg2://me@127.0.0.1:1/optuna' could not be opened: OperationalError",
         ),

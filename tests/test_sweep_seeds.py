@@ -9,11 +9,13 @@ import statistics
 import subprocess
 import time
 
+import optuna
 import pytest
 import yaml
 
 from helpers.sweeps import children, client_for, kill_sweep_while_training, parent_id_of, summary_rows, sweep_command
 from runner.outcome import RESULT_KEYS
+from runner.sweeps.study import JOURNAL_FILE, REPLICATES_ATTR, open_storage
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
 
 pytestmark = pytest.mark.slow
@@ -86,9 +88,26 @@ def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_
     assert "6 jobs, 6 finished, 0 failed, in 2 configurations" in result.stdout
 
 
-def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds(tmp_path):
+def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminator_ends_a_study_with_no_room_left(
+    tmp_path,
+):
+    """Each trial trains seeds 10 and 11 and is valued at their mean test_loss (minimized). The learning rates are too
+    small to move the weights, so every configuration scores as the first: with hydra.sweeper.terminate=regret the
+    study ends after two of its three trials, its room for improvement far below the noise between the seeds."""
     sweep_dir = tmp_path / "sweep"
-    result = sweep(tmp_path, sweep_dir, "hparams_search=optuna", "hydra.sweeper.n_trials=2", "sweep.seeds=2", "seed=10")
+    result = sweep(
+        tmp_path,
+        sweep_dir,
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=3",
+        "sweep.seeds=2",
+        "seed=10",
+        "sweep.objective=test_loss",
+        "hydra.sweeper.direction=minimize",
+        "optimizer.lr=tag(log, interval(1e-9, 2e-9))",
+        "hydra.sweeper.terminate=regret",
+        "hydra.sweeper.terminate_min_trials=2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
     runs = children(client, parent_id_of(sweep_dir))
@@ -96,16 +115,25 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds(tmp_path):
     trials = {}
     for run in runs:
         trials.setdefault(run.data.tags["job_number"], []).append(run)
-    assert sorted(trials) == ["0", "1"]
+    assert sorted(trials) == ["0", "1"]  # the third trial was never asked
     for number, group in trials.items():
         assert sorted(run.data.params["seed"] for run in group) == ["10", "11"]  # seed, seed + 1
         assert len({run.data.tags["configuration"] for run in group}) == 1
         for run in group:
             assert run.info.run_name.endswith(f",seed={run.data.params['seed']}")
             assert (sweep_dir / number / f"seed-{run.data.params['seed']}" / "outcome.json").exists()
-    means = [statistics.fmean(run.data.metrics["test_accuracy"] for run in group) for group in trials.values()]
+    means = [statistics.fmean(run.data.metrics["test_loss"] for run in group) for group in trials.values()]
     reported = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
-    assert reported["best_value"] == pytest.approx(max(means), rel=1e-12)
+    assert reported["best_value"] == pytest.approx(min(means), rel=1e-12)
+    # Each trial keeps its seeds' objectives, from which the terminator measured the noise.
+    study = optuna.load_study(study_name="fashion_mnist", storage=open_storage(str(sweep_dir / JOURNAL_FILE)))
+    for trial in study.trials:
+        by_seed = {run.data.params["seed"]: run.data.metrics["test_loss"] for run in trials[str(trial.number)]}
+        assert trial.user_attrs[REPLICATES_ATTR] == pytest.approx([by_seed["10"], by_seed["11"]], rel=1e-12)
+    said = "the study stopped after 2 completed trials: the most its best configuration could still improve"
+    assert said in reported["stopped_early"]
+    assert f"Ended early: {said}" in result.stdout
+    assert said in client.get_run(parent_id_of(sweep_dir)).data.tags["study_stopped_early"]
 
 
 def test_a_rerun_trains_only_the_seeds_that_did_not_finish(tmp_path):

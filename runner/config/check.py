@@ -342,6 +342,34 @@ def settings_refusal(config: dict, override: Override) -> RunnerError | None:
     return None
 
 
+# The runner's Optuna sweeper's settings (hparams_search=optuna): a grid sweep (Hydra's basic sweeper) has none.
+OPTUNA_SWEEPER_FILE = CONF_DIR / "hydra" / "sweeper" / "optuna.yaml"
+_OPTUNA_SWEEPER = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
+
+
+def _optuna_sweeper_setting(line: str, key: str, plain: Mapping[str, Any]) -> RunnerError | None:
+    """A setting of the Optuna sweeper (n_trials, terminate, ...) given to another sweeper: the paragraph that
+    says so, or None."""
+    name = key.removeprefix("hydra.sweeper.").partition(".")[0]
+    if not key.startswith("hydra.sweeper.") or name not in yaml.safe_load(OPTUNA_SWEEPER_FILE.read_text()):
+        return None
+    hydra = plain.get("hydra")
+    sweeper = hydra.get("sweeper") if isinstance(hydra, Mapping) else None
+    target = sweeper.get("_target_") if isinstance(sweeper, Mapping) else None
+    if target == _OPTUNA_SWEEPER:
+        return None
+    purpose = {
+        "terminate": "a terminator ends an Optuna study once more trials could not be told from luckier ones",
+        "n_trials": "n_trials is how many trials an Optuna study asks for",
+    }.get(name, f"{name} is a setting of the runner's Optuna sweeper")
+    return RunnerError(
+        f"{line} is not valid with a grid sweep ({target or 'no Optuna sweeper'}): {purpose}, and a grid trains "
+        "every point its values list, with no study to ask or stop. Fix: search with hparams_search=optuna "
+        f"(python -m runner hparams_search=optuna {line} ...), or remove {line}.",
+        key=key,
+    )
+
+
 def _check_targets(config: DictConfig) -> None:
     plain = {group: OmegaConf.to_container(config[group], resolve=True) for group in TARGET_GROUPS}
     check_targets(target_components(plain), TARGET_ARGUMENTS)
@@ -418,6 +446,9 @@ def unknown_key(line: str, key: str, config: Any, groups: Sequence[str] = ()) ->
     """`key` (given as `line` on the command line) is not a key of the config: one paragraph with the
     closest key that is, or, for a top-level name like none of them, the config groups."""
     plain = _unresolved(config)
+    optuna_only = _optuna_sweeper_setting(line, key, plain)
+    if optuna_only is not None:
+        return optuna_only
     hydra = plain.get("hydra") if key.startswith("hydra.") else None
     candidates = [path for path in schema_keys(plain, hydra if isinstance(hydra, Mapping) else None) if path != key]
     parent = key.rpartition(".")[0]

@@ -50,7 +50,7 @@ from runner.sweeps.grid_study import JobTrial
 from runner.sweeps.launchers import LAUNCHERS, launcher_name
 from runner.sweeps.pruning import report_replicate
 from runner.sweeps.ray_worker import ray_node_tags
-from runner.sweeps.study import PRUNED_TAG, SWEEPER_TARGET, TrialLink, storage_of, study_name_of
+from runner.sweeps.study import PRUNED_TAG, REPLICATES_ATTR, SWEEPER_TARGET, TrialLink, storage_of, study_name_of
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
@@ -113,6 +113,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
             return job.worst
     mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
     job.tell_grid_trial(mean)
+    job.record_replicates(values)
     if len(runs) > 1:
         log.info(
             "job %d (%s): %s %s over seeds %s%s, mean %.4f",
@@ -324,6 +325,13 @@ class _Job:
         for run_id in self.run_ids:
             self.client.set_tag(run_id, PRUNED_TAG, str(self.pruned_at))
         return True
+
+    def record_replicates(self, values: list[float]) -> None:
+        """An Optuna trial of several seeds or folds keeps each one's objective (REPLICATES_ATTR), from which the
+        study's terminator measures the noise between replicates (runner.sweeps.terminator)."""
+        if self.trial is not None and len(values) > 1 and not self.failed:
+            _, trial = self.trial.open()
+            trial.set_user_attr(REPLICATES_ATTR, values)
 
     def tell_grid_trial(self, mean: float) -> None:
         """A pruned grid sweep's trial, once the job's runs have ended: PRUNED, FAIL if a run failed, else its mean."""

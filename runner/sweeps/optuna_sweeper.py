@@ -29,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
+from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError
 from runner.sweeps.launchers import class_path, launcher_of
 from runner.sweeps.study import (
@@ -44,6 +45,8 @@ from runner.sweeps.study import (
     storage_of,
     study_name_of,
 )
+from runner.sweeps.terminator import StudyTerminator, study_terminator
+from runner.sweeps.terms import STOPPED_EARLY_TAG, read_parent_run_id
 
 log = logging.getLogger("runner")
 
@@ -101,7 +104,7 @@ class OptunaSweep:
             for text in self.settings.get("enqueue") or []:
                 study.enqueue_trial(_enqueued_params(text, space))
         slots = self._slots(n_trials)
-        state = _Progress(study, space, n_trials, self.sweep_dir)
+        state = _Progress(study, space, n_trials, self.sweep_dir, self._terminator())
         log.info(
             "Optuna study %r in %s: %d of %d trials done, %d slot(s); sampler %s",
             study.study_name,
@@ -117,8 +120,28 @@ class OptunaSweep:
             self._in_batches(state, slots, returns)
         else:
             self._in_slots(state, slots, returns)
-        self._report_best(study)
+        if state.stopped_early:
+            self._tag_stopped_early(state.stopped_early)
+        self._report_best(study, state.stopped_early)
         return returns
+
+    def _terminator(self) -> StudyTerminator | None:
+        folds = OmegaConf.select(self.config, "sweep.folds")
+        return study_terminator(
+            self.settings.get("terminate"),
+            self.settings.get("terminate_min_trials"),
+            folds,
+            OmegaConf.select(self.config, "seed"),
+        )
+
+    def _tag_stopped_early(self, reason: str) -> None:
+        """The sweep's parent run says why its study ended before n_trials (the summary shows it)."""
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415  MLflow: only in a study its terminator ended
+
+        parent_id = read_parent_run_id(self.sweep_dir)
+        if parent_id is not None:
+            client = MlflowClient(tracking_uri=mlflow_settings(self.config).tracking_uri or None)
+            client.set_tag(parent_id, STOPPED_EARLY_TAG, reason)
 
     def _slots(self, n_trials: int) -> int:
         requested = self.settings.get("n_jobs")
@@ -181,7 +204,7 @@ class OptunaSweep:
             returns.append(ret)
             state.tell(trial, ret)
 
-    def _report_best(self, study) -> None:
+    def _report_best(self, study, stopped_early: str | None) -> None:
         completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
         failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
@@ -196,6 +219,8 @@ class OptunaSweep:
             return
         best = study.best_trial
         results = {"name": "optuna", "best_params": best.params, "best_value": best.value, "best_trial": best.number}
+        if stopped_early:
+            results["stopped_early"] = stopped_early
         with open(os.path.join(self.sweep_dir, RESULTS_FILE), "w") as handle:
             handle.write(OmegaConf.to_yaml(OmegaConf.create(results)))
         log.info("Best parameters: %s", best.params)
@@ -205,8 +230,12 @@ class OptunaSweep:
 class _Progress:
     """The study as this sweep goes through it: which trial runs next, and how each ended."""
 
-    def __init__(self, study, space: SearchSpace, n_trials: int, sweep_dir: str):
+    def __init__(
+        self, study, space: SearchSpace, n_trials: int, sweep_dir: str, terminator: StudyTerminator | None = None
+    ):
         self.study, self.space, self.n_trials, self.sweep_dir = study, space, n_trials, sweep_dir
+        self.terminator = terminator
+        self.stopped_early: str | None = None  # why the terminator ended the study, once it has
         # Trials this sweep directory's last command left RUNNING (it was killed): they run again first.
         self.unfinished = [
             trial
@@ -226,11 +255,20 @@ class _Progress:
             log.info("trial %d was left running by an earlier command: it runs again", frozen.number)
             return live_trial(self.study, frozen.number)
         started = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        if len(self.study.get_trials(deepcopy=False, states=started)) >= self.n_trials:
+        if len(self.study.get_trials(deepcopy=False, states=started)) >= self.n_trials or self._should_stop():
             return None
         trial = self.study.ask(fixed_distributions=self.space.distributions)
         trial.set_user_attr(SWEEP_DIR_ATTR, self.sweep_dir)
         return trial
+
+    def _should_stop(self) -> bool:
+        """hydra.sweeper.terminate: no new trial once the terminator finds the study done (trials still running
+        finish)."""
+        if self.stopped_early is None and self.terminator is not None:
+            self.stopped_early = self.terminator.reason_to_stop(self.study)
+            if self.stopped_early:
+                log.info("Optuna study %r: %s; no new trial", self.study.study_name, self.stopped_early)
+        return self.stopped_early is not None
 
     def overrides(self, trial) -> list[str]:
         return self.space.overrides(trial.params)
@@ -338,6 +376,17 @@ def check_settings(config: DictConfig) -> None:
     for text in settings.get("enqueue") or []:
         _enqueued_params(text, space)
     _direction(settings.get("direction"))
+    terminate = settings.get("terminate")
+    study_terminator(terminate, settings.get("terminate_min_trials"), None, None)
+    replicates = sweep_settings(config)
+    if terminate is not None and replicates.seeds < 2 and replicates.folds is None:
+        raise RunnerError(
+            f"hydra.sweeper.terminate={terminate} is not valid without replicates: it stops the study once the most "
+            "its best configuration could still improve is below the noise between that configuration's seeds or "
+            "folds, and this sweep trains each configuration once (sweep.seeds=1, sweep.folds=null), so that noise "
+            "is unknown. Fix: add sweep.seeds=3 or sweep.folds=5, or leave hydra.sweeper.terminate=null to run "
+            "n_trials trials."
+        )
 
 
 def sweep(sweeper: Any, arguments: list[str], settings: Callable[[], Mapping[str, Any]]) -> list[JobReturn]:

@@ -32,6 +32,9 @@ PRUNED_TAG = "pruned_at_epoch"
 # On a trial the sampler proposed with an earlier trial's configuration: that trial's number. It was told that
 # trial's result and never trained (runner.sweeps.optuna_sweeper).
 DUPLICATE_ATTR = "duplicate_of"
+# On a trial of a configuration trained over several seeds or folds: its objective in each, in the order trained
+# (runner.sweeps.terminator measures the noise between replicates from them).
+REPLICATES_ATTR = "replicate_values"
 # On a trial: the sweep directory whose command asked for it (a re-run continues the trials it left RUNNING).
 SWEEP_DIR_ATTR = "sweep_dir"
 RESULTS_FILE = "optimization_results.yaml"

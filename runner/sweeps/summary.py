@@ -30,6 +30,7 @@ from runner.sweeps.terms import (
     OVERRIDES_TAG,
     SEED_KEY,
     SEED_TAG,
+    STOPPED_EARLY_TAG,
     SWEEP_DIR_TAG,
     SWEPT_KEYS_TAG,
     WALL_SECONDS,
@@ -188,6 +189,7 @@ class Summary:
     asked: bool = True  # sweep.objective named the objective (False: the default, or its fallback on test)
 
     swept_keys: tuple[str, ...] = ()  # the keys the sweep varies, as the parent run names them (without seed, fold)
+    stopped_early: str = ""  # why an Optuna study's terminator ended it before n_trials (STOPPED_EARLY_TAG)
 
     @property
     def failed(self) -> list[JobRow]:
@@ -263,6 +265,8 @@ class Summary:
         ]
         if self.all_failed:
             lines += ["", every_job_failed(len(self.rows), self.objective)]
+        if self.stopped_early:
+            lines += ["", f"Ended early: {self.stopped_early}."]
         lines += self._repeated_and_pruned_lines() + self._best_lines()
         for job in self.failed:
             lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
@@ -444,7 +448,10 @@ def collect(
         pick = min if lower_is_better else max
         best = pick(best_configuration.finished, key=lambda row: row.metrics[objective])
     sweep = run_name_for(parent.data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
-    return Summary(sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys)
+    stopped = parent.data.tags.get(STOPPED_EARLY_TAG, "")
+    return Summary(
+        sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys, stopped
+    )
 
 
 def _latest_children(client: MlflowClient, parent_id: str) -> list[tuple[tuple[int, str, str], Run]]:

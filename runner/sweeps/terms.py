@@ -36,6 +36,8 @@ SLURM_JOB_ID_TAG = "slurm_job_id"
 WALL_SECONDS = "wall_seconds"
 # On the parent: the registered model version the sweep's best job became (`fashion_mnist/3`).
 REGISTERED_VERSION_TAG = "registered_model_version"
+# On an Optuna sweep's parent run whose terminator ended its study before n_trials: why (runner.sweeps.terminator).
+STOPPED_EARLY_TAG = "study_stopped_early"
 
 
 # ---- what chooses the winner (a validation split unless told otherwise) ----

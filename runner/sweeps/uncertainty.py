@@ -112,6 +112,12 @@ def confidence_interval(
     return _clipped(Interval(len(values), method, float(low), float(high)), metric)
 
 
+def standard_error(values: Sequence[float], folds: int = 0) -> float:
+    """The standard error of the mean of `values` (one configuration's runs), with the variance the intervals use:
+    s/√n for seeds alone, Nadeau and Bengio's √((1/n + 1/(K-1))·s²) with K folds. Needs two values."""
+    return math.sqrt(_variance_factor(len(values), folds) * statistics.variance(values))
+
+
 def _variance_factor(n: int, folds: int) -> float:
     """What the sample variance of n runs is multiplied by to give the variance of their mean: 1/n for independent
     runs; with K folds, Nadeau and Bengio's 1/n + n_test/n_train, where n_test/n_train = 1/(K-1)."""
