@@ -123,7 +123,6 @@ def test_a_pruned_study_on_two_slots(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # the orphan must stop within 20 s
 def test_a_killed_study_stops_its_training_and_a_rerun_continues_it_to_six_distinct_trials(tmp_path):
     """kill -9 of the sweep's process while trial 2 trains: the training process it left notices and stops
     (KILLED, resumable, a checkpoint saved) instead of training on as an orphan; the same command then resumes trial
@@ -159,7 +158,6 @@ def test_a_killed_study_stops_its_training_and_a_rerun_continues_it_to_six_disti
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # the orphan must stop within 20 s
 def test_a_rerun_waits_for_a_frozen_orphan_and_a_small_space_trains_no_configuration_twice(tmp_path):
     """Two joblib slots over a 2 x 2 space, 6 trials: a configuration the sampler proposes again is told its
     result, never trained twice. The sweep is killed while trial 2's training is frozen (SIGSTOP), and the same

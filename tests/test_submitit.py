@@ -218,7 +218,6 @@ def test_a_slurm_without_a_controller_is_one_paragraph_and_a_failed_parent_run(t
     assert children(client, parent.info.run_id) == []
 
 
-@pytest.mark.alone  # the orphan must stop within 20 s
 def test_submitit_local_sweep_runs_the_same_way_without_slurm_and_stops_with_a_killed_sweep(tmp_path):
     """kill -9 of the sweep's process while job 1 trains: the training submitit's local job started stops by itself
     (KILLED, resumable) and nothing of the sweep outlives it; the same command finishes the sweep as one run would."""

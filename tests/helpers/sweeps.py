@@ -17,6 +17,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from helpers.presets import SWEEP_JOB
 from helpers.processes import live_members, wait_group
+from helpers.turns import alone_now
 from runner import outcome
 from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
 from runner.run_lock import LOCK_FILE
@@ -91,15 +92,16 @@ def killed_while_frozen(tmp_path, sweep_dir, overrides, job: str) -> tuple[subpr
 
 def left_running_then_stopped(process: subprocess.Popen, frozen: int) -> float:
     """Let the frozen orphan go on (SIGCONT): it finds its sweep gone and stops; within 20 s nothing the killed
-    sweep started is alive. Returns how long that took."""
+    sweep started is alive. Returns how long that took. Timed while no other test runs (alone_now)."""
     assert live_members(process.pid), "the kill of the sweep's process alone left nothing running"
-    started = time.monotonic()
-    os.kill(frozen, signal.SIGCONT)
-    try:
-        assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived their sweep"
-    finally:
-        os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
-    return time.monotonic() - started
+    with alone_now():
+        started = time.monotonic()
+        os.kill(frozen, signal.SIGCONT)
+        try:
+            assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived their sweep"
+        finally:
+            os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
+        return time.monotonic() - started
 
 
 def kill_sweep_while_training(tmp_path, sweep_dir, overrides, log: Path, what: str) -> None:
