@@ -31,6 +31,9 @@ RESULT_KEYS = (
     "eval_accuracy",
     "examples_per_second",
 )
+# The metrics a run has after every epoch that say how good the model is (what a pruner compares, what early
+# stopping watches); val_* only with a validation split.
+EPOCH_METRICS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from runner.tracking.operations import (
     LogInputs,
     LogMetrics,
     LogText,
+    SetTags,
     SystemMetrics,
     from_journal,
     journal_args,
@@ -39,6 +40,7 @@ OPERATIONS = [
         {"path": "/runs/a/checkpoints/ckpt-1.index", "artifact_path": "checkpoints"},
     ),
     (LogArtifact("/runs/a/curves.png"), "log_artifact", {"path": "/runs/a/curves.png", "artifact_path": None}),
+    (SetTags({"best_epoch": "5"}), "set_tags", {"tags": {"best_epoch": "5"}}),
     (
         LogInputs([{"name": "train", "digest": "abc", "context": "training"}]),
         "log_inputs",

@@ -8,6 +8,7 @@ key may be null is its field's type (`int | None`): the validator passes it as `
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,12 +74,27 @@ class Number(Check):
 
 
 class Choice(Check):
-    """One of `options`; `why`: what the paragraph says instead of listing them."""
+    """One of `options`; `why`: what the paragraph says instead of listing them. A misspelt option is named: did
+    you mean the closest one."""
+
+    options: tuple[str | int, ...]
 
     def __init__(self, *options: str | int, why: str = "") -> None:
         listed = "the options are " + ", ".join(map(str, options))
         holds = int if all(isinstance(option, int) for option in options) else str
         super().__init__(why or listed, lambda value: value in options, holds=holds, or_null="" if why else ", null")
+        object.__setattr__(self, "options", options)  # the dataclass is frozen
+
+    def __call__(self, key: str, value: Any, fix: str, nullable: bool = False) -> Any:
+        try:
+            return super().__call__(key, value, fix, nullable)
+        except RunnerError:
+            names = [str(option) for option in self.options]
+            close = difflib.get_close_matches(str(value), names, n=1) if isinstance(value, str) else []
+            if not close:
+                raise
+            why = self.why + (self.or_null if nullable else "")
+            raise refusal(key, value, f"{why} (did you mean {key}={close[0]}?)", fix) from None
 
 
 BOOL = Check("it must be true or false", lambda value: isinstance(value, bool))

@@ -24,7 +24,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from runner.config.checks import ADDRESS, BOOL, DEVICES, FRACTION, TEXT, UNCHECKED, Check, Choice, Int, Number, refusal
 from runner.config.components import Component
-from runner.outcome import RESULT_KEYS
+from runner.outcome import EPOCH_METRICS, RESULT_KEYS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
@@ -195,6 +195,30 @@ class LoopSettings:
 class CheckpointSettings:
     every_epochs: int = key(2, Int(), "pass a positive number of epochs between checkpoints")
     max_to_keep: int = key(3, Int(), "pass how many checkpoints to keep, e.g. 3")
+    # Keep the weights of the epoch best by early_stopping.monitor: the evaluation at the end and the logged model
+    # are that epoch's, not the last one's. null: true with early stopping (early_stopping.patience), else false.
+    keep_best: bool | None = key(None, BOOL, "pass checkpoint.keep_best=true, false, or null (with early stopping)")
+
+
+@dataclass(frozen=True)
+class EarlyStoppingSettings:
+    """Stop a run once the metric it watches has not improved for `patience` epochs, as Keras' EarlyStopping does
+    (runner.training.early_stopping); off unless patience is set."""
+
+    # Epochs in a row without improvement after which training stops; null: off, every epoch trains.
+    patience: int | None = key(
+        None, Int(minimum=0), "pass a number of epochs, e.g. early_stopping.patience=3, or null to train every epoch"
+    )
+    # The per-epoch metric watched, lower better for losses; null: sweep.objective where it is one, else val_loss.
+    monitor: str | None = key(
+        None,
+        Choice(*EPOCH_METRICS, why=f"it must be a metric of every epoch, {', '.join(EPOCH_METRICS)}"),
+        "pass e.g. early_stopping.monitor=val_loss, or null for sweep.objective (else val_loss)",
+    )
+    # The least change that counts as an improvement.
+    min_delta: float = key(0.0, Number(), "pass a non-negative change, e.g. early_stopping.min_delta=0.001")
+    # The first epoch whose metric counts (the epochs before it neither improve nor wait).
+    start_epoch: int = key(1, Int(), "pass the first epoch to watch, e.g. early_stopping.start_epoch=3")
 
 
 @dataclass(frozen=True)
@@ -342,6 +366,7 @@ class Settings:
     lr_scaling: LrScalingSettings = group(LrScalingSettings)
     loop: LoopSettings = group(LoopSettings)
     checkpoint: CheckpointSettings = group(CheckpointSettings)
+    early_stopping: EarlyStoppingSettings = group(EarlyStoppingSettings)
     runtime: RuntimeSettings = group(RuntimeSettings)
     init: InitSettings = group(InitSettings)
     mlflow: MlflowSettings = group(MlflowSettings)

@@ -107,6 +107,12 @@ RULES = (
         "use strategy=multi_worker_mirrored (synchronous) for a reproducible multi-process run, or drop "
         "runtime.deterministic to train with parameter servers",
     ),
+    Rule(
+        "early_stopping.start_epoch",
+        lambda s: s.early_stopping.patience is not None and s.early_stopping.start_epoch > s.epochs,
+        "it comes after the run's last epoch (epochs), so no epoch would be watched",
+        "pass a start_epoch no later than epochs, e.g. early_stopping.start_epoch=1",
+    ),
     Rule(  # only the strategies Keras 3 supports upstream (runner.compat.keras3)
         "runtime.keras",
         lambda s: s.runtime.keras == 3 and s.strategy.name in KERAS3_UNSUPPORTED,

@@ -113,6 +113,10 @@ class InMemoryData:
             return None
         return {"examples": [int(index) for index in self.validation_indices]}
 
+    @property
+    def has_validation(self) -> bool:
+        return self.validation_images is not None
+
     def validation_dataset(self, batch_size: int) -> tf.data.Dataset | None:
         if self.validation_images is None:
             return None

@@ -115,6 +115,11 @@ class TrainingData(Protocol):
         """Batches of the validation split, or None without one."""
         ...
 
+    @property
+    def has_validation(self) -> bool:
+        """Whether there is a validation split (validation_dataset gives batches)."""
+        ...
+
     def validation_split(self) -> dict[str, list] | None:
         """What the runner held out as the validation split (a fraction or a fold): {"examples": indices into the
         training examples} or {"files": the files}; None where it held out nothing."""

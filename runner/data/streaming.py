@@ -155,6 +155,10 @@ class StreamingData:
             return None  # none, or the callable's own dataset
         return {"files": list(self.validation.files)}
 
+    @property
+    def has_validation(self) -> bool:
+        return self.validation is not None
+
     def validation_dataset(self, batch_size: int) -> tf.data.Dataset | None:
         split = self.validation
         if split is None:

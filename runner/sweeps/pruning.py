@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from runner.config.components import check_arguments, import_target
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError
+from runner.outcome import EPOCH_METRICS
 from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
 from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_node
 from runner.sweeps.terms import objective_name
@@ -26,9 +27,7 @@ log = logging.getLogger("runner")
 
 PRUNERS = ("none", "median", "successive_halving", "hyperband", "wilcoxon")
 # The objectives a training process has after every epoch (runner.training.controller.EpochResult.metrics).
-PER_EPOCH = (
-    "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_second"
-)  # fmt: skip
+PER_EPOCH = (*EPOCH_METRICS, "examples_per_second")
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
 # (runner.sweeps.grid_study).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"

@@ -43,6 +43,12 @@ class LogArtifact:
 
 
 @dataclass(frozen=True)
+class SetTags:
+    op: ClassVar[str] = "set_tags"
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
 class LogInputs:
     op: ClassVar[str] = "log_inputs"
     descriptions: list[dict[str, Any]]  # runner.data.describe
@@ -57,10 +63,10 @@ class End:
     resumable: bool
 
 
-Operation = LogMetrics | SystemMetrics | LogText | LogArtifact | LogInputs | End
+Operation = LogMetrics | SystemMetrics | LogText | LogArtifact | SetTags | LogInputs | End
 
 KINDS: dict[str, type[Operation]] = {
-    kind.op: kind for kind in (LogMetrics, SystemMetrics, LogText, LogArtifact, LogInputs, End)
+    kind.op: kind for kind in (LogMetrics, SystemMetrics, LogText, LogArtifact, SetTags, LogInputs, End)
 }
 
 

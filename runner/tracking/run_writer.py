@@ -24,7 +24,16 @@ from mlflow.types import Schema, TensorSpec
 
 from runner.tracking import journal, operations
 from runner.tracking.lifecycle import ERROR_TAG, RESUMABLE_TAG
-from runner.tracking.operations import End, LogArtifact, LogInputs, LogMetrics, LogText, Operation, SystemMetrics
+from runner.tracking.operations import (
+    End,
+    LogArtifact,
+    LogInputs,
+    LogMetrics,
+    LogText,
+    Operation,
+    SetTags,
+    SystemMetrics,
+)
 from runner.tracking.session import millis
 from runner.tracking.store import open_client
 
@@ -88,6 +97,9 @@ class RunWriter:
                 self.client.log_text(self._run_id, operation.text, operation.artifact_file)
             case LogArtifact():
                 self.client.log_artifact(self._run_id, operation.path, operation.artifact_path)
+            case SetTags():
+                for key, value in operation.tags.items():
+                    self.client.set_tag(self._run_id, key, value)
             case LogInputs():
                 self.log_inputs(operation.descriptions)
             case End():

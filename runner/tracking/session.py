@@ -15,7 +15,7 @@ from typing import Any
 from runner.errors import RunnerError
 from runner.tracking.artifacts import CHECKPOINTS_ARTIFACT_PATH, existing_files
 from runner.tracking.lifecycle import failure_message
-from runner.tracking.operations import End, LogArtifact, LogInputs, LogMetrics, LogText, Operation
+from runner.tracking.operations import End, LogArtifact, LogInputs, LogMetrics, LogText, Operation, SetTags
 from runner.tracking.protocol import EpochMetrics
 
 log = logging.getLogger("runner")
@@ -111,6 +111,9 @@ class TrackedRun:
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         self.send(LogArtifact(path=os.path.abspath(path), artifact_path=artifact_path))
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.send(SetTags(tags={key: str(value) for key, value in tags.items()}))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         floats = {key: float(value) for key, value in metrics.items()}

@@ -14,6 +14,7 @@ from runner.plots import plot_curves
 from runner.tracking.protocol import Tracker
 from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
 from runner.training.controller import EpochResult
+from runner.training.early_stopping import EarlyStopping
 
 if TYPE_CHECKING:
     from runner.tracking.model_export import ExportedModel
@@ -23,7 +24,8 @@ log = logging.getLogger("runner")
 
 class RestoreAndEvaluate:
     """The tutorial's last step: the newest checkpoint restored into a fresh model without any strategy, and its
-    accuracy on the test set logged as `eval_accuracy`."""
+    accuracy on the test set logged as `eval_accuracy`. With checkpoint.keep_best (`early_stopping`), the weights
+    are the best epoch's, kept in that checkpoint (runner.training.early_stopping)."""
 
     def __init__(
         self,
@@ -32,8 +34,10 @@ class RestoreAndEvaluate:
         test_batches: tf.data.Dataset,
         tracker: Tracker,
         step: int,
+        early_stopping: EarlyStopping | None = None,
     ):
         self.checkpointer = checkpointer
+        self.early_stopping = early_stopping
         self.build_model = build_model
         self.test_batches = test_batches
         self.tracker = tracker
@@ -45,9 +49,24 @@ class RestoreAndEvaluate:
         latest = self.checkpointer.latest
         assert latest is not None, "the last epoch's checkpoint is saved (or restored) before the end actions run"
         self.model = restore_without_strategy(latest, self.build_model)
+        best = self.early_stopping.restore_best_into(self.model) if self.early_stopping is not None else None
         self.accuracy = evaluate_accuracy(self.model, self.test_batches)
         self.tracker.log_metrics({"eval_accuracy": self.accuracy}, step=self.step)
-        log.info("restored %s without a strategy: eval_accuracy %.4f", latest, self.accuracy)
+        weights = f" with the weights of its best epoch, {best} (checkpoint.keep_best)" if best is not None else ""
+        log.info("restored %s without a strategy%s: eval_accuracy %.4f", latest, weights, self.accuracy)
+
+
+class TagEarlyStopping:
+    """With early stopping: the run's tags `best_epoch` and, if it stopped before its last epoch, `stopped_at_epoch`
+    (runner.training.early_stopping)."""
+
+    def __init__(self, early_stopping: EarlyStopping, epoch: tf.Variable, tracker: Tracker):
+        self.early_stopping = early_stopping
+        self.epoch = epoch
+        self.tracker = tracker
+
+    def __call__(self, history: list[EpochResult]) -> None:
+        self.tracker.set_tags(self.early_stopping.tags(int(self.epoch.numpy())))
 
 
 class PlotCurves:

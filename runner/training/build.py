@@ -23,6 +23,7 @@ from runner.tracking.run_id_file import read_run_id
 from runner.training.checkpoints import Checkpointer
 from runner.training.controller import EpochPasses, make_evaluate, make_validate
 from runner.training.determinism import make_deterministic
+from runner.training.early_stopping import EarlyStopping, watch_of
 from runner.training.loop import CoordinatorLoop, TrainingLoop, make_loop
 from runner.training.lr_scaling import effective_learning_rate, warmup_steps
 from runner.training.optimizer import prepare_optimizer
@@ -47,7 +48,8 @@ def build_trainer(job: Job) -> Trainer:
     steps = ReplicaSteps(
         strategy, state, plan.global_batch, experiment.per_example_loss, jit_compile=settings.runtime.jit_compile
     )
-    restored = _build_restored(job, state)
+    early_stopping = _build_early_stopping(settings, data, state)
+    restored = _build_restored(job, state, early_stopping)
     # Before the MLflow run exists: a source that cannot be found or does not fit leaves no run behind.
     origin = warm_start(
         settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=restored.checkpointer.latest
@@ -65,6 +67,7 @@ def build_trainer(job: Job) -> Trainer:
         passes=passes,
         test_batches=test_batches,
         origin_tags=origin.tags if origin else {},
+        early_stopping=early_stopping,
     )
 
 
@@ -125,9 +128,16 @@ def _build_state(
         )
 
 
-def _build_restored(job: Job, state: TrainingState) -> Restored:
+def _build_early_stopping(settings: Settings, data: TrainingData, state: TrainingState) -> EarlyStopping | None:
+    """The state of early stopping and checkpoint.keep_best (None: neither); before the run exists, so that a
+    monitor the data cannot give leaves no run behind."""
+    watch = watch_of(settings.early_stopping, settings.checkpoint, settings.sweep.objective, data.has_validation)
+    return EarlyStopping(watch, state.model) if watch is not None else None
+
+
+def _build_restored(job: Job, state: TrainingState, early_stopping: EarlyStopping | None = None) -> Restored:
     """The run directory's checkpointer (a scratch one on a worker that is not the chief), the state restored from
-    its newest checkpoint, if any."""
+    its newest checkpoint, if any; early stopping's state is kept with each checkpoint."""
     settings = job.settings
     checkpointer = Checkpointer(
         os.path.join(job.run_dir, "checkpoints"),
@@ -135,6 +145,7 @@ def _build_restored(job: Job, state: TrainingState) -> Restored:
         settings.checkpoint,
         settings.epochs,
         scratch=not job.task.chief,
+        extra={"early_stopping": early_stopping} if early_stopping is not None else None,
     )
     return Restored(checkpointer, _resume(settings, checkpointer, job.run_dir))
 

@@ -8,6 +8,8 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Mapping
+from typing import Any
 
 import tensorflow as tf
 from google.protobuf import text_format
@@ -53,7 +55,13 @@ class Checkpointer:
     """
 
     def __init__(
-        self, directory: str, state: TrainingState, settings: CheckpointSettings, epochs: int, scratch: bool = False
+        self,
+        directory: str,
+        state: TrainingState,
+        settings: CheckpointSettings,
+        epochs: int,
+        scratch: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ):
         self.directory = directory
         # A MultiWorkerMirrored worker other than the chief must take part in every save, but only the
@@ -64,11 +72,11 @@ class Checkpointer:
         self.every_epochs = settings.every_epochs
         self.epochs = epochs
         self.partial = PartialEpoch()
-        self.checkpoint = tf.train.Checkpoint(
-            model=state.model, optimizer=state.optimizer, epoch=state.epoch, partial_epoch=self.partial
-        )
+        # `extra`: more of the run's state to keep with each checkpoint (early stopping's, under its name).
+        parts = {"model": state.model, "optimizer": state.optimizer, "epoch": state.epoch, **(extra or {})}
+        self.checkpoint = tf.train.Checkpoint(**parts, partial_epoch=self.partial)
         # Checkpoints written before partial epochs were kept: restored without one (the epoch starts over).
-        self._without_partial = tf.train.Checkpoint(model=state.model, optimizer=state.optimizer, epoch=state.epoch)
+        self._without_partial = tf.train.Checkpoint(**parts)
         self.listed = listed_checkpoints(directory, repair=not scratch)
         self.manager = (
             None

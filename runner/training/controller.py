@@ -6,6 +6,7 @@ and side effects (MLflow, progress) are listeners called with each epoch's resul
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -16,6 +17,7 @@ import tensorflow as tf
 from runner.clusters.preemption import AgreedStop, PreemptionGuard
 from runner.errors import Preempted, RunnerError
 from runner.training.checkpoints import Checkpointer
+from runner.training.early_stopping import EarlyStopping
 from runner.training.loop import TrainingLoop
 from runner.training.optimizer import current_learning_rate
 from runner.training.progress import EpochProgress
@@ -147,6 +149,14 @@ class _StepBoundaries:
         self.guard.at_step_boundary()
 
 
+class _Stop(enum.Enum):
+    """Why training stops before its last epoch: a listener asked (a pruned trial: the run's `stopped` end
+    actions), or early stopping ended it (the `finished` ones: the run is done)."""
+
+    LISTENER = "listener"
+    EARLY = "early"
+
+
 class Controller:
     """When things happen (Orbit's Controller): each epoch's passes, the checkpoints' cadence, the listeners'
     events, a stop at a safe point, and the end actions."""
@@ -162,6 +172,7 @@ class Controller:
         *,
         stopping: Stopping,
         end: EndActions,
+        early_stopping: EarlyStopping | None = None,
     ):
         self.state = state
         self.passes = passes
@@ -172,6 +183,8 @@ class Controller:
         self.stopping = stopping
         self.end = end
         self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
+        self.early_stopping = early_stopping  # early_stopping.patience's state, None: off
+        self.finished_early_at: int | None = None  # the epoch after which early stopping ended training
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
@@ -280,8 +293,12 @@ class Controller:
     def _run(self) -> list[EpochResult]:
         guard, history = self.stopping.guard, []
         done_steps = int(self.checkpointer.partial.steps.numpy()) if self.resumes_mid_epoch else 0
+        restored_epoch = int(self.state.epoch.numpy())
+        if self.early_stopping is not None and self.early_stopping.stopped:  # restored after its early stop
+            self.finished_early_at = restored_epoch
+        last = restored_epoch if self.finished_early_at is not None else self.epochs
         try:
-            for epoch in range(int(self.state.epoch.numpy()) + 1, self.epochs + 1):
+            for epoch in range(restored_epoch + 1, last + 1):
                 guard.check()
                 self.epoch = epoch
                 result = self.train_one_epoch(epoch, done_steps)
@@ -290,8 +307,11 @@ class Controller:
                 # resume, and the tracker does not log an epoch twice.
                 with guard.deferred():
                     history.append(result)
-                    stopping = self._after_epoch(result)
-                if stopping:
+                    stop = self._after_epoch(result)
+                if stop is _Stop.EARLY:
+                    self.finished_early_at = epoch
+                    break
+                if stop is _Stop.LISTENER:
                     self.stopped_at = epoch
                     break
         except Preempted as stop:
@@ -306,16 +326,22 @@ class Controller:
                 action(history)
         return history
 
-    def _after_epoch(self, result: EpochResult) -> bool:
-        """The epoch's result to the listeners, then its checkpoint when due; whether training stops here."""
+    def _after_epoch(self, result: EpochResult) -> _Stop | None:
+        """The epoch's result to the listeners and to early stopping, then its checkpoint when due; whether
+        training stops here, and why: a listener's stop (a pruned trial) wins over early stopping's."""
         for listener in self.listeners:
             listener.on_epoch_end(result)
-        stopping = _stop_requested(self.listeners)
+        listener_stop = _stop_requested(self.listeners)
+        early = self.early_stopping is not None and self.early_stopping.after_epoch(result.epoch, result.metrics())
+        stopping = listener_stop or early
         if self.stopping.agree is not None:  # every worker, after every epoch: the chief's stop is theirs
             stopping = self.stopping.agree(stopping)
         if self.checkpointer.due(result.epoch) or stopping:  # a run stopped early keeps its last epoch
             self._save_checkpoint(result.epoch)
-        return stopping
+        if not stopping:
+            return None
+        # Another task's stop this task did not see itself is the chief's pruner's (early stopping agrees).
+        return _Stop.EARLY if early and not listener_stop else _Stop.LISTENER
 
 
 def make_evaluate(

@@ -25,7 +25,14 @@ from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG, KERAS_TAG
-from runner.training.actions import LogModel, PlotCurves, RegisterModel, RestoreAndEvaluate, curves_path
+from runner.training.actions import (
+    LogModel,
+    PlotCurves,
+    RegisterModel,
+    RestoreAndEvaluate,
+    TagEarlyStopping,
+    curves_path,
+)
 from runner.training.controller import (
     Controller,
     EndAction,
@@ -35,6 +42,7 @@ from runner.training.controller import (
     Listener,
     Stopping,
 )
+from runner.training.early_stopping import EarlyStopping
 from runner.training.parts import BatchPlan, Job, Restored
 from runner.training.progress import EpochProgress
 from runner.training.run_ending import RunEnding
@@ -74,6 +82,7 @@ class Trainer:
     passes: EpochPasses
     test_batches: tf.data.Dataset  # the test set's batches, for the evaluation of the restored model at the end
     origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
+    early_stopping: EarlyStopping | None = None  # early_stopping.patience's state (None: off)
 
     def run(self, tracker: Tracker, overrides: Sequence[str], listeners: Sequence[Listener] = ()) -> RunResult:
         """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
@@ -118,11 +127,18 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
     tracking_uri = tracker.tracking_uri
     assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
     restored = RestoreAndEvaluate(
-        trainer.restored.checkpointer, trainer.experiment.build_model, trainer.test_batches, tracker, settings.epochs
+        trainer.restored.checkpointer,
+        trainer.experiment.build_model,
+        trainer.test_batches,
+        tracker,
+        settings.epochs,
+        trainer.early_stopping,
     )
     title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
     curves = PlotCurves(tracker, curves_path(job.run_dir), title)
     actions: list[EndAction] = [restored, curves]
+    if trainer.early_stopping is not None:
+        actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
     if settings.mlflow.log_model:
         examples = trainer.data.raw_examples(5)
         export = trainer.experiment.export_model
@@ -150,6 +166,7 @@ def _build_controller(
         settings.epochs,
         stopping=stopping,
         end=end,
+        early_stopping=trainer.early_stopping,
     )
 
 
