@@ -419,8 +419,10 @@ def test_bad_tf_config_and_a_cluster_without_chief_exit_with_one_paragraph(tmp_p
 
 
 @pytest.mark.slow
-def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path):
-    """Two processes of batch 32 all-reducing over gRPC do the maths of two in-process replicas of 32."""
+def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas_and_both_stop_early_together(tmp_path):
+    """Two processes of batch 32 all-reducing over gRPC do the maths of two in-process replicas of 32. With early
+    stopping that no epoch after the first can satisfy (train_loss must fall by 100), both workers stop after
+    epoch 2 of 3, the job ends FINISHED, and the model evaluated and logged is epoch 1's (checkpoint.keep_best)."""
     scratch = tmp_path / "tmp"  # the job's own temporary directory: where the non-chief's scratch saves go
     scratch.mkdir()
     done = _cli(
@@ -431,6 +433,10 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
         "cluster.workers=2",
         "batch=32",
         WITH_MODEL,
+        "epochs=3",
+        "early_stopping.patience=1",
+        "early_stopping.monitor=train_loss",
+        "early_stopping.min_delta=100",
         TMPDIR=str(scratch),
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -441,7 +447,11 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas(tmp_path
     assert (run.data.params["num_replicas"], run.data.params["global_batch_size"]) == ("2", "64")
     for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second"):
         assert [step for step, _ in metric_history(client, run.info.run_id, key)] == [1, 2], key
-    assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
+    assert (run.data.tags["best_epoch"], run.data.tags["stopped_at_epoch"]) == ("1", "2")
+    worker = (tmp_path / "mwms" / "tasks" / "worker-1.log").read_text()
+    assert "epoch 2/3: " in worker and "epoch 3/3" not in worker  # it stopped with the chief
+    epoch_1_accuracy = metric_history(client, run.info.run_id, "test_accuracy")[0][1]
+    assert run.data.metrics["eval_accuracy"] == pytest.approx(epoch_1_accuracy, abs=1e-6)
     artifacts = {f.path for f in client.list_artifacts(run.info.run_id)}
     assert {"checkpoints", "curves.png", "config.yaml"} <= artifacts
     # Worker 1 saved its checkpoints into temporary directories, removed again: only the chief's are kept.

@@ -242,6 +242,22 @@ def _refused(tmp_path, *arguments: str, env: dict[str, str] | None = None) -> st
         ),
         (["-m", "epoch=1,2"], "epoch=1 is not valid: the config has no key 'epoch' (did you mean epochs?)"),
         (["-m", "batch=32,64", "model.hiden=32"], "model.hiden is not valid"),
+        (["early_stopping.patience=-1"], "early_stopping.patience=-1 is not valid: it must be an integer >= 0 or null"),
+        (
+            ["early_stopping.patience=2", "early_stopping.monitor=val_los"],
+            "early_stopping.monitor='val_los' is not valid: it must be a metric of every epoch, train_loss, "
+            "train_accuracy, val_loss, val_accuracy, test_loss, test_accuracy (did you mean "
+            "early_stopping.monitor=val_loss?)",
+        ),
+        (
+            ["early_stopping.patience=2", "early_stopping.start_epoch=3", "epochs=2"],
+            "early_stopping.start_epoch=3 is not valid: it comes after the run's last epoch (epochs)",
+        ),
+        (  # the data is read before it is known that it has no validation split: still before the run
+            ["early_stopping.patience=2", "strategy=one_device"],
+            "early_stopping.monitor (null: val_loss) is not valid: this run has no validation split, so it has no "
+            "val_loss to watch. Fix: hold one out with dataset.validation_fraction=0.1",
+        ),
     ],
 )
 def test_the_command_refuses_before_hydra_and_before_a_sweeps_parent_run(tmp_path, arguments, starts):

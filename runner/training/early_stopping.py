@@ -103,8 +103,9 @@ class EarlyStopping(tf.Module):
             self.best.assign(value)
             self.best_epoch.assign(epoch)
             self.waited.assign(0)
-            for kept, weight in zip(self.best_weights, self.model.weights, strict=True):
-                kept.assign(weight)
+            if self.best_weights:
+                for kept, weight in zip(self.best_weights, self.model.weights, strict=True):
+                    kept.assign(weight)
             return False
         self.waited.assign_add(1)
         if not self.stopped:
