@@ -463,21 +463,27 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas_and_both
 
 
 @pytest.mark.slow
-def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_path):
-    """2 workers and 1 ps, variables split in two shards; worker 1 is killed mid-run and restarted."""
+def test_parameter_server_trains_survives_a_worker_dying_checkpoints_and_stops_early(tmp_path):
+    """2 workers and 1 ps, variables split in two shards; worker 1 is killed mid-run and restarted. Early stopping
+    that no epoch after the first can satisfy (train_loss must fall by 100, patience 2) stops the coordinator after
+    epoch 3 of 4, and its servers are told the end as after a last epoch."""
     launcher = _Launcher(
         tmp_path,
         "strategy=parameter_server",
         "cluster.workers=2",
         "cluster.ps=1",
-        "epochs=3",
+        "epochs=4",
+        "early_stopping.patience=2",
+        "early_stopping.monitor=train_loss",
+        "early_stopping.min_delta=100",
+        "checkpoint.keep_best=false",
         "loop.steps_per_epoch=30",
         "batch=32",
         WITH_MODEL,
         "strategy.variable_partitioner.max_shards=2",
         "strategy.variable_partitioner.min_shard_bytes=65536",
     )
-    launcher.wait_for("epoch 1/3")
+    launcher.wait_for("epoch 1/4")
     tasks = launcher.task_pids()
     assert sorted(tasks) == ["chief 0", "ps 0", "worker 0", "worker 1"]
     os.kill(tasks["worker 1"], signal.SIGKILL)
@@ -495,6 +501,7 @@ def test_parameter_server_trains_survives_a_worker_dying_and_checkpoints(tmp_pat
     assert len(_models(client, run)) == 1  # the coordinator's model, its variables gathered from the ps
     losses = train_losses(client, run.info.run_id)
     assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert (run.data.tags["best_epoch"], run.data.tags["stopped_at_epoch"]) == ("1", "3")
     assert run.data.params["loop.steps_per_epoch"] == "30"
 
     # The coordinator's checkpoint, sharded variables and all, restores into a model without a strategy.
