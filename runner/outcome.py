@@ -34,6 +34,10 @@ RESULT_KEYS = (
 # The metrics a run has after every epoch that say how good the model is (what a pruner compares, what early
 # stopping watches); val_* only with a validation split.
 EPOCH_METRICS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
+# A run with early stopping (runner.training.early_stopping): its best epoch by the watched metric, and the epoch it
+# stopped after where that came before its last.
+BEST_EPOCH_TAG = "best_epoch"
+STOPPED_AT_EPOCH_TAG = "stopped_at_epoch"
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,9 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
 ):
     """Each trial trains seeds 10 and 11 and is valued at their mean test_loss (minimized). The learning rates are too
     small to move the weights, so every configuration scores as the first: with hydra.sweeper.terminate=regret the
-    study ends after two of its three trials, its room for improvement far below the noise between the seeds."""
+    study ends after two of its three trials, its room for improvement far below the noise between the seeds. Early
+    stopping that no epoch after the first can satisfy ends each run after epoch 2 of 3, a finished run that the
+    summary shows stopped there."""
     sweep_dir = tmp_path / "sweep"
     result = sweep(
         tmp_path,
@@ -107,11 +109,18 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
         "optimizer.lr=tag(log, interval(1e-9, 2e-9))",
         "hydra.sweeper.terminate=regret",
         "hydra.sweeper.terminate_min_trials=2",
+        "epochs=3",
+        "early_stopping.patience=1",
+        "early_stopping.monitor=train_loss",
+        "early_stopping.min_delta=100",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
     runs = children(client, parent_id_of(sweep_dir))
     assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
+    assert [run.data.tags.get("stopped_at_epoch") for run in runs] == ["2"] * 4
+    assert [row["stopped_at_epoch"] for row in summary_rows(sweep_dir, JOBS_CSV_FILE)] == ["2"] * 4
+    assert result.stdout.count("FINISHED, stopped early at epoch 2") == 4  # the jobs table
     trials = {}
     for run in runs:
         trials.setdefault(run.data.tags["job_number"], []).append(run)

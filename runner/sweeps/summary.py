@@ -19,7 +19,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.outcome import RESULT_KEYS
+from runner.outcome import RESULT_KEYS, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
 from runner.sweeps.histories import read_histories
 from runner.sweeps.study import PRUNED_TAG
@@ -72,6 +72,7 @@ class JobRow:
     seed: str = ""  # the seed the run trained with
     configuration: str = ""  # its swept values without the seed: what it shares with the other seeds' runs
     pruned_at_epoch: int | None = None  # an Optuna trial its pruner stopped after this epoch
+    stopped_at_epoch: int | None = None  # a run its early stopping ended after this epoch (a finished run)
     fold: str = ""  # with sweep.folds, the fold it held out
     swept: dict[str, str] = field(default_factory=dict)  # its values of the keys the sweep varies (not seed, fold)
 
@@ -97,7 +98,11 @@ class JobRow:
 
     @property
     def shown_status(self) -> str:
-        return f"pruned at epoch {self.pruned_at_epoch}" if self.pruned else self.status
+        if self.pruned:
+            return f"pruned at epoch {self.pruned_at_epoch}"
+        if self.stopped_at_epoch is not None and self.ended:
+            return f"{self.status}, stopped early at epoch {self.stopped_at_epoch}"
+        return self.status
 
 
 @dataclass(frozen=True)
@@ -495,7 +500,8 @@ def _job_rows(
                 curves=curves[run.info.run_id],
                 seed=seed,
                 configuration=_configuration_of(run),
-                pruned_at_epoch=_pruned_at(run),
+                pruned_at_epoch=_epoch_tag(run, PRUNED_TAG),
+                stopped_at_epoch=_epoch_tag(run, STOPPED_AT_EPOCH_TAG),
                 fold=fold,
                 swept={key: value for key in swept_keys if (value := _swept_value(run, key)) is not None},
             )
@@ -528,8 +534,8 @@ def _swept_value(run, key: str) -> str | None:
     return run.data.params.get(key)
 
 
-def _pruned_at(run) -> int | None:
-    value = run.data.tags.get(PRUNED_TAG, "")
+def _epoch_tag(run, tag: str) -> int | None:
+    value = run.data.tags.get(tag, "")
     return int(value) if value.isdigit() else None
 
 
@@ -578,7 +584,9 @@ def _write_configurations_csv(summary: Summary, directory: str) -> str:
     return path
 
 
-_JOB_COLUMNS = ["job", "seed", "configuration", "overrides", "status", PRUNED_TAG, *RESULT_KEYS, WALL_SECONDS]
+_JOB_COLUMNS = [
+    "job", "seed", "configuration", "overrides", "status", PRUNED_TAG, STOPPED_AT_EPOCH_TAG, *RESULT_KEYS, WALL_SECONDS
+]  # fmt: skip
 
 
 def _write_jobs_csv(summary: Summary, directory: str) -> str:
@@ -596,6 +604,7 @@ def _write_jobs_csv(summary: Summary, directory: str) -> str:
                     "overrides": job.overrides,
                     "status": job.status,
                     PRUNED_TAG: job.pruned_at_epoch,
+                    STOPPED_AT_EPOCH_TAG: job.stopped_at_epoch,
                     **job.metrics,
                     WALL_SECONDS: job.wall_seconds,
                     "run_id": job.run_id,

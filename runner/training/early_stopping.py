@@ -22,12 +22,10 @@ import tensorflow as tf
 
 from runner.config.schema import CheckpointSettings, EarlyStoppingSettings
 from runner.errors import RunnerError
-from runner.outcome import EPOCH_METRICS, lower_is_better
+from runner.outcome import BEST_EPOCH_TAG, EPOCH_METRICS, STOPPED_AT_EPOCH_TAG, lower_is_better
 
 log = logging.getLogger("runner")
 
-BEST_EPOCH_TAG = "best_epoch"
-STOPPED_AT_EPOCH_TAG = "stopped_at_epoch"
 DEFAULT_MONITOR = "val_loss"
 
 
