@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers.presets import WITH_MODEL
 from helpers.tracking import metric_history, mlflow_client
 from runner.config.schema import CheckpointSettings, EarlyStoppingSettings
 from runner.data.builtin import synthetic
@@ -47,7 +48,7 @@ def _history(client, run_id: str, metric: str) -> list[float]:
 def test_a_run_that_overfits_stops_patience_epochs_after_its_best_and_evaluates_that_epochs_weights(
     train, tmp_path, tracking_uri
 ):
-    result = train(*OVERFITTING, "early_stopping.patience=3")
+    result = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL)
     client = mlflow_client(tracking_uri)
     run = client.get_run(result.run_id)
     val_loss = _history(client, result.run_id, "val_loss")
@@ -59,9 +60,14 @@ def test_a_run_that_overfits_stops_patience_epochs_after_its_best_and_evaluates_
     test_accuracy = _history(client, result.run_id, "test_accuracy")
     assert run.data.metrics["eval_accuracy"] == pytest.approx(test_accuracy[best - 1], abs=1e-6)
     assert test_accuracy[best - 1] != test_accuracy[-1]  # the data makes the two differ, so the check can fail
+    # The logged model is that epoch's: a LoggedModel at its step, linked to its metrics and eval_accuracy.
+    [model] = client.search_logged_models(experiment_ids=[run.info.experiment_id])
+    linked = {metric.key: (metric.step, metric.value) for metric in model.metrics}
+    assert linked["val_loss"] == (best, pytest.approx(val_loss[best - 1]))
+    assert linked["eval_accuracy"] == (best, pytest.approx(run.data.metrics["eval_accuracy"]))
 
     # Restored in the state it stopped in (the checkpoint after its last epoch holds it), the run trains no more.
-    again = train(*OVERFITTING, "early_stopping.patience=3", run_dir=tmp_path / "run")
+    again = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL, run_dir=tmp_path / "run")
     assert again.history == [] and again.run_id == result.run_id
     assert len(_history(client, result.run_id, "val_loss")) == best + 3
 

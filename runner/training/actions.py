@@ -33,25 +33,27 @@ class RestoreAndEvaluate:
         build_model: Callable[[], tf.keras.Model],
         test_batches: tf.data.Dataset,
         tracker: Tracker,
-        step: int,
+        last_epoch: tf.Variable,
         early_stopping: EarlyStopping | None = None,
     ):
         self.checkpointer = checkpointer
+        self.last_epoch = last_epoch  # the training state's epoch counter
         self.early_stopping = early_stopping
         self.build_model = build_model
         self.test_batches = test_batches
         self.tracker = tracker
-        self.step = step
         self.model: tf.keras.Model | None = None
         self.accuracy = float("nan")
+        self.epoch = 0  # the epoch whose weights the model holds, once restored: the step of eval_accuracy
 
     def __call__(self, history: list[EpochResult]) -> None:
         latest = self.checkpointer.latest
         assert latest is not None, "the last epoch's checkpoint is saved (or restored) before the end actions run"
         self.model = restore_without_strategy(latest, self.build_model)
         best = self.early_stopping.restore_best_into(self.model) if self.early_stopping is not None else None
+        self.epoch = best if best is not None else int(self.last_epoch.numpy())
         self.accuracy = evaluate_accuracy(self.model, self.test_batches)
-        self.tracker.log_metrics({"eval_accuracy": self.accuracy}, step=self.step)
+        self.tracker.log_metrics({"eval_accuracy": self.accuracy}, step=self.epoch)
         weights = f" with the weights of its best epoch, {best} (checkpoint.keep_best)" if best is not None else ""
         log.info("restored %s without a strategy%s: eval_accuracy %.4f", latest, weights, self.accuracy)
 
@@ -92,7 +94,6 @@ class LogModel:
         tracker: Tracker,
         tracking_uri: str,
         run_id: str,
-        step: int,
     ):
         self.restored = restored
         self.export = export
@@ -100,19 +101,20 @@ class LogModel:
         self.tracker = tracker
         self.tracking_uri = tracking_uri
         self.run_id = run_id
-        self.step = step
         self.logged: ExportedModel | None = None  # once logged
 
     def __call__(self, history: list[EpochResult]) -> None:
         # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
         from runner.tracking.model_export import LOG_SECONDS, log_run_model  # noqa: PLC0415  MLflow: after training
 
-        network = self.restored.model
+        # Its step is its weights' epoch (the best one with checkpoint.keep_best): the LoggedModel is linked to that
+        # epoch's metrics and to eval_accuracy, which the restore logged at that step.
+        network, step = self.restored.model, self.restored.epoch
         self.logged = logged = log_run_model(
-            network, self.export(network), self.tracking_uri, self.run_id, self.step, self.raw_examples
+            network, self.export(network), self.tracking_uri, self.run_id, step, self.raw_examples
         )
         if logged.logged:
-            self.tracker.log_metrics({LOG_SECONDS: logged.seconds}, step=self.step)
+            self.tracker.log_metrics({LOG_SECONDS: logged.seconds}, step=step)
 
 
 class RegisterModel:

@@ -131,7 +131,7 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
         trainer.experiment.build_model,
         trainer.test_batches,
         tracker,
-        settings.epochs,
+        trainer.state.epoch,
         trainer.early_stopping,
     )
     title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
@@ -142,7 +142,7 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
     if settings.mlflow.log_model:
         examples = trainer.data.raw_examples(5)
         export = trainer.experiment.export_model
-        actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id, settings.epochs))
+        actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id))
     if settings.mlflow.register:
         default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
         objective = settings.sweep.objective or default
