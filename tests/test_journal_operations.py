@@ -62,7 +62,15 @@ def test_each_operation_is_journaled_as_the_op_and_args_the_journal_holds(operat
 
 
 def test_every_kind_has_its_own_op_and_an_unknown_op_is_refused():
-    assert sorted(KINDS) == ["end", "log_artifact", "log_inputs", "log_metrics", "log_text", "system_metrics"]
+    assert sorted(KINDS) == [
+        "end",
+        "log_artifact",
+        "log_inputs",
+        "log_metrics",
+        "log_text",
+        "set_tags",
+        "system_metrics",
+    ]
     with pytest.raises(ValueError, match="unknown journal record 'log_model'"):
         from_journal("log_model", {"path": "model"})
 
