@@ -79,21 +79,36 @@ LONGEST_GROUPS = (
 )
 
 
+def group_of(nodeid: str) -> str:
+    """The group a test runs in: its module's name ("slurm" for the SLURM modules, which share one)."""
+    module = Path(nodeid.split("::")[0]).stem
+    return "slurm" if module in SLURM_MODULES else module
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (pyproject.toml's addopts: -n 2 --dist loadscope) each group is one unit that one worker
+    runs in order, so that its module-scoped fixtures (a sweep, a cluster, a server) start once and the SLURM modules
+    never run at once. xdist's own `loadgroup` cannot do this under pytest 9.2: it renames a test's nodeid through a
+    private attribute that pytest no longer reads, and every test was scheduled alone."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ModuleGroups(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Soak tests run for many minutes: without --soak they are deselected, not skipped (a skipped test fails CI).
-    Under pytest-xdist's --dist loadgroup each module is one group, run in order by one worker (its module-scoped
-    fixtures start once), and the SLURM modules share one; the longest groups come first (LONGEST_GROUPS, with
-    --no-loadscope-reorder in pyproject.toml, which would otherwise put the groups of most tests first)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.module.__name__.rpartition(".")[2]
-            item.add_marker(pytest.mark.xdist_group("slurm" if module in SLURM_MODULES else module))
+    The longest groups come first (LONGEST_GROUPS, with --no-loadscope-reorder in pyproject.toml, which would
+    otherwise put the groups of most tests first), each group's tests together and in their order."""
 
     def rank(item) -> int:
-        group = item.get_closest_marker("xdist_group")
-        name = group.args[0] if group.args else group.kwargs.get("name")
-        return LONGEST_GROUPS.index(name) if name in LONGEST_GROUPS else len(LONGEST_GROUPS)
+        group = group_of(item.nodeid)
+        return LONGEST_GROUPS.index(group) if group in LONGEST_GROUPS else len(LONGEST_GROUPS)
 
     items.sort(key=rank)  # stable: within a group, and among the rest, the order of collection
     if config.getoption("--soak"):
