@@ -225,11 +225,12 @@ def test_damaged_checkpoints_are_skipped_for_the_newest_readable_one(tmp_path, u
 def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupted):
     # Enough epochs that the signal lands mid-run however fast the machine trains one.
     args = _args(tmp_path, "run", "epochs=8")
-    process = start_cli(*args, cwd=tmp_path)
-    wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
-    time.sleep(1.0)
-    before = len(_checkpoints(tmp_path / "run"))
-    with alone_now():  # the run must stop within 30 s of the signal
+    # From its start: the signal must land mid-run, and the run must stop within 30 s of it.
+    with alone_now():
+        process = start_cli(*args, cwd=tmp_path)
+        wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
+        time.sleep(1.0)
+        before = len(_checkpoints(tmp_path / "run"))
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)

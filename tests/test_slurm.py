@@ -30,7 +30,6 @@ from helpers.slurm import (
     wait_for_checkpoint,
 )
 from helpers.tracking import metric_history, only_run
-from helpers.turns import alone_now
 from runner import outcome
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
@@ -132,16 +131,16 @@ def test_a_requeued_job_resumes_by_itself_into_the_same_run(slurm, tmp_path):
     assert run.data.metrics["eval_accuracy"] == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
 
 
+@pytest.mark.alone  # the job must fail within 60 s of the kill, and must not have ended before it
 def test_a_killed_task_fails_the_job_within_a_minute_with_the_chiefs_paragraph(slurm, tmp_path):
     # A run directory the script must quote for Hydra: a quote, a comma (a sweep to Hydra), spaces, a `$`.
     run_dir = tmp_path / "it's a run, for $HOME"
     job = submit(slurm, tmp_path, MULTI_WORKER, 2, "epochs=30", run_dir=run_dir)
     wait_for_checkpoint(run_dir, slurm, job)
-    with alone_now():  # the job must fail within 60 s of the kill
-        os.kill(_task_pid(job, 1), signal.SIGKILL)
-        killed = time.monotonic()
-        state = slurm.wait_job(job, timeout=120)
-        elapsed = time.monotonic() - killed
+    os.kill(_task_pid(job, 1), signal.SIGKILL)
+    killed = time.monotonic()
+    state = slurm.wait_job(job, timeout=120)
+    elapsed = time.monotonic() - killed
     output = job_output(tmp_path, MULTI_WORKER, job)
     assert state["JobState"] == "FAILED" and elapsed < 60, (state, elapsed, output[-3000:])
     errors = [line for line in output.splitlines() if re.match(r"\d+: error: ", line)]  # a task's, not srun's
