@@ -126,11 +126,10 @@ class OptunaSweep:
         return returns
 
     def _terminator(self) -> StudyTerminator | None:
-        folds = OmegaConf.select(self.config, "sweep.folds")
         return study_terminator(
             self.settings.get("terminate"),
             self.settings.get("terminate_min_trials"),
-            folds,
+            sweep_settings(self.config).folds,
             OmegaConf.select(self.config, "seed"),
         )
 

@@ -184,7 +184,6 @@ class Controller:
         self.end = end
         self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
         self.early_stopping = early_stopping  # early_stopping.patience's state, None: off
-        self.finished_early_at: int | None = None  # the epoch after which early stopping ended training
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
@@ -294,9 +293,9 @@ class Controller:
         guard, history = self.stopping.guard, []
         done_steps = int(self.checkpointer.partial.steps.numpy()) if self.resumes_mid_epoch else 0
         restored_epoch = int(self.state.epoch.numpy())
-        if self.early_stopping is not None and self.early_stopping.stopped:  # restored after its early stop
-            self.finished_early_at = restored_epoch
-        last = restored_epoch if self.finished_early_at is not None else self.epochs
+        # A run restored after its early stop trains no further epoch.
+        stopped_early = self.early_stopping is not None and self.early_stopping.stopped
+        last = restored_epoch if stopped_early else self.epochs
         try:
             for epoch in range(restored_epoch + 1, last + 1):
                 guard.check()
@@ -309,7 +308,6 @@ class Controller:
                     history.append(result)
                     stop = self._after_epoch(result)
                 if stop is _Stop.EARLY:
-                    self.finished_early_at = epoch
                     break
                 if stop is _Stop.LISTENER:
                     self.stopped_at = epoch
