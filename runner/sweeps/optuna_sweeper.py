@@ -126,8 +126,13 @@ class OptunaSweep:
         return returns
 
     def _terminator(self) -> StudyTerminator | None:
+        """The study's terminator, or None; the sweep group is read only when one is asked for (a study started from a
+        bare config, as the bookkeeping bench does, has none)."""
+        terminate = self.settings.get("terminate")
+        if terminate is None:
+            return None
         return study_terminator(
-            self.settings.get("terminate"),
+            terminate,
             self.settings.get("terminate_min_trials"),
             sweep_settings(self.config).folds,
             OmegaConf.select(self.config, "seed"),
