@@ -38,6 +38,9 @@ EPOCH_METRICS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "te
 # stopped after where that came before its last.
 BEST_EPOCH_TAG = "best_epoch"
 STOPPED_AT_EPOCH_TAG = "stopped_at_epoch"
+# With checkpoint.keep_best, where the best epoch came before the last: the step after the last epoch, at which the
+# best epoch's metrics are logged again (runner.training.actions.LogBestEpochMetrics); no epoch's curve point.
+BEST_METRICS_STEP_TAG = "best_metrics_step"
 
 
 @dataclass(frozen=True)

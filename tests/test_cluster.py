@@ -444,9 +444,13 @@ def test_two_worker_multi_worker_mirrored_matches_two_mirrored_replicas_and_both
     assert len(_models(client, run)) == 1  # the chief's trained model
     assert run.info.run_id == (tmp_path / "mwms" / "mlflow_run_id.txt").read_text().strip()
     assert (run.data.params["num_replicas"], run.data.params["global_batch_size"]) == ("2", "64")
-    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second"):
-        assert [step for step, _ in metric_history(client, run.info.run_id, key)] == [1, 2], key
+    assert [step for step, _ in metric_history(client, run.info.run_id, "examples_per_second")] == [1, 2]
     assert (run.data.tags["best_epoch"], run.data.tags["stopped_at_epoch"]) == ("1", "2")
+    # keep_best (on with early stopping): epoch 1's metrics logged again at step 3, the run's latest values.
+    assert run.data.tags["best_metrics_step"] == "3"
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        history = metric_history(client, run.info.run_id, key)
+        assert [step for step, _ in history] == [1, 2, 3] and history[2][1] == history[0][1], key
     worker = (tmp_path / "mwms" / "tasks" / "worker-1.log").read_text()
     assert "epoch 2/3: " in worker and "epoch 3/3" not in worker  # it stopped with the chief
     epoch_1_accuracy = metric_history(client, run.info.run_id, "test_accuracy")[0][1]

@@ -40,8 +40,9 @@ def noisy_labels(train_examples: int = 2048, test_examples: int = 256, wrong: fl
     return DataSplits((images, labels), splits.test, num_classes=10)
 
 
-def _history(client, run_id: str, metric: str) -> list[float]:
-    return [value for _, value in metric_history(client, run_id, metric)]
+def _history(client, run_id: str, metric: str, last_epoch: int | None = None) -> list[float]:
+    """The metric's values per epoch (up to `last_epoch`: not the best epoch's logged again after it)."""
+    return [value for step, value in metric_history(client, run_id, metric) if last_epoch is None or step <= last_epoch]
 
 
 @pytest.mark.slow  # about 15 s of training
@@ -51,15 +52,22 @@ def test_a_run_that_overfits_stops_patience_epochs_after_its_best_and_evaluates_
     result = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL)
     client = mlflow_client(tracking_uri)
     run = client.get_run(result.run_id)
-    val_loss = _history(client, result.run_id, "val_loss")
+    stopped = int(run.data.tags["stopped_at_epoch"])
+    val_loss = _history(client, result.run_id, "val_loss", last_epoch=stopped)
     best = int(np.argmin(val_loss)) + 1
-    assert len(val_loss) == best + 3 < 30  # stopped 3 epochs after its lowest val_loss, before its last epoch
+    assert len(val_loss) == best + 3 == stopped < 30  # stopped 3 epochs after its lowest val_loss, before its last
     assert run.info.status == "FINISHED"
-    assert (run.data.tags["best_epoch"], run.data.tags["stopped_at_epoch"]) == (str(best), str(best + 3))
+    assert run.data.tags["best_epoch"] == str(best)
     # The restored model is the best epoch's (keep_best, on with early stopping): its test accuracy, not the last's.
-    test_accuracy = _history(client, result.run_id, "test_accuracy")
+    test_accuracy = _history(client, result.run_id, "test_accuracy", last_epoch=stopped)
     assert run.data.metrics["eval_accuracy"] == pytest.approx(test_accuracy[best - 1], abs=1e-6)
     assert test_accuracy[best - 1] != test_accuracy[-1]  # the data makes the two differ, so the check can fail
+    # That epoch's metrics are logged again one step after the last (as mlflow.tensorflow.autolog does): the run's
+    # latest values, what mlflow ui lists, the result (a sweep's objective) and the summary compare, are its model's.
+    assert run.data.tags["best_metrics_step"] == str(stopped + 1)
+    assert metric_history(client, result.run_id, "val_loss")[-1] == (stopped + 1, pytest.approx(val_loss[best - 1]))
+    assert run.data.metrics["test_accuracy"] == pytest.approx(test_accuracy[best - 1])
+    assert result.final_metrics["val_loss"] == pytest.approx(val_loss[best - 1])
     # The logged model is that epoch's: a LoggedModel at its step, linked to its metrics and eval_accuracy.
     [model] = client.search_logged_models(experiment_ids=[run.info.experiment_id])
     linked = {metric.key: (metric.step, metric.value) for metric in model.metrics}
@@ -69,7 +77,8 @@ def test_a_run_that_overfits_stops_patience_epochs_after_its_best_and_evaluates_
     # Restored in the state it stopped in (the checkpoint after its last epoch holds it), the run trains no more.
     again = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL, run_dir=tmp_path / "run")
     assert again.history == [] and again.run_id == result.run_id
-    assert len(_history(client, result.run_id, "val_loss")) == best + 3
+    assert len(_history(client, result.run_id, "val_loss", last_epoch=stopped)) == best + 3
+    assert again.final_metrics["val_loss"] == pytest.approx(val_loss[best - 1])
 
 
 @pytest.mark.slow  # about 15 s of training
@@ -92,7 +101,7 @@ def test_without_keep_best_the_last_epoch_is_evaluated_and_a_higher_is_better_mo
         if value > best + 0.01:
             best, best_epoch = value, epoch
     assert len(val_accuracy) == best_epoch + 2 < 30
-    assert run.data.tags["best_epoch"] == str(best_epoch)
+    assert run.data.tags["best_epoch"] == str(best_epoch) and "best_metrics_step" not in run.data.tags
     test_accuracy = _history(client, result.run_id, "test_accuracy")
     assert run.data.metrics["eval_accuracy"] == pytest.approx(test_accuracy[-1], abs=1e-6)
 

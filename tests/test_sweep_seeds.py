@@ -120,6 +120,10 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
     assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
     assert [run.data.tags.get("stopped_at_epoch") for run in runs] == ["2"] * 4
     assert [row["stopped_at_epoch"] for row in summary_rows(sweep_dir, JOBS_CSV_FILE)] == ["2"] * 4
+    # Each objective is its best epoch's, the model it hands over (keep_best): epoch 1's test_loss, logged again.
+    for run in runs:
+        first, *_, latest = client.get_metric_history(run.info.run_id, "test_loss")
+        assert (first.step, latest.step) == (1, 3) and run.data.metrics["test_loss"] == first.value
     assert result.stdout.count("FINISHED, stopped early at epoch 2") == 4  # the jobs table
     trials = {}
     for run in runs:

@@ -19,7 +19,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.outcome import RESULT_KEYS, STOPPED_AT_EPOCH_TAG
+from runner.outcome import BEST_METRICS_STEP_TAG, RESULT_KEYS, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
 from runner.sweeps.histories import read_histories
 from runner.sweeps.study import PRUNED_TAG
@@ -497,7 +497,7 @@ def _job_rows(
                 wall_seconds=wall,
                 run_id=run.info.run_id,
                 error=run.data.tags.get(ERROR_TAG, ""),
-                curves=curves[run.info.run_id],
+                curves=_epochs_only(curves[run.info.run_id], run),
                 seed=seed,
                 configuration=_configuration_of(run),
                 pruned_at_epoch=_epoch_tag(run, PRUNED_TAG),
@@ -532,6 +532,14 @@ def _swept_value(run, key: str) -> str | None:
         if equals and name.lstrip("+~") == key:
             return value
     return run.data.params.get(key)
+
+
+def _epochs_only(curves: dict[str, list[tuple[int, float]]], run) -> dict[str, list[tuple[int, float]]]:
+    """A run's curves without the best epoch's metrics logged again after its last epoch (checkpoint.keep_best)."""
+    after_last = _epoch_tag(run, BEST_METRICS_STEP_TAG)
+    if after_last is None:
+        return curves
+    return {metric: [point for point in points if point[0] < after_last] for metric, points in curves.items()}
 
 
 def _epoch_tag(run, tag: str) -> int | None:

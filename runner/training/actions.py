@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from runner.outcome import BEST_METRICS_STEP_TAG, EPOCH_METRICS
 from runner.plots import plot_curves
 from runner.tracking.protocol import Tracker
 from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
@@ -71,16 +72,50 @@ class TagEarlyStopping:
         self.tracker.set_tags(self.early_stopping.tags(int(self.epoch.numpy())))
 
 
+class LogBestEpochMetrics:
+    """With checkpoint.keep_best, when the best epoch came before the last: that epoch's metrics logged again one step
+    after the last epoch, as `mlflow.tensorflow.autolog` does for Keras' `restore_best_weights`. A run's latest value
+    of each metric (the column `mlflow ui` shows, what a sweep compares on its objective, what the summary lists
+    and the registration compares) is then that of the model it hands over."""
+
+    def __init__(self, restored: RestoreAndEvaluate, last_epoch: tf.Variable, tracker: Tracker):
+        self.restored = restored
+        self.last_epoch = last_epoch  # the training state's epoch counter
+        self.tracker = tracker
+
+    def __call__(self, history: list[EpochResult]) -> None:
+        model_epoch, last = self.restored.epoch, int(self.last_epoch.numpy())
+        if model_epoch in (0, last):
+            return
+        best = {
+            key: value
+            for key, points in self.tracker.metric_histories().items()
+            if key in EPOCH_METRICS
+            for step, value in points
+            if step == model_epoch
+        }
+        self.tracker.log_metrics(best, step=last + 1)
+        self.tracker.set_tags({BEST_METRICS_STEP_TAG: str(last + 1)})  # what a sweep's curves leave out
+        log.info("the metrics of epoch %d, the model handed over, logged again at step %d", model_epoch, last + 1)
+
+
 class PlotCurves:
     """curves.png: the run's per-epoch metrics, whichever invocation logged them, in the run directory and MLflow."""
 
-    def __init__(self, tracker: Tracker, path: str, title: str):
+    def __init__(self, tracker: Tracker, path: str, title: str, last_epoch: tf.Variable):
         self.tracker = tracker
         self.path = path
         self.title = title
+        self.last_epoch = last_epoch  # the training state's epoch counter
 
     def __call__(self, history: list[EpochResult]) -> None:
-        self.tracker.log_artifact(plot_curves(self.tracker.metric_histories(), self.path, title=self.title))
+        # Epochs only: not the best epoch's metrics logged again after the last (LogBestEpochMetrics).
+        last = int(self.last_epoch.numpy())
+        epochs = {
+            key: [(step, value) for step, value in points if step <= last]
+            for key, points in self.tracker.metric_histories().items()
+        }
+        self.tracker.log_artifact(plot_curves(epochs, self.path, title=self.title))
 
 
 class LogModel:

@@ -26,6 +26,7 @@ from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG, KERAS_TAG
 from runner.training.actions import (
+    LogBestEpochMetrics,
     LogModel,
     PlotCurves,
     RegisterModel,
@@ -135,8 +136,8 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
         trainer.early_stopping,
     )
     title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
-    curves = PlotCurves(tracker, curves_path(job.run_dir), title)
-    actions: list[EndAction] = [restored, curves]
+    curves = PlotCurves(tracker, curves_path(job.run_dir), title, trainer.state.epoch)
+    actions: list[EndAction] = [restored, curves, LogBestEpochMetrics(restored, trainer.state.epoch, tracker)]
     if trainer.early_stopping is not None:
         actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
     if settings.mlflow.log_model:

@@ -10,7 +10,13 @@ from helpers.tracking import metric_history, mlflow_client
 
 
 def train_losses(client, run_id: str) -> list[float]:
-    return [value for _, value in metric_history(client, run_id, "train_loss")]
+    """The run's train_loss per epoch (without the best epoch's logged again after the last, checkpoint.keep_best)."""
+    after_last = client.get_run(run_id).data.tags.get("best_metrics_step")
+    return [
+        value
+        for step, value in metric_history(client, run_id, "train_loss")
+        if after_last is None or step < int(after_last)
+    ]
 
 
 def assert_losses_match_two_mirrored_replicas(client, run_id: str, tmp_path: Path, label: str) -> None:
