@@ -51,6 +51,11 @@ POLL_SECONDS = 0.2
 FAILURE_GRACE_SECONDS = 3.0
 # A task asked to stop (SIGTERM) may first save a checkpoint; after this it is killed (SIGKILL).
 STOP_GRACE_SECONDS = 5.0
+# After the chief finished or stopped for a preemption, how long the other tasks have to end by themselves (a
+# worker saves the agreed step too, a server sees the chief's end) before they are asked to stop: a SIGTERM that
+# reached a MultiWorkerMirrored worker still saving would find TensorFlow's preemption handler asking the chief's
+# coordination service, gone with the chief, to note a second preemption.
+FOLLOW_SECONDS = 20.0
 # The command-line keys the launcher sets for its tasks itself.
 _OWN_KEYS = ("cluster", "cluster.kind", "hydra.run.dir", "hydra.output_subdir")
 
@@ -114,6 +119,8 @@ def launch(settings: Settings, hydra_config) -> Outcome:
         # ClusterCoordinator survives a worker that dies and comes back; no other task can be replaced.
         restart = (lambda task: _start(task, command, cwd)) if settings.strategy.name == "parameter_server" else None
         chief_outcome, error = _watch(tasks, restart, run_dir)
+        if error is None and chief_outcome.status in (FINISHED, KILLED):
+            _wait(tasks[1:], FOLLOW_SECONDS)
     except _Stopped as stop:
         stopped_by = stop
     finally:
