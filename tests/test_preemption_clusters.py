@@ -58,7 +58,9 @@ def _local_cluster(tmp_path: Path, name: str, *overrides: str) -> Task:
 def test_deterministic_multi_worker_mirrored_run_preempted_and_resumed_is_bit_identical(tmp_path):
     """runtime.deterministic=true, two workers: SIGTERM to worker 1 mid-epoch, then the same command again.
     Every epoch's metrics and the final weights equal the uninterrupted run's to the bit: the resume skips
-    exactly the batches each worker's shard had consumed, and the preempted epoch's sums carry on."""
+    exactly the batches each worker's shard had consumed, and the preempted epoch's sums carry on. Early stopping
+    that no epoch after the first can satisfy stops both runs after epoch 2 of 3: the resumed one only if the
+    checkpoint kept its state (lost, epoch 2 would be its first best and it would train epoch 3)."""
     args = (
         *TINY,
         "dataset.train_examples=8192",
@@ -67,6 +69,9 @@ def test_deterministic_multi_worker_mirrored_run_preempted_and_resumed_is_bit_id
         "checkpoint.every_epochs=1",
         "runtime.deterministic=true",
         "seed=5",
+        "early_stopping.patience=1",
+        "early_stopping.monitor=train_loss",
+        "early_stopping.min_delta=100",
     )
     reference = _local_cluster(tmp_path, "reference", *args)
     output = reference.finish(timeout=600)
@@ -108,9 +113,12 @@ def test_deterministic_multi_worker_mirrored_run_preempted_and_resumed_is_bit_id
 
     resumed, uninterrupted = _run_id(run_dir), _run_id(tmp_path / "reference")
     assert client.get_run(resumed).info.status == "FINISHED"
+    tags = [client.get_run(run_id).data.tags for run_id in (resumed, uninterrupted)]
+    assert [(each["best_epoch"], each["stopped_at_epoch"]) for each in tags] == [("1", "2")] * 2
     for key in EXACT_METRICS:
         history = metric_history(client, resumed, key)
-        assert [epoch for epoch, _ in history] == [1, 2, 3], (key, history)
+        # Step 3 of an epoch metric is epoch 1's logged again (keep_best, on with early stopping), not an epoch.
+        assert [epoch for epoch, _ in history] == ([1, 2] if key == "learning_rate" else [1, 2, 3]), (key, history)
         assert history == metric_history(client, uninterrupted, key), key
     final, expected = latest_checkpoint(run_dir), latest_checkpoint(tmp_path / "reference")
     assert final.name == expected.name
