@@ -49,7 +49,8 @@ def _history(client, run_id: str, metric: str, last_epoch: int | None = None) ->
 def test_a_run_that_overfits_stops_patience_epochs_after_its_best_and_evaluates_that_epochs_weights(
     train, tmp_path, tracking_uri
 ):
-    result = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL)
+    every_checkpoint = ("mlflow.log_every_checkpoint=true", "checkpoint.every_epochs=3")
+    result = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL, *every_checkpoint)
     client = mlflow_client(tracking_uri)
     run = client.get_run(result.run_id)
     stopped = int(run.data.tags["stopped_at_epoch"])
@@ -69,13 +70,29 @@ def test_a_run_that_overfits_stops_patience_epochs_after_its_best_and_evaluates_
     assert run.data.metrics["test_accuracy"] == pytest.approx(test_accuracy[best - 1])
     assert result.final_metrics["val_loss"] == pytest.approx(val_loss[best - 1])
     # The logged model is that epoch's: a LoggedModel at its step, linked to its metrics and eval_accuracy.
-    [model] = client.search_logged_models(experiment_ids=[run.info.experiment_id])
+    [model] = client.search_logged_models(experiment_ids=[run.info.experiment_id], filter_string="name = 'model'")
     linked = {metric.key: (metric.step, metric.value) for metric in model.metrics}
     assert linked["val_loss"] == (best, pytest.approx(val_loss[best - 1]))
     assert linked["eval_accuracy"] == (best, pytest.approx(run.data.metrics["eval_accuracy"]))
+    # mlflow.log_every_checkpoint: each epoch's checkpoint (every 3rd, and the one the stop saved) is a LoggedModel at
+    # its epoch's step, linked to that epoch's metrics, and search_logged_models ranks them by any of those.
+    epochs = sorted({*range(3, stopped + 1, 3), stopped})
+    ranked = client.search_logged_models(
+        experiment_ids=[run.info.experiment_id],
+        filter_string="name != 'model'",
+        order_by=[{"field_name": "metrics.val_loss", "ascending": True}],
+    )
+    assert [each.name for each in ranked] == [
+        f"checkpoint-{epoch}" for epoch in sorted(epochs, key=lambda e: val_loss[e - 1])
+    ]
+    for each in ranked:
+        epoch = int(each.name.removeprefix("checkpoint-"))
+        linked = {metric.key: (metric.step, metric.value) for metric in each.metrics}
+        assert linked["val_loss"] == (epoch, pytest.approx(val_loss[epoch - 1]))
+        assert each.source_run_id == result.run_id
 
     # Restored in the state it stopped in (the checkpoint after its last epoch holds it), the run trains no more.
-    again = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL, run_dir=tmp_path / "run")
+    again = train(*OVERFITTING, "early_stopping.patience=3", WITH_MODEL, *every_checkpoint, run_dir=tmp_path / "run")
     assert again.history == [] and again.run_id == result.run_id
     assert len(_history(client, result.run_id, "val_loss", last_epoch=stopped)) == best + 3
     assert again.final_metrics["val_loss"] == pytest.approx(val_loss[best - 1])

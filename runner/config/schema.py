@@ -275,6 +275,11 @@ class MlflowSettings:
     register: bool = key(False, BOOL, "pass mlflow.register=true to register this run's model, or false")
     # false: no MLflow Model at the end of a run; a sweep registers none.
     log_model: bool = key(True, BOOL, "pass mlflow.log_model=true to log the trained model, or false to skip it")
+    # true: each epoch's checkpoint is also logged as a LoggedModel `checkpoint-<epoch>` at that epoch's step, linked
+    # to its metrics, so mlflow.search_logged_models ranks them; each export costs seconds of the run.
+    log_every_checkpoint: bool = key(
+        False, BOOL, "pass mlflow.log_every_checkpoint=true to log every checkpoint's model, or false (the default)"
+    )
     system_metrics: SystemMetricsSettings = group(SystemMetricsSettings)
     # Which checkpoints the run's MLflow artifacts hold (under checkpoints/): last = only the newest one (the one
     # eval_accuracy measures), uploaded when the run ends (FINISHED, KILLED or FAILED); all = every save, as it is

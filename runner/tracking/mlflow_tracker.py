@@ -66,11 +66,12 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
         return experiment.experiment_id
 
 
-def run_model(client: MlflowClient, run_id: str) -> LoggedModel | None:
-    """The run's model (runner.tracking.model_export logs it when the run finishes), or None."""
+def run_model(client: MlflowClient, run_id: str, name: str = MODEL_NAME) -> LoggedModel | None:
+    """The run's model (runner.tracking.model_export logs it when the run finishes), or another of its
+    LoggedModels by name (a checkpoint's, `checkpoint-<epoch>`), or None."""
     experiment_id = client.get_run(run_id).info.experiment_id
     found = client.search_logged_models(
-        [experiment_id], filter_string=f"name = '{MODEL_NAME}' AND source_run_id = '{run_id}'", max_results=1
+        [experiment_id], filter_string=f"name = '{name}' AND source_run_id = '{run_id}'", max_results=1
     )
     return found[0] if found else None
 

@@ -79,14 +79,15 @@ def log_run_model(
     run_id: str,
     step: int,
     example_images: np.ndarray,
+    name: str = MODEL_NAME,
 ) -> ExportedModel:
     """Log `classifier` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model
-    of the trained `network`) as the run's model, linked to the run's metrics at `step` (its last epoch), unless
-    the run has one already; `example_images` are a few raw inputs, as the data holds them. A tracking server that
-    does not answer gets no model now (MLflow would retry for minutes, then fail the run):
-    the run's next invocation logs it."""
+    of the trained `network`) as the run's model, linked to the run's metrics at `step` (the epoch of its weights),
+    unless the run has a model of that `name` already (`checkpoint-<epoch>` for a checkpoint's); `example_images`
+    are a few raw inputs, as the data holds them. A tracking server that does not answer gets no model now (MLflow
+    would retry for minutes, then fail the run): the run's next invocation logs it."""
     started = time.perf_counter()
-    if not _answers(tracking_uri):
+    if not answers(tracking_uri):
         log.warning(
             "the MLflow tracking server %s does not answer, so the model of run %s is not logged now. Fix: "
             "once it answers, re-run the same command with the same hydra.run.dir: the run has trained "
@@ -96,9 +97,9 @@ def log_run_model(
         )
         return ExportedModel("", run_id, 0.0, logged=False)
     client = mlflow.MlflowClient(tracking_uri)
-    existing = run_model(client, run_id)
+    existing = run_model(client, run_id, name)
     if existing is not None:
-        log.info("MLflow run %s already has its model %s: not logged again", run_id, existing.model_id)
+        log.info("MLflow run %s already has its model %s (%s): not logged again", run_id, existing.model_id, name)
         return ExportedModel(existing.model_id, run_id, 0.0, logged=False)
     signature = ModelSignature(
         inputs=Schema([TensorSpec(np.dtype(example_images.dtype), (-1, *classifier.input_shape[1:]))]),
@@ -111,7 +112,7 @@ def log_run_model(
     module = served_module(network, classifier)
     info = mlflow.tensorflow.log_model(
         module,
-        name=MODEL_NAME,
+        name=name,
         run_id=run_id,
         step=step,
         signature=signature,
@@ -122,12 +123,7 @@ def log_run_model(
     )
     seconds = time.perf_counter() - started
     log.info(
-        "logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s",
-        info.model_id,
-        run_id,
-        run_id,
-        MODEL_NAME,
-        seconds,
+        "logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s", info.model_id, run_id, run_id, name, seconds
     )
     return ExportedModel(info.model_id, run_id, seconds, logged=True)
 
@@ -142,7 +138,7 @@ def discard_run_model(tracking_uri: str, run_id: str) -> None:
         log.info("deleted the model %s of MLflow run %s, which did not finish", model.model_id, run_id)
 
 
-def _answers(tracking_uri: str, timeout: float = 5.0) -> bool:
+def answers(tracking_uri: str, timeout: float = 5.0) -> bool:
     """False for a tracking server whose /health does not answer (any other store: True)."""
     if not tracking_uri.startswith(("http://", "https://")):
         return True

@@ -152,6 +152,60 @@ class LogModel:
             self.tracker.log_metrics({LOG_SECONDS: logged.seconds}, step=step)
 
 
+class LogCheckpointModels:
+    """mlflow.log_every_checkpoint: a controller listener that logs each epoch's checkpoint, restored without a
+    strategy as the run's model is, as the LoggedModel `checkpoint-<epoch>` at that epoch's step, linked to the
+    epoch's metrics (handed to the tracker just before, and delivered before the export: the tracker listens first).
+    A preemption's save mid-epoch holds weights of no epoch and logs nothing: a checkpoint is an epoch's when no step
+    has run since that epoch ended. A tracking server that does not answer gets no checkpoint model (training does
+    not wait for it)."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        checkpointer: Checkpointer,
+        build_model: Callable[[], tf.keras.Model],
+        export: Callable[[tf.keras.Model], tf.keras.Model],
+        raw_examples,
+        steps: tf.Variable,
+        tracking_uri: str,
+        run_id: str,
+    ):
+        self.tracker = tracker
+        self.checkpointer = checkpointer
+        self.build_model = build_model
+        self.export = export
+        self.raw_examples = raw_examples
+        self.steps = steps  # the optimizer's step counter
+        self.tracking_uri = tracking_uri
+        self.run_id = run_id
+        self._epoch_end: tuple[int, int] | None = None  # the last epoch that ended, and the steps it ended at
+
+    def on_epoch_end(self, result: EpochResult) -> None:
+        self._epoch_end = (result.epoch, int(self.steps.numpy()))
+
+    def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
+        if self._epoch_end != (epoch, int(self.steps.numpy())) or self.checkpointer.latest is None:
+            return
+        # Only with log_every_checkpoint: the export imports MLflow's TensorFlow flavor in this process.
+        from runner.tracking.model_export import answers, log_run_model  # noqa: PLC0415  MLflow: only when asked for
+
+        if not answers(self.tracking_uri):
+            log.warning(
+                "the MLflow tracking server does not answer: epoch %d's checkpoint is not logged as a model", epoch
+            )
+            return
+        self.tracker.metric_histories()  # answered once the tracker has delivered the epoch's metrics, to link them
+        network = restore_without_strategy(self.checkpointer.latest, self.build_model)
+        name = checkpoint_model_name(epoch)
+        log_run_model(network, self.export(network), self.tracking_uri, self.run_id, epoch, self.raw_examples, name)
+
+
+def checkpoint_model_name(epoch: int) -> str:
+    """The LoggedModel name of an epoch's checkpoint (mlflow.log_every_checkpoint)."""
+    return f"checkpoint-{epoch}"
+
+
 class RegisterModel:
     """mlflow.register=true: the run's model as a new version of the registered model, compared on the objective."""
 

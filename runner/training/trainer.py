@@ -27,6 +27,7 @@ from runner.tracking.protocol import Tracker
 from runner.tracking.provenance import GPU_TAG, KERAS_TAG
 from runner.training.actions import (
     LogBestEpochMetrics,
+    LogCheckpointModels,
     LogModel,
     PlotCurves,
     RegisterModel,
@@ -99,7 +100,9 @@ class Trainer:
                 # tracker (killed between the two): handed over again, it reaches the run as mlflow.checkpoints says.
                 tracker.on_checkpoint_saved(self.restored.done_epochs, checkpointer.files(checkpointer.latest))
             end = _build_end_actions(self, tracker, run_id)
-            controller = _build_controller(self, [tracker, *listeners], stopping, end)
+            controller = _build_controller(
+                self, [tracker, *_checkpoint_models(self, tracker, run_id), *listeners], stopping, end
+            )
             ending = RunEnding(self.job, self.restored, tracker, run_id, end.finished, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):
                 with guard.deferred():
@@ -150,6 +153,26 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
         name = settings.mlflow.registered_model_name
         actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
     return EndActions(finished=actions, stopped=[curves])
+
+
+def _checkpoint_models(trainer: Trainer, tracker: Tracker, run_id: str | None) -> list[Listener]:
+    """mlflow.log_every_checkpoint: the chief logs each epoch's checkpoint as a LoggedModel."""
+    if not (trainer.job.settings.mlflow.log_every_checkpoint and trainer.job.task.chief):
+        return []
+    tracking_uri = tracker.tracking_uri
+    assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
+    return [
+        LogCheckpointModels(
+            tracker,
+            trainer.restored.checkpointer,
+            trainer.experiment.build_model,
+            trainer.experiment.export_model,
+            trainer.data.raw_examples(5),
+            trainer.state.optimizer.iterations,
+            tracking_uri,
+            run_id,
+        )
+    ]
 
 
 def _build_controller(
