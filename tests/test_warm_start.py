@@ -94,6 +94,12 @@ def test_the_config_takes_a_directory_a_checkpoint_or_an_mlflow_uri(tmp_path):
         ("models:/fashion_mnist/3", "models"),
     ):
         assert init_settings({"from": uri}) == init_settings({"from": uri}).__class__(uri, kind)
+    model_id = "m-" + "0123456789abcdef" * 2  # a LoggedModel's id, alone or as models:/<id>
+    for given in (model_id, f"models:/{model_id}"):
+        assert (init_settings({"from": given}).source, init_settings({"from": given}).kind) == (
+            model_id,
+            "logged_model",
+        )
     # The composed config has the key, null by default.
     assert validate(_composed()).init.source is None
 
@@ -142,17 +148,21 @@ def test_the_command_refuses_a_bad_init_from_in_one_paragraph_with_exit_2(tmp_pa
 
 
 @pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
-@pytest.mark.parametrize("kind", ["run directory", "runs:/", "models:/@champion"])
+@pytest.mark.parametrize("kind", ["run directory", "runs:/", "models:/@champion", "LoggedModel id"])
 def test_the_weights_before_step_1_are_the_sources(source, tracking_uri, kind, strategy):
     """Every variable of a model freshly built in a strategy's scope takes the source checkpoint's value: the
     logged and the registered model are that same checkpoint."""
     from runner.builtins.models import cnn
+    from runner.tracking.mlflow_tracker import run_model
 
-    given = {
-        "run directory": str(source.run_dir),
-        "runs:/": f"runs:/{source.run_id}/model",
-        "models:/@champion": "models:/synthetic@champion",
-    }[kind]
+    if kind == "LoggedModel id":
+        given = run_model(mlflow_client(tracking_uri), source.run_id).model_id
+    else:
+        given = {
+            "run directory": str(source.run_dir),
+            "runs:/": f"runs:/{source.run_id}/model",
+            "models:/@champion": "models:/synthetic@champion",
+        }[kind]
     with (
         tf.distribute.OneDeviceStrategy("/cpu:0")
         if strategy == "one_device"
@@ -167,6 +177,8 @@ def test_the_weights_before_step_1_are_the_sources(source, tracking_uri, kind, s
         np.testing.assert_array_equal(variable.numpy(), value, err_msg=variable.name)
         assert not np.array_equal(value, initial), variable.name  # a test that can fail: they did change
     assert origin.tags[SOURCE_RUN_TAG] == source.run_id
+    if kind == "LoggedModel id":
+        assert origin.tags["init.model_id"] == given and origin.description.startswith(f"LoggedModel {given} (model ")
 
 
 def test_a_version_registered_from_a_logged_model_id_loads_from_this_store(source, tracking_uri, tmp_path, monkeypatch):
@@ -248,6 +260,7 @@ def test_a_registered_model_that_does_not_exist_is_one_paragraph(source, train, 
         "models:/synthetic/99",
         "models:/no_such_model@champion",
         "runs:/0123456789abcdef/model",
+        "m-" + "0" * 32,  # a LoggedModel id
     ):
         with pytest.raises(RunnerError) as raised:
             train(f"init.from={given}", run_dir=tmp_path / "missing")

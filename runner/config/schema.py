@@ -328,10 +328,12 @@ class SweepSettings:
 class InitSettings:
     """Warm start (fine-tuning): the model's weights before step 1, for a fresh run. init.from: null = the model's
     own initialisation; a run directory, its checkpoints/ directory or one ckpt-N checkpoint; runs:/<run id>/model;
-    models:/<name>@<alias> or models:/<name>/<version>. Only the weights: the optimizer and epochs start afresh."""
+    models:/<name>@<alias> or models:/<name>/<version>; a LoggedModel's id (m-<hex>, or models:/m-<hex>). Only the
+    weights: the optimizer and epochs start afresh."""
 
     source: str | None = key(None, UNCHECKED, "", name="from")  # init.from, checked by runner.config.settings
-    kind: str | None = None  # checkpoint (an absolute path) | runs | models; set by the validator
+    # checkpoint (an absolute path) | runs | models | logged_model (source: the id); set by the validator
+    kind: str | None = None
 
 
 @dataclass(frozen=True)

@@ -246,15 +246,18 @@ def refuse_credentials_in_uri(key: str, uri: str) -> None:
 
 _INIT_FIX = (
     "pass a run directory of an earlier run (or its checkpoints/ directory), runs:/<run id>/model, "
-    "models:/<name>@<alias> (e.g. models:/fashion_mnist@champion) or models:/<name>/<version>; "
-    "or init.from=null to start from the model's own initialisation"
+    "models:/<name>@<alias> (e.g. models:/fashion_mnist@champion), models:/<name>/<version> or a LoggedModel's id "
+    "(m-<32 hex digits>, or models:/m-...); or init.from=null to start from the model's own initialisation"
 )
+# An MLflow 3 LoggedModel's id (mlflow.search_logged_models, the run's Models tab), alone or as models:/<id>.
+_LOGGED_MODEL_ID = re.compile(r"(?:models:/)?(m-[0-9a-f]{32})")
 
 
 def init_settings(node: Mapping[str, Any]) -> InitSettings:
     """The init group, whose one key init.from is runs:/<run id>/<path>, models:/<name>@<alias>,
-    models:/<name>/<version>, or a run directory, its checkpoints/ directory or one checkpoint (a ckpt-N prefix)
-    that exists; its kind is found by looking at the value."""
+    models:/<name>/<version>, a LoggedModel id (m-<hex>, or models:/m-<hex>), or a run directory, its
+    checkpoints/ directory or one checkpoint (a ckpt-N prefix) that exists; its kind is found by looking at the
+    value."""
     for key in node:
         if key != "from":
             raise refusal(
@@ -266,6 +269,9 @@ def init_settings(node: Mapping[str, Any]) -> InitSettings:
     source = TEXT("init.from", node.get("from"), _INIT_FIX, nullable=True)
     if source is None:
         return InitSettings(None, None)
+    logged_model = _LOGGED_MODEL_ID.fullmatch(source)
+    if logged_model:
+        return InitSettings(logged_model.group(1), "logged_model")
     if source.startswith("runs:"):
         if not re.fullmatch(r"runs:/[^/\s]+/\S+", source):
             raise refusal("init.from", source, "a run's model is named runs:/<run id>/<artifact path>", _INIT_FIX)

@@ -28,6 +28,7 @@ log = logging.getLogger("runner")
 FROM_TAG = "init.from"
 SOURCE_RUN_TAG = "init.source_run_id"
 MODEL_VERSION_TAG = "init.model_version"
+LOGGED_MODEL_TAG = "init.model_id"
 
 _FIX_SHAPES = (
     "Fix: start from a model trained with the same model options and the same data shape and number "
@@ -65,7 +66,7 @@ def warm_start(
     if init.kind == "checkpoint":
         origin = _from_checkpoint(init.source, model)
     else:
-        origin = _from_mlflow(init.source, model, tracking_uri)
+        origin = _from_mlflow(init.source, init.kind, model, tracking_uri)
     log.info("initialised the model from %s (%d variables)", origin.description, origin.variables)
     return origin
 
@@ -146,8 +147,9 @@ def _checkpoint_keys(path: str, model: tf.keras.Model, root: str = "model") -> d
     return keys
 
 
-def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -> Origin:
-    """runs:/<run id>/<name> or models:/<name>@<alias> | models:/<name>/<version>: the logged model. The runner's
+def _from_mlflow(source: str, kind: str | None, model: tf.keras.Model, tracking_uri: str | None) -> Origin:
+    """runs:/<run id>/<name>, models:/<name>@<alias> | models:/<name>/<version>, or a LoggedModel id (`kind`
+    logged_model): the logged model. The runner's
     SavedModel (runner.tracking.model_export) holds the trained network under `network`: restored by object path
     from its variables/ checkpoint. A tf_keras model logged before (the raw-input wrapper of
     ClassificationTask.export_model): its inner trained network's variables are copied in order."""
@@ -157,7 +159,7 @@ def _from_mlflow(source: str, model: tf.keras.Model, tracking_uri: str | None) -
     from runner.tracking.store import open_client  # noqa: PLC0415  MLflow: as above
 
     client = open_client(tracking_uri)
-    location, description, tags = _resolve(client, source)
+    location, description, tags = _logged_model(client, source) if kind == "logged_model" else _resolve(client, source)
     with _without_download_bar(), tempfile.TemporaryDirectory(prefix="runner-init-") as scratch:
         try:
             local = mlflow.artifacts.download_artifacts(
@@ -283,6 +285,27 @@ def _restore_network(where: str, path: str, model: tf.keras.Model) -> None:
         )
     # Assigned from the cross-replica context: a distributed variable updates every replica's copy.
     tf.train.Checkpoint(**{NETWORK: model}).restore(path).expect_partial()
+
+
+def _logged_model(client, model_id: str) -> tuple[str, str, dict[str, str]]:
+    """The artifact location of the LoggedModel `model_id` (a run's model, or a checkpoint's with
+    mlflow.log_every_checkpoint), its description and tags."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415  MLflow: only for an MLflow source
+
+    try:
+        logged = client.get_logged_model(model_id)
+    except MlflowException as error:
+        message = " ".join(str(error.message).split())[:300]
+        raise RunnerError(
+            f"init.from={model_id!r} names a LoggedModel that the MLflow store {client.tracking_uri} does not have "
+            f"({message}). Fix: copy the id from mlflow.search_logged_models or the run's Models tab in `mlflow ui`, "
+            "and check that mlflow.tracking_uri (or MLFLOW_TRACKING_URI) points at the store that holds it."
+        ) from None
+    tags = {LOGGED_MODEL_TAG: model_id}
+    if logged.source_run_id:
+        tags[SOURCE_RUN_TAG] = logged.source_run_id
+    of_run = f" of MLflow run {logged.source_run_id}" if logged.source_run_id else ""
+    return logged.artifact_location, f"LoggedModel {model_id} ({logged.name}{of_run})", tags
 
 
 def _resolve(client, source: str) -> tuple[str, str, dict[str, str]]:
