@@ -1,6 +1,7 @@
 """The MLflow UI opens where a training user expects: the run's log gives the `mlflow ui` command for its sqlite
 store and the link to the experiment's runs table; that command, run as written, and that link, opened in
-headless Chromium, land on the runs table with the run in it (not MLflow 3's GenAI view, "Traces")."""
+headless Chromium, land on the runs table with the run in it (not MLflow 3's GenAI view, "Traces"), and the
+experiment's Models tab lists the run's LoggedModels."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ import pytest
 
 from helpers.browser import Chromium
 from helpers.cli import run_cli
-from helpers.presets import TINY
+from helpers.presets import TWO_EPOCHS, WITH_MODEL
 from helpers.processes import stop_group
 from helpers.requires import requires
 from helpers.servers import free_port
-from helpers.tracking import mlflow_client
+from helpers.tracking import metric_history, mlflow_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("chromium")]
 
@@ -61,10 +62,19 @@ def _serve(command: str, port: int, cwd: Path) -> subprocess.Popen:
         time.sleep(0.5)
 
 
-def test_the_logged_ui_link_opens_the_runs_table_with_the_run(tmp_path):
+def test_the_logged_ui_link_opens_the_runs_table_with_the_run_and_its_models(tmp_path):
+    """... and the experiment's Models tab lists the run's model and each epoch's checkpoint model
+    (mlflow.log_every_checkpoint) with their metrics."""
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = run_cli(
-        *TINY, "strategy=one_device", f"mlflow.tracking_uri={store}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path
+        *TWO_EPOCHS,
+        "strategy=one_device",
+        WITH_MODEL,
+        "mlflow.log_every_checkpoint=true",
+        "checkpoint.every_epochs=1",
+        f"mlflow.tracking_uri={store}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
@@ -89,6 +99,20 @@ def test_the_logged_ui_link_opens_the_runs_table_with_the_run(tmp_path):
         assert "No data available" not in browser.text()
         browser.open(run_page.replace(":5000/", f":{port}/"))
         browser.wait_for(f"document.body && document.body.innerText.includes({run_id!r})", timeout=90)
+        # The experiment's Models tab: the run's model and its checkpoints'.
+        models_page = table.replace(":5000/", f":{port}/").replace("/runs?", "/models?")
+        browser.open(models_page)
+        browser.wait_for("document.body && document.body.innerText.includes('checkpoint-2')", timeout=90)
+        browser.screenshot(tmp_path / "models.png")
+        page = browser.text()
+        assert all(name in page for name in ("model", "checkpoint-1", "checkpoint-2")), page[-3000:]
+        # A checkpoint's page: its epoch's metrics (step 1's test_loss, not step 2's).
+        [first] = client.search_logged_models([experiment.experiment_id], filter_string="name = 'checkpoint-1'")
+        browser.open(models_page.split("?")[0] + f"/{first.model_id}")
+        browser.wait_for("document.body && document.body.innerText.includes('test_loss')", timeout=90)
+        page = browser.text()
+        (_, epoch_1), (_, epoch_2) = metric_history(client, run_id, "test_loss")
+        assert "checkpoint-1" in page and str(epoch_1) in page and str(epoch_2) not in page, page[-3000:]
     finally:
         browser.close()
         stop_group(server)
