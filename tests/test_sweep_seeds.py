@@ -94,8 +94,8 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
     """Each trial trains seeds 10 and 11 and is valued at their mean test_loss (minimized). The learning rates are too
     small to move the weights, so every configuration scores as the first: with hydra.sweeper.terminate=regret the
     study ends after two of its three trials, its room for improvement far below the noise between the seeds. Early
-    stopping that no epoch after the first can satisfy ends each run after epoch 2 of 3, a finished run that the
-    summary shows stopped there."""
+    stopping that no epoch after the first can satisfy ends each run (on two mirrored replicas) after epoch 2 of 3, a
+    finished run that the summary shows stopped there, whose objective and model are epoch 1's."""
     sweep_dir = tmp_path / "sweep"
     result = sweep(
         tmp_path,
@@ -113,6 +113,8 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
         "early_stopping.patience=1",
         "early_stopping.monitor=train_loss",
         "early_stopping.min_delta=100",
+        "strategy=mirrored",  # two replicas: the stop and the best epoch's weights follow the all-reduced metrics
+        "strategy.cpu_replicas=2",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -120,10 +122,16 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
     assert len(runs) == 4 and all(run.info.status == "FINISHED" for run in runs)
     assert [run.data.tags.get("stopped_at_epoch") for run in runs] == ["2"] * 4
     assert [row["stopped_at_epoch"] for row in summary_rows(sweep_dir, JOBS_CSV_FILE)] == ["2"] * 4
-    # Each objective is its best epoch's, the model it hands over (keep_best): epoch 1's test_loss, logged again.
+    # Each objective is its best epoch's, the model it hands over (keep_best): epoch 1's test_loss, logged again;
+    # the restored model evaluates as epoch 1's weights did.
     for run in runs:
+        assert run.data.params["num_replicas"] == "2"
         first, *_, latest = client.get_metric_history(run.info.run_id, "test_loss")
         assert (first.step, latest.step) == (1, 3) and run.data.metrics["test_loss"] == first.value
+        [(step, accuracy), *_] = sorted(
+            (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "test_accuracy")
+        )
+        assert step == 1 and run.data.metrics["eval_accuracy"] == pytest.approx(accuracy, abs=1e-6)
     assert result.stdout.count("FINISHED, stopped early at epoch 2") == 4  # the jobs table
     trials = {}
     for run in runs:
