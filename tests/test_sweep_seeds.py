@@ -17,6 +17,7 @@ from helpers.sweeps import children, client_for, kill_sweep_while_training, pare
 from runner.outcome import RESULT_KEYS
 from runner.sweeps.study import JOURNAL_FILE, REPLICATES_ATTR, open_storage
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
+from runner.tracking.mlflow_tracker import run_model
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,8 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
     small to move the weights, so every configuration scores as the first: with hydra.sweeper.terminate=regret the
     study ends after two of its three trials, its room for improvement far below the noise between the seeds. Early
     stopping that no epoch after the first can satisfy ends each run (on two mirrored replicas) after epoch 2 of 3, a
-    finished run that the summary shows stopped there, whose objective and model are epoch 1's."""
+    finished run that the summary shows stopped there, whose objective and model are epoch 1's, and the champion is
+    the best of them."""
     sweep_dir = tmp_path / "sweep"
     result = sweep(
         tmp_path,
@@ -115,6 +117,7 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
         "early_stopping.min_delta=100",
         "strategy=mirrored",  # two replicas: the stop and the best epoch's weights follow the all-reduced metrics
         "strategy.cpu_replicas=2",
+        "mlflow.log_model=True",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -146,6 +149,17 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
     means = [statistics.fmean(run.data.metrics["test_loss"] for run in group) for group in trials.values()]
     reported = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert reported["best_value"] == pytest.approx(min(means), rel=1e-12)
+    # The champion is the best configuration's best seed by the objective, its served model epoch 1's (keep_best):
+    # the LoggedModel links that epoch's eval_accuracy.
+    best_group = list(trials.values())[means.index(min(means))]
+    best_run = min(best_group, key=lambda run: run.data.metrics["test_loss"])
+    champion = client.get_model_version_by_alias("synthetic", "champion")
+    assert champion.run_id == best_run.info.run_id
+    assert float(champion.tags["objective_value"]) == pytest.approx(best_run.data.metrics["test_loss"], rel=1e-12)
+    served = run_model(client, champion.run_id)
+    assert champion.source == served.artifact_location  # the registered version is that LoggedModel
+    linked = {metric.key: (metric.step, metric.value) for metric in served.metrics}
+    assert linked["eval_accuracy"] == (1, pytest.approx(best_run.data.metrics["eval_accuracy"]))
     # Each trial keeps its seeds' objectives, from which the terminator measured the noise.
     study = optuna.load_study(study_name="fashion_mnist", storage=open_storage(str(sweep_dir / JOURNAL_FILE)))
     for trial in study.trials:
