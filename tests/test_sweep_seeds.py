@@ -136,6 +136,7 @@ def test_optuna_with_sweep_seeds_optimizes_the_mean_over_seeds_and_its_terminato
         )
         assert step == 1 and run.data.metrics["eval_accuracy"] == pytest.approx(accuracy, abs=1e-6)
     assert result.stdout.count("FINISHED, stopped early at epoch 2") == 4  # the jobs table
+    assert (sweep_dir / "sweep_report.html").read_text().count("FINISHED, stopped early at epoch 2") == 4  # its runs
     trials = {}
     for run in runs:
         trials.setdefault(run.data.tags["job_number"], []).append(run)
