@@ -24,10 +24,11 @@ from runner.clusters.roles import resolve, tracks_the_run
 from runner.clusters.serving import serve_if_a_server
 from runner.compat.hydra_internals import parse_command_line
 from runner.config.check import COMPOSITION_ERRORS, CONF_DIR, check_command_line, explain, refuse_unknown_keys
+from runner.config.checks import refuse_credentials_in_uri
 from runner.config.help import register_help
 from runner.config.plain import as_dict
 from runner.config.schema import register
-from runner.config.settings import checked_targets, refuse_credentials_in_uri, validate
+from runner.config.settings import checked_targets, validate
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.lifeline import record_sweep_process, watch

@@ -210,7 +210,9 @@ def test_bad_values_name_the_value_and_the_fix(defaults, override, named):
 def test_a_run_logs_its_model_unless_told_not_to_and_cannot_register_without_it():
     assert _settings().mlflow.log_model is True
     assert _settings("mlflow.log_model=false").mlflow.log_model is False
-    with pytest.raises(RunnerError, match=r"^mlflow.register=true needs the run's model, but mlflow.log_model=false"):
+    with pytest.raises(
+        RunnerError, match=r"^mlflow.register=True is not valid: it needs the run's model, and mlflow.log_model=false"
+    ):
         _settings("mlflow.register=true", "mlflow.log_model=false")
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import difflib
 import math
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 from runner.errors import RunnerError
@@ -121,3 +123,57 @@ ADDRESS = Check(
 )
 # A value another part of the validator checks with the rest of its group (init.from).
 UNCHECKED = Check("", lambda value: True)
+
+# The stores MLflow 3 tracks into (its file store only reads); a driver may follow a '+' (postgresql+psycopg2).
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
+
+
+def refuse_credentials_in_uri(key: str, uri: str) -> None:
+    """A tracking URI with a password in it (user:password@) would put the password in params, logs and error
+    messages: refused, with where the password goes instead."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return
+    redacted = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+    where = (
+        "the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (docs/team-server.md)"
+        if parts.scheme in ("http", "https")
+        else "the database client's own password file or variable (PostgreSQL: ~/.pgpass or PGPASSWORD)"
+    )
+    raise RunnerError(
+        f"{key}={redacted!r} is not valid: it embeds a password (user:password@), which would be recorded with "
+        f"the run's params and logs. Fix: give the address without it and the credentials in {where}.",
+        key=key,
+    )
+
+
+class TrackingUri(Check):
+    """An MLflow tracking store's URI: no password in it (its own paragraph, the password left out), and a scheme
+    MLflow 3 tracks into, its own or a plugin's (`mlflow.tracking_store` entry points)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT.why, TEXT.accepts, str, holds=str, nulls=TEXT.nulls)
+
+    def __call__(self, key: str, value: Any, fix: str, nullable: bool = False) -> Any:
+        uri = super().__call__(key, value, fix, nullable)
+        if uri is None:
+            return None
+        refuse_credentials_in_uri(key, uri)  # first: the paragraph below would repeat the password
+        schemes = (*TRACKING_SCHEMES, *(entry.name for entry in entry_points(group="mlflow.tracking_store")))
+        if uri.split(":")[0].split("+")[0] not in schemes:
+            why = (
+                "MLflow 3 tracks into a database or a tracking server, named by a URI such as sqlite:///path.db "
+                f"(schemes: {', '.join(schemes)}), and refuses a directory"
+            )
+            raise refusal(key, uri, why, fix)
+        return uri
+
+
+TRACKING_URI = TrackingUri()
+# A registered model's name: '/' and ':' separate the parts of a models:/ URI.
+MODEL_NAME = Check(
+    "it must be a non-empty string without '/' or ':'",
+    lambda value: TEXT.accepts(value) and not any(char in str(value) for char in "/:"),
+    str,
+    holds=str,
+)

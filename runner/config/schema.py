@@ -22,7 +22,21 @@ from typing import Any, TypeVar
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from runner.config.checks import ADDRESS, BOOL, DEVICES, FRACTION, TEXT, UNCHECKED, Check, Choice, Int, Number, refusal
+from runner.config.checks import (
+    ADDRESS,
+    BOOL,
+    DEVICES,
+    FRACTION,
+    MODEL_NAME,
+    TEXT,
+    TRACKING_URI,
+    UNCHECKED,
+    Check,
+    Choice,
+    Int,
+    Number,
+    refusal,
+)
 from runner.config.components import Component
 from runner.outcome import EPOCH_METRICS, RESULT_KEYS
 
@@ -257,7 +271,7 @@ class SystemMetricsSettings:
 class MlflowSettings:
     tracking_uri: str | None = key(  # null: MLflow's default (MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)
         None,
-        TEXT,
+        TRACKING_URI,
         "pass a store such as sqlite:///mlflow.db or http://host:5000, or leave it null for MLflow's default",
     )
     experiment_name: str = key(
@@ -269,7 +283,7 @@ class MlflowSettings:
     # The Model Registry name a sweep registers its best job's model under (and a run's, with register=true);
     # its alias `champion` is on the version with the best sweep.objective. By default: the data's name.
     registered_model_name: str = key(
-        "${dataset.name}", TEXT, "name the registered model, e.g. mlflow.registered_model_name=fashion_mnist"
+        "${dataset.name}", MODEL_NAME, "name the registered model, e.g. mlflow.registered_model_name=fashion_mnist"
     )
     # A single run registers its own model as a new version.
     register: bool = key(False, BOOL, "pass mlflow.register=true to register this run's model, or false")

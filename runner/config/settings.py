@@ -12,9 +12,7 @@ import glob
 import operator
 import os
 import re
-import urllib.parse
 from collections.abc import Callable, Mapping
-from importlib.metadata import entry_points
 from typing import Any, NamedTuple
 
 from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
@@ -30,25 +28,35 @@ from runner.config.schema import (
     Settings,
     SweepSettings,
 )
-from runner.errors import RunnerError
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
-# The stores MLflow 3 tracks into (its file store only reads); a driver may follow a '+' (postgresql+psycopg2).
-TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks", "databricks-uc", "uc")
 __all__ = ["Settings", "MlflowSettings", "SweepSettings", "InitSettings", "validate", "checked_targets"]
 
 
 class Rule(NamedTuple):
     """A rule across keys: `key` (its value at `path`, if not the same) is refused when `breaks`; `why` and `fix`
-    may name the strategy ({strategy}) and, for Keras 3, why it cannot train there ({keras3})."""
+    may name the strategy ({strategy}) and, for Keras 3, why it cannot train there ({keras3}). A rule within one
+    `group` takes that group's settings: it is also checked where the group is validated alone (a sweep checks its
+    mlflow group before its parent run, runner.config.settings.mlflow_settings)."""
 
     key: str
-    breaks: Callable[[Settings], bool]
+    breaks: Callable[[Any], bool]
     why: str
     fix: str
     path: str = ""
+    group: str = ""
+
+    def check(self, settings: Any, strategy: str | None = None) -> None:
+        """Refuse `settings` (the whole Settings, or the rule's group's) if they break the rule."""
+        if not self.breaks(settings):
+            return
+        words = {"strategy": strategy, "keras3": KERAS3_UNSUPPORTED.get(strategy or "")}
+        where = (self.path or self.key).removeprefix(f"{self.group}." if self.group else "")
+        raise refusal(
+            self.key, operator.attrgetter(where)(settings), self.why.format(**words), self.fix.format(**words)
+        )
 
 
 RULES = (
@@ -113,6 +121,13 @@ RULES = (
         "it comes after the run's last epoch (epochs), so no epoch would be watched",
         "pass a start_epoch no later than epochs, e.g. early_stopping.start_epoch=1",
     ),
+    Rule(
+        "mlflow.register",
+        lambda mlflow: mlflow.register and not mlflow.log_model,
+        "it needs the run's model, and mlflow.log_model=false skips logging it",
+        "drop mlflow.log_model=false, or drop mlflow.register=true",
+        group="mlflow",
+    ),
     Rule(  # only the strategies Keras 3 supports upstream (runner.compat.keras3)
         "runtime.keras",
         lambda s: s.runtime.keras == 3 and s.strategy.name in KERAS3_UNSUPPORTED,
@@ -125,14 +140,9 @@ RULES = (
 def validate(config: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
     settings = dataclasses.replace(schema.read(Settings, config), composed=config)
-    strategy = settings.strategy.name
     for rule in RULES:
-        if rule.breaks(settings):
-            words = {"strategy": strategy, "keras3": KERAS3_UNSUPPORTED.get(strategy)}
-            value = operator.attrgetter(rule.path or rule.key)(settings)
-            raise refusal(rule.key, value, rule.why.format(**words), rule.fix.format(**words))
+        rule.check(getattr(settings, rule.group) if rule.group else settings, settings.strategy.name)
     settings = _with_arguments(settings)
-    _mlflow_rules(settings.mlflow)
     return dataclasses.replace(settings, init=init_settings(schema.section(config, "init")))
 
 
@@ -140,7 +150,9 @@ def mlflow_settings(config: Mapping[str, Any]) -> MlflowSettings:
     """The mlflow group validated alone (what a sweep checks before its parent run, where a swept key may still
     change the rest of the config)."""
     settings = schema.read(MlflowSettings, schema.section(config, "mlflow"), "mlflow.")
-    _mlflow_rules(settings)
+    for rule in RULES:
+        if rule.group == "mlflow":
+            rule.check(settings)
     return settings
 
 
@@ -195,53 +207,6 @@ def _with_arguments(settings: Settings) -> Settings:
     if directory is not None:
         settings = _replaced(settings, "dataset.component.arguments", {**arguments, "dir": directory})
     return settings
-
-
-def _mlflow_rules(mlflow: MlflowSettings) -> None:
-    uri = mlflow.tracking_uri
-    if uri is not None:  # first: the messages below would repeat the URI
-        refuse_credentials_in_uri("mlflow.tracking_uri", uri)
-        schemes = (*TRACKING_SCHEMES, *(entry.name for entry in entry_points(group="mlflow.tracking_store")))
-        if uri.split(":")[0].split("+")[0] not in schemes:
-            raise refusal(
-                "mlflow.tracking_uri",
-                uri,
-                "MLflow 3 tracks into a database or a tracking server, named by a URI such as "
-                f"sqlite:///path.db (schemes: {', '.join(schemes)}), and refuses a directory",
-                "pass a store such as sqlite:///mlflow.db or http://host:5000, or leave it null for MLflow's default",
-            )
-    if any(char in mlflow.registered_model_name for char in "/:"):  # they separate the parts of a models:/ URI
-        raise refusal(
-            "mlflow.registered_model_name",
-            mlflow.registered_model_name,
-            "it must not contain '/' or ':'",
-            "name the registered model without them, e.g. mlflow.registered_model_name=fashion_mnist",
-        )
-    if mlflow.register and not mlflow.log_model:
-        raise RunnerError(
-            "mlflow.register=true needs the run's model, but mlflow.log_model=false skips logging it. "
-            "Fix: drop mlflow.log_model=false, or drop mlflow.register=true.",
-            key="mlflow.register",
-        )
-
-
-def refuse_credentials_in_uri(key: str, uri: str) -> None:
-    """A tracking URI with a password in it (user:password@) would put the password in params, logs and error
-    messages: refused, with where the password goes instead."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
-        return
-    redacted = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
-    where = (
-        "the environment variables MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (docs/team-server.md)"
-        if parts.scheme in ("http", "https")
-        else "the database client's own password file or variable (PostgreSQL: ~/.pgpass or PGPASSWORD)"
-    )
-    raise RunnerError(
-        f"{key}={redacted!r} is not valid: it embeds a password (user:password@), which would be recorded with "
-        f"the run's params and logs. Fix: give the address without it and the credentials in {where}.",
-        key=key,
-    )
 
 
 _INIT_FIX = (

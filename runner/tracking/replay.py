@@ -14,7 +14,7 @@ import os
 import sys
 import urllib.request
 
-from runner.config.settings import refuse_credentials_in_uri
+from runner.config.checks import refuse_credentials_in_uri
 from runner.errors import RunnerError
 from runner.run_lock import hold
 from runner.tracking import journal

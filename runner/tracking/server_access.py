@@ -17,8 +17,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from runner.config.checks import refuse_credentials_in_uri
 from runner.config.schema import MlflowSettings
-from runner.config.settings import refuse_credentials_in_uri
 from runner.errors import RunnerError
 
 USERNAME_VARIABLE = "MLFLOW_TRACKING_USERNAME"
