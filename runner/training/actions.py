@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from runner.outcome import BEST_METRICS_STEP_TAG, EPOCH_METRICS
 from runner.plots import plot_curves
+from runner.tracking.artifacts import MODEL_NAME
 from runner.tracking.protocol import Tracker
 from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
 from runner.training.controller import EpochResult
@@ -118,36 +120,42 @@ class PlotCurves:
         self.tracker.log_artifact(plot_curves(epochs, self.path, title=self.title))
 
 
+@dataclass(frozen=True)
+class ModelLogging:
+    """How the run's models are logged: the task's raw-input export of a trained network, a few raw examples, and
+    the run they belong to."""
+
+    export: Callable[[tf.keras.Model], tf.keras.Model]
+    raw_examples: Any
+    tracking_uri: str
+    run_id: str
+
+    def log(self, network: tf.keras.Model, step: int, name: str = MODEL_NAME) -> ExportedModel:
+        """`network` behind the export as the run's LoggedModel `name`, at `step` and linked to its metrics there."""
+        # Only now (after training, or with mlflow.log_every_checkpoint): it imports MLflow's TensorFlow flavor.
+        from runner.tracking.model_export import log_run_model  # noqa: PLC0415  MLflow: see above
+
+        return log_run_model(
+            network, self.export(network), self.tracking_uri, self.run_id, step, self.raw_examples, name
+        )
+
+
 class LogModel:
     """The restored model behind the task's raw-input export, as the run's MLflow Model."""
 
-    def __init__(
-        self,
-        restored: RestoreAndEvaluate,
-        export: Callable[[tf.keras.Model], tf.keras.Model],
-        raw_examples,
-        tracker: Tracker,
-        tracking_uri: str,
-        run_id: str,
-    ):
+    def __init__(self, restored: RestoreAndEvaluate, model_logging: ModelLogging, tracker: Tracker):
         self.restored = restored
-        self.export = export
-        self.raw_examples = raw_examples
+        self.model_logging = model_logging
         self.tracker = tracker
-        self.tracking_uri = tracking_uri
-        self.run_id = run_id
         self.logged: ExportedModel | None = None  # once logged
 
     def __call__(self, history: list[EpochResult]) -> None:
-        # Only now, after training: the export imports MLflow's TensorFlow flavor in this process.
-        from runner.tracking.model_export import LOG_SECONDS, log_run_model  # noqa: PLC0415  MLflow: after training
+        from runner.tracking.model_export import LOG_SECONDS  # noqa: PLC0415  MLflow: after training
 
         # Its step is its weights' epoch (the best one with checkpoint.keep_best): the LoggedModel is linked to that
         # epoch's metrics and to eval_accuracy, which the restore logged at that step.
-        network, step = self.restored.model, self.restored.epoch
-        self.logged = logged = log_run_model(
-            network, self.export(network), self.tracking_uri, self.run_id, step, self.raw_examples
-        )
+        step = self.restored.epoch
+        self.logged = logged = self.model_logging.log(self.restored.model, step)
         if logged.logged:
             self.tracker.log_metrics({LOG_SECONDS: logged.seconds}, step=step)
 
@@ -165,20 +173,14 @@ class LogCheckpointModels:
         tracker: Tracker,
         checkpointer: Checkpointer,
         build_model: Callable[[], tf.keras.Model],
-        export: Callable[[tf.keras.Model], tf.keras.Model],
-        raw_examples,
         steps: tf.Variable,
-        tracking_uri: str,
-        run_id: str,
+        model_logging: ModelLogging,
     ):
         self.tracker = tracker
         self.checkpointer = checkpointer
         self.build_model = build_model
-        self.export = export
-        self.raw_examples = raw_examples
         self.steps = steps  # the optimizer's step counter
-        self.tracking_uri = tracking_uri
-        self.run_id = run_id
+        self.model_logging = model_logging
         self._epoch_end: tuple[int, int] | None = None  # the last epoch that ended, and the steps it ended at
 
     def on_epoch_end(self, result: EpochResult) -> None:
@@ -187,18 +189,16 @@ class LogCheckpointModels:
     def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
         if self._epoch_end != (epoch, int(self.steps.numpy())) or self.checkpointer.latest is None:
             return
-        # Only with log_every_checkpoint: the export imports MLflow's TensorFlow flavor in this process.
-        from runner.tracking.model_export import answers, log_run_model  # noqa: PLC0415  MLflow: only when asked for
+        from runner.tracking.model_export import answers  # noqa: PLC0415  MLflow: only with log_every_checkpoint
 
-        if not answers(self.tracking_uri):
+        if not answers(self.model_logging.tracking_uri):
             log.warning(
                 "the MLflow tracking server does not answer: epoch %d's checkpoint is not logged as a model", epoch
             )
             return
         self.tracker.metric_histories()  # answered once the tracker has delivered the epoch's metrics, to link them
         network = restore_without_strategy(self.checkpointer.latest, self.build_model)
-        name = checkpoint_model_name(epoch)
-        log_run_model(network, self.export(network), self.tracking_uri, self.run_id, epoch, self.raw_examples, name)
+        self.model_logging.log(network, epoch, checkpoint_model_name(epoch))
 
 
 def checkpoint_model_name(epoch: int) -> str:

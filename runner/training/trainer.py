@@ -29,6 +29,7 @@ from runner.training.actions import (
     LogBestEpochMetrics,
     LogCheckpointModels,
     LogModel,
+    ModelLogging,
     PlotCurves,
     RegisterModel,
     RestoreAndEvaluate,
@@ -144,9 +145,7 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
     if trainer.early_stopping is not None:
         actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
     if settings.mlflow.log_model:
-        examples = trainer.data.raw_examples(5)
-        export = trainer.experiment.export_model
-        actions.append(LogModel(restored, export, examples, tracker, tracking_uri, run_id))
+        actions.append(LogModel(restored, _model_logging(trainer, tracking_uri, run_id), tracker))
     if settings.mlflow.register:
         default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
         objective = settings.sweep.objective or default
@@ -161,18 +160,13 @@ def _checkpoint_models(trainer: Trainer, tracker: Tracker, run_id: str | None) -
         return []
     tracking_uri = tracker.tracking_uri
     assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
-    return [
-        LogCheckpointModels(
-            tracker,
-            trainer.restored.checkpointer,
-            trainer.experiment.build_model,
-            trainer.experiment.export_model,
-            trainer.data.raw_examples(5),
-            trainer.state.optimizer.iterations,
-            tracking_uri,
-            run_id,
-        )
-    ]
+    checkpointer, iterations = trainer.restored.checkpointer, trainer.state.optimizer.iterations
+    model_logging = _model_logging(trainer, tracking_uri, run_id)
+    return [LogCheckpointModels(tracker, checkpointer, trainer.experiment.build_model, iterations, model_logging)]
+
+
+def _model_logging(trainer: Trainer, tracking_uri: str, run_id: str) -> ModelLogging:
+    return ModelLogging(trainer.experiment.export_model, trainer.data.raw_examples(5), tracking_uri, run_id)
 
 
 def _build_controller(
