@@ -52,6 +52,7 @@ ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Placeholders the pages write where a reader puts their own value; each becomes a real-looking one.
 PLACEHOLDERS = {
     "<run id>": "0123456789abcdef0123456789abcdef",  # init.from=runs:/<run id>/model: an MLflow run id
+    "<model id>": "m-0123456789abcdef0123456789abcdef",  # init.from=<model id>: an MLflow 3 LoggedModel's id
     "<head>": "127.0.0.1",  # hydra.launcher.ray.init.address=<head>:6379: the Ray head's host
     "<server>": "mlflow.example.internal",  # mlflow.tracking_uri=http://<server>:5000: the team's tracking server
 }
