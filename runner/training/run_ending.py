@@ -63,8 +63,10 @@ class RunEnding:
                 f"and resumable: {again}"
             )
         if isinstance(error, Preempted):
+            # No checkpoint: stopped before its first step, so nothing trained is lost and the re-run starts afresh.
+            saved = f"after saving {checkpointer.latest}" if checkpointer.latest else "before its first step"
             return Preempted(
-                f"stopped by SIGTERM after saving {checkpointer.latest}; MLflow run {self.run_id} is "
+                f"stopped by SIGTERM {saved}; MLflow run {self.run_id} is "
                 f"KILLED and resumable: re-run the same command with hydra.run.dir={run_dir}"
             )
         if isinstance(error, _PEER_FAILURES) and task.type is not None:  # one process: no peer to blame
