@@ -35,6 +35,8 @@ def _directory(create: bool = True) -> Path | None:
 
 @contextmanager
 def _locked(path: Path, mode: int) -> Iterator[None]:
+    # The directory again if the other worker, done with its last test, removed it (clear) while this one runs.
+    path.parent.mkdir(exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, mode)
         try:
