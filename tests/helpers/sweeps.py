@@ -94,14 +94,14 @@ def left_running_then_stopped(process: subprocess.Popen, frozen: int) -> float:
     """Let the frozen orphan go on (SIGCONT): it finds its sweep gone and stops; within 20 s nothing the killed
     sweep started is alive. Returns how long that took. Timed while no other test runs (alone_now)."""
     assert live_members(process.pid), "the kill of the sweep's process alone left nothing running"
-    with alone_now():
-        started = time.monotonic()
-        os.kill(frozen, signal.SIGCONT)
-        try:
+    try:
+        with alone_now():
+            started = time.monotonic()
+            os.kill(frozen, signal.SIGCONT)
             assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived their sweep"
-        finally:
-            os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
-        return time.monotonic() - started
+            return time.monotonic() - started
+    finally:  # whatever failed (the wait, or the turn), nothing the test started outlives it
+        os.killpg(process.pid, signal.SIGKILL) if live_members(process.pid) else None
 
 
 def kill_sweep_while_training(tmp_path, sweep_dir, overrides, log: Path, what: str) -> None:
