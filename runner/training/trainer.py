@@ -100,9 +100,10 @@ class Trainer:
                 # The checkpoint resumed from may have been saved after its invocation last handed anything to the
                 # tracker (killed between the two): handed over again, it reaches the run as mlflow.checkpoints says.
                 tracker.on_checkpoint_saved(self.restored.done_epochs, checkpointer.files(checkpointer.latest))
-            end = _build_end_actions(self, tracker, run_id)
+            model_logging = _model_logging(self, tracker, run_id)
+            end = _build_end_actions(self, tracker, run_id, model_logging)
             controller = _build_controller(
-                self, [tracker, *_checkpoint_models(self, tracker, run_id), *listeners], stopping, end
+                self, [tracker, *_checkpoint_models(self, tracker, model_logging), *listeners], stopping, end
             )
             ending = RunEnding(self.job, self.restored, tracker, run_id, end.finished, controller)
             with RunLifecycle(tracker, ending.discard_model, ending.explain):
@@ -123,7 +124,9 @@ def _build_stopping(job: Job, strategy: tf.distribute.Strategy) -> Stopping:
     return Stopping(PreemptionGuard())
 
 
-def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -> EndActions:
+def _build_end_actions(
+    trainer: Trainer, tracker: Tracker, run_id: str | None, model_logging: ModelLogging | None
+) -> EndActions:
     """The chief's work after the last epoch: restore and evaluate, curves, the model, its registration. A trial its
     pruner stopped keeps its curves and its checkpoint, and logs no model."""
     job, settings = trainer.job, trainer.job.settings
@@ -144,8 +147,8 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
     actions: list[EndAction] = [restored, curves, LogBestEpochMetrics(restored, trainer.state.epoch, tracker)]
     if trainer.early_stopping is not None:
         actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
-    if settings.mlflow.log_model:
-        actions.append(LogModel(restored, _model_logging(trainer, tracking_uri, run_id), tracker))
+    if model_logging is not None and settings.mlflow.log_model:
+        actions.append(LogModel(restored, model_logging, tracker))
     if settings.mlflow.register:
         default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
         objective = settings.sweep.objective or default
@@ -154,18 +157,21 @@ def _build_end_actions(trainer: Trainer, tracker: Tracker, run_id: str | None) -
     return EndActions(finished=actions, stopped=[curves])
 
 
-def _checkpoint_models(trainer: Trainer, tracker: Tracker, run_id: str | None) -> list[Listener]:
+def _checkpoint_models(trainer: Trainer, tracker: Tracker, model_logging: ModelLogging | None) -> list[Listener]:
     """mlflow.log_every_checkpoint: the chief logs each epoch's checkpoint as a LoggedModel."""
-    if not (trainer.job.settings.mlflow.log_every_checkpoint and trainer.job.task.chief):
+    if model_logging is None or not trainer.job.settings.mlflow.log_every_checkpoint:
         return []
-    tracking_uri = tracker.tracking_uri
-    assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
     checkpointer, iterations = trainer.restored.checkpointer, trainer.state.optimizer.iterations
-    model_logging = _model_logging(trainer, tracking_uri, run_id)
     return [LogCheckpointModels(tracker, checkpointer, trainer.experiment.build_model, iterations, model_logging)]
 
 
-def _model_logging(trainer: Trainer, tracking_uri: str, run_id: str) -> ModelLogging:
+def _model_logging(trainer: Trainer, tracker: Tracker, run_id: str | None) -> ModelLogging | None:
+    """How the chief logs the run's models, when it logs any (mlflow.log_model, mlflow.log_every_checkpoint)."""
+    mlflow = trainer.job.settings.mlflow
+    if not (trainer.job.task.chief and (mlflow.log_model or mlflow.log_every_checkpoint)):
+        return None
+    tracking_uri = tracker.tracking_uri
+    assert run_id is not None and tracking_uri is not None, "the chief's tracker has started the run"
     return ModelLogging(trainer.experiment.export_model, trainer.data.raw_examples(5), tracking_uri, run_id)
 
 
