@@ -49,6 +49,9 @@ MAX_WORKER_RESTARTS = 3
 POLL_SECONDS = 0.2
 # After a task dies, the chief may still exit with its own error paragraph (a mistake every task hits).
 FAILURE_GRACE_SECONDS = 3.0
+# After a worker stopped for a preemption (it saved the agreed step with every other worker), how long the chief,
+# which stops at the same step, has to end its MLflow run and say so: seconds under load.
+PREEMPTION_GRACE_SECONDS = 60.0
 # A task asked to stop (SIGTERM) may first save a checkpoint; after this it is killed (SIGKILL).
 STOP_GRACE_SECONDS = 5.0
 # After the chief finished or stopped for a preemption, how long the other tasks have to end by themselves (a
@@ -272,7 +275,8 @@ def _watch(tasks: list[_Task], restart: Callable[[_Task], None] | None, run_dir:
                 )
                 restart(task)
             else:
-                deadline = time.monotonic() + FAILURE_GRACE_SECONDS
+                grace = PREEMPTION_GRACE_SECONDS if status == _PREEMPTED else FAILURE_GRACE_SECONDS
+                deadline = time.monotonic() + grace
                 while chief.popen.poll() is None and time.monotonic() < deadline:
                     time.sleep(POLL_SECONDS)
                 chief_code = chief.popen.returncode
