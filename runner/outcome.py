@@ -15,25 +15,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.metric_table import DEFAULT_TABLE
+
 # Set by a supervisor for the one process it starts: the path of the file that process writes.
 OUTCOME_VARIABLE = "RUNNER_OUTCOME_FILE"
 OUTCOME_FILE = "outcome.json"
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 STATUSES = (FINISHED, FAILED, KILLED)
-# The numbers a finished training's outcome holds; any of them can be a sweep's objective (sweep.objective).
-RESULT_KEYS = (
-    "train_loss",
-    "train_accuracy",
-    "val_loss",  # only a run with a validation split (dataset.validation_fraction) has these two
-    "val_accuracy",
-    "test_loss",
-    "test_accuracy",
-    "eval_accuracy",
-    "examples_per_second",
-)
-# The metrics a run has after every epoch that say how good the model is (what a pruner compares, what early
-# stopping watches); val_* only with a validation split.
-EPOCH_METRICS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
 # A run with early stopping (runner.training.early_stopping): its best epoch by the watched metric, and the epoch it
 # stopped after where that came before its last.
 BEST_EPOCH_TAG = "best_epoch"
@@ -67,10 +55,11 @@ def finished(result: Any, task: str | None = None) -> Outcome:
     """The outcome of a training that finished: a runner.train.RunResult's final numbers. They come from the
     run's last logged value of each metric, so a resumed run that had no epoch left to train still reports the
     numbers of its last epoch."""
+    table = DEFAULT_TABLE
     metrics = {
         key: float(result.final_metrics[key])
-        for key in RESULT_KEYS
-        if key != "eval_accuracy" and (key in result.final_metrics or not key.startswith("val_"))
+        for key in table.result_keys
+        if key not in table.eval_keys and (key in result.final_metrics or not key.startswith("val_"))
     }
     metrics["eval_accuracy"] = float(result.eval_accuracy)
     return Outcome(FINISHED, metrics=metrics, run_id=result.run_id, task=task)
@@ -139,11 +128,3 @@ def no_outcome(who: str, exit_code: int | None, file: str) -> str:
 # the data cannot be split (a tf.data callable without its own validation split), the test set's.
 DEFAULT_OBJECTIVE = "val_accuracy"
 FALLBACK_OBJECTIVE = "test_accuracy"
-
-
-def lower_is_better(objective: str, sweeper_direction: Any = None) -> bool:
-    """The sweeper's direction when it has one (optuna), else what the metric's name says."""
-    direction = getattr(sweeper_direction, "name", sweeper_direction)
-    if isinstance(direction, str) and direction in ("minimize", "maximize"):
-        return direction == "minimize"
-    return objective.endswith("loss")

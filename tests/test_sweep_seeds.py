@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from helpers.sweeps import children, client_for, kill_sweep_while_training, parent_id_of, summary_rows, sweep_command
-from runner.outcome import RESULT_KEYS
+from runner.metric_table import DEFAULT_TABLE
 from runner.sweeps.study import JOURNAL_FILE, REPLICATES_ATTR, open_storage
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
 from runner.tracking.mlflow_tracker import run_model
@@ -62,7 +62,7 @@ def test_two_configurations_by_three_seeds_are_summarized_per_configuration(tmp_
         group = grouped[row["configuration"]]
         assert row["n"] == "3"
         # The statistics of the children's own final metrics, to the last bit (val_*: only with a validation split).
-        for key in (key for key in RESULT_KEYS if key in group[0].data.metrics):
+        for key in (key for key in DEFAULT_TABLE.result_keys if key in group[0].data.metrics):
             values = [run.data.metrics[key] for run in group]
             assert float(row[f"{key}_mean"]) == statistics.fmean(values), key
             assert float(row[f"{key}_std"]) == statistics.stdev(values), key

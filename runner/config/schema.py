@@ -38,7 +38,7 @@ from runner.config.checks import (
     refusal,
 )
 from runner.config.components import Component
-from runner.outcome import EPOCH_METRICS, RESULT_KEYS
+from runner.metric_table import DEFAULT_TABLE, DIRECTIONS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
@@ -226,7 +226,10 @@ class EarlyStoppingSettings:
     # The per-epoch metric watched, lower better for losses; null: sweep.objective where it is one, else val_loss.
     monitor: str | None = key(
         None,
-        Choice(*EPOCH_METRICS, why=f"it must be a metric of every epoch, {', '.join(EPOCH_METRICS)}"),
+        Choice(
+            *DEFAULT_TABLE.epoch_keys(),
+            why=f"it must be a metric of every epoch, {', '.join(DEFAULT_TABLE.epoch_keys())}",
+        ),
         "pass e.g. early_stopping.monitor=val_loss, or null for sweep.objective (else val_loss)",
     )
     # The least change that counts as an improvement.
@@ -324,8 +327,18 @@ class SweepSettings:
     # where the data cannot be split (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
     objective: str | None = key(
         None,
-        Choice(*RESULT_KEYS, why=f"a sweep job can only return one of its final numbers, {', '.join(RESULT_KEYS)}"),
+        Choice(
+            *DEFAULT_TABLE.result_keys,
+            why=f"a sweep job can only return one of its final numbers, {', '.join(DEFAULT_TABLE.result_keys)}",
+        ),
         "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
+    )
+    # Whether the sweep minimizes or maximizes its objective (and a registered model's comparison); null: the
+    # objective's own (runner.metric_table: losses and errors are minimized, scores maximized).
+    direction: str | None = key(
+        None,
+        Choice(*DIRECTIONS, why="an objective is either minimized or maximized"),
+        "pass sweep.direction=minimize or maximize, or null for the objective's own",
     )
     # k-fold cross-validation: train every point (and seed) K times, fold k of the training data held out as the
     # validation split, one run each; a point's objective is the mean over its folds and seeds. null: no folds.

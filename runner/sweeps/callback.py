@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.check import check_sweep_points
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
-from runner.outcome import FALLBACK_OBJECTIVE, lower_is_better
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study
 from runner.sweeps.launchers import check_before_sweep
@@ -280,7 +281,7 @@ def _register_best(client, sweep: SweepConfig, sweep_dir: str, parent_id: str, b
             best.run_id,
             objective,
             best.metrics[objective],
-            lower_is_better(objective, sweep.direction),  # the objective it chose by (the fallback's, if so)
+            DEFAULT_TABLE.lower_is_better(objective, sweep.direction),  # what it chose by (the fallback, if so)
             tags={SWEEP_TAG: parent_id},
         )
     except MlflowException as error:

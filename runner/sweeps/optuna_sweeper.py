@@ -29,8 +29,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
+from runner.config.schema import SweepSettings
 from runner.config.settings import mlflow_settings, sweep_settings
 from runner.errors import RunnerError
+from runner.metric_table import DEFAULT_TABLE, DIRECTIONS
+from runner.outcome import DEFAULT_OBJECTIVE
 from runner.sweeps.launchers import class_path, launcher_of
 from runner.sweeps.study import (
     DUPLICATE_ATTR,
@@ -45,6 +48,7 @@ from runner.sweeps.study import (
     storage_of,
     study_name_of,
 )
+from runner.sweeps.sweep_config import direction_of
 from runner.sweeps.terminator import StudyTerminator, study_terminator
 from runner.sweeps.terms import STOPPED_EARLY_TAG, read_parent_run_id
 
@@ -92,7 +96,7 @@ class OptunaSweep:
             study_name=study_name_of(self.settings),
             storage=open_storage(storage),
             sampler=optuna.samplers.RandomSampler(),  # replaced below, once the study's trials are known
-            direction=_direction(self.settings.get("direction")),
+            direction=_direction(self.settings.get("direction"), self.config),
             load_if_exists=True,
         )
         # The sampler's config node: Hydra has already instantiated the sweeper's nested _target_s in its settings.
@@ -333,16 +337,20 @@ def continued_sampler(sampler: Any, asked: int, instantiate: Callable[[Any], Any
     return instantiate(node)
 
 
-def _direction(value: Any) -> Literal["minimize", "maximize"]:
+def _direction(value: Any, config: DictConfig) -> Literal["minimize", "maximize"]:
+    """The study's direction: hydra.sweeper.direction or sweep.direction, else the objective's own
+    (runner.metric_table: sweep.objective=val_loss is minimized with no other flag)."""
     name = getattr(value, "name", value)  # Hydra's Direction enum, or its name
-    if name == "minimize":
-        return "minimize"
-    if name in ("maximize", None):
-        return "maximize"
-    raise RunnerError(
-        f"hydra.sweeper.direction={value!r} is not valid: a study maximizes or minimizes sweep.objective. "
-        "Fix: pass hydra.sweeper.direction=maximize (accuracies) or minimize (losses)."
-    )
+    if name not in (None, *DIRECTIONS):
+        raise RunnerError(
+            f"hydra.sweeper.direction={value!r} is not valid: a study maximizes or minimizes sweep.objective. "
+            "Fix: pass hydra.sweeper.direction=maximize (scores) or minimize (losses, errors), or null for the "
+            "objective's own."
+        )
+    # A study started from a bare config (the sweeper's own tests, the bookkeeping bench) has no sweep group.
+    sweep = sweep_settings(config) if OmegaConf.select(config, "sweep") is not None else SweepSettings()
+    objective = sweep.objective or DEFAULT_OBJECTIVE
+    return "minimize" if DEFAULT_TABLE.lower_is_better(objective, direction_of(name, sweep.direction)) else "maximize"
 
 
 def _enqueued_params(text: Any, space: SearchSpace) -> dict[str, Any]:
@@ -379,7 +387,7 @@ def check_settings(config: DictConfig) -> None:
         ) from None
     for text in settings.get("enqueue") or []:
         _enqueued_params(text, space)
-    _direction(settings.get("direction"))
+    _direction(settings.get("direction"), config)
     terminate = settings.get("terminate")
     study_terminator(terminate, settings.get("terminate_min_trials"), None, None)
     replicates = sweep_settings(config)

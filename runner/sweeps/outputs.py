@@ -6,11 +6,10 @@ its parent run and directory)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mlflow.tracking import MlflowClient
 
-from runner.outcome import lower_is_better
+from runner.metric_table import DEFAULT_TABLE
 from runner.sweeps import summary as sweep_summary
 from runner.sweeps.report import StudySource, write_report
 
@@ -20,7 +19,7 @@ class SweepFacts:
     """What the summaries and the report need to know of a sweep beyond its runs."""
 
     objective: str  # what chooses (sweep.objective, or the one its end recorded)
-    direction: Any  # hydra.sweeper.direction (None: the objective's name says)
+    direction: str | None  # the sweep's (runner.sweeps.sweep_config.direction_of; None: the objective's own)
     fallback: str | None  # where no finished job has `objective` (the default on data that could not be split)
     asked: bool  # sweep.objective named the objective
     study: StudySource | None  # an Optuna sweep's study, for the parameter importances
@@ -36,11 +35,11 @@ def write_outputs(
         client,
         parent_id,
         facts.objective,
-        lower_is_better(facts.objective, facts.direction),
+        DEFAULT_TABLE.lower_is_better(facts.objective, facts.direction),
         fallback=facts.fallback,
         asked=facts.asked,
     )
     paths = sweep_summary.write(summary, directory)
-    lower = lower_is_better(summary.objective, facts.direction)
+    lower = DEFAULT_TABLE.lower_is_better(summary.objective, facts.direction)
     paths.append(write_report(summary, directory, sweep_dir, lower, facts.study, facts.log_keys))
     return summary, paths

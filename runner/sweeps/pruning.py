@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from runner.config.components import check_arguments, import_target
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError
-from runner.outcome import EPOCH_METRICS
+from runner.metric_table import DEFAULT_TABLE
 from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
 from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_node
 from runner.sweeps.terms import objective_name
@@ -27,7 +27,7 @@ log = logging.getLogger("runner")
 
 PRUNERS = ("none", "median", "successive_halving", "hyperband", "wilcoxon")
 # The objectives a training process has after every epoch (runner.training.controller.EpochResult.metrics).
-PER_EPOCH = (*EPOCH_METRICS, "examples_per_second")
+PER_EPOCH = DEFAULT_TABLE.per_epoch_keys
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
 # (runner.sweeps.grid_study).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"

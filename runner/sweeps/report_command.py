@@ -27,6 +27,7 @@ from runner.errors import RunnerError
 from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE
 from runner.sweeps.outputs import SweepFacts, write_outputs
 from runner.sweeps.report import find_study, given_overrides, log_scaled_keys
+from runner.sweeps.sweep_config import direction_of
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     OVERRIDES_TAG,
@@ -151,9 +152,10 @@ def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local
     """The sweep's facts from its parent run (the objective its end recorded as chosen_by; before it ends, the one
     it will choose on) and its multirun.yaml where the sweep directory is here."""
     objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or DEFAULT_OBJECTIVE
-    direction = given.get("hydra.sweeper.direction")
-    if direction is None and config is not None:
-        direction = OmegaConf.select(config, "hydra.sweeper.direction")
+    direction = direction_of(
+        given.get("hydra.sweeper.direction", _select(config, "hydra.sweeper.direction")),
+        given.get("sweep.direction", _select(config, "sweep.direction")),
+    )
     # Whether sweep.objective named it (else the default chose, or its fallback on test), as the sweep's end says.
     asked = "sweep.objective" in given or (
         config is not None and OmegaConf.select(config, "sweep.objective") is not None
@@ -191,3 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         print(path)
     return 0
+
+
+def _select(config: Any, key: str) -> Any:
+    """`key` of the sweep's multirun.yaml, None where the sweep directory is not here."""
+    return None if config is None else OmegaConf.select(config, key)

@@ -19,7 +19,8 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.outcome import BEST_METRICS_STEP_TAG, RESULT_KEYS, STOPPED_AT_EPOCH_TAG
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import BEST_METRICS_STEP_TAG, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
 from runner.sweeps.histories import read_histories
 from runner.sweeps.study import PRUNED_TAG
@@ -53,8 +54,9 @@ MARKDOWN_FILE = "sweep_summary.md"
 JOBS_CSV_FILE = "sweep_jobs.csv"  # one row per job (per seed)
 JOBS_MARKDOWN_FILE = "sweep_jobs.md"
 CURVES_FILE = "sweep_curves.png"
-CURVE_METRICS = ("test_accuracy", "test_loss", "train_loss")  # the PNG's
-REPORT_CURVE_METRICS = ("val_accuracy", "val_loss", "train_loss")  # the HTML report's (runner.sweeps.report)
+CURVE_METRICS = DEFAULT_TABLE.curve_keys("test")  # the PNG's
+REPORT_CURVE_METRICS = DEFAULT_TABLE.curve_keys("val")  # the HTML report's (runner.sweeps.report)
+RESULT_KEYS = DEFAULT_TABLE.result_keys  # the tables' columns
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 
 

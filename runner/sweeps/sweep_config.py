@@ -18,8 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.config.schema import MlflowSettings, SweepSettings
 from runner.config.settings import mlflow_settings, sweep_settings
+from runner.errors import RunnerError
+from runner.metric_table import DEFAULT_TABLE
 from runner.sweeps.study import SWEEPER_TARGET
-from runner.sweeps.terms import DEFAULT_OBJECTIVE, lower_is_better, worst_value
+from runner.sweeps.terms import DEFAULT_OBJECTIVE, worst_value
 
 # Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
 # run's final objective as the step of its replicate (runner.sweeps.pruning.report_replicate); the training process
@@ -42,13 +44,26 @@ def _plain(node: Any) -> Mapping[str, Any]:
     return node
 
 
+def direction_of(sweeper: Any, sweep: Any) -> str | None:
+    """The sweep's direction: the Optuna sweeper's (hydra.sweeper.direction, an enum or its name) or sweep.direction,
+    which must agree where both are set; None: the objective's own (runner.metric_table)."""
+    sweeper = getattr(sweeper, "name", sweeper)
+    if sweeper is not None and sweep is not None and sweeper != sweep:
+        raise RunnerError(
+            f"hydra.sweeper.direction={sweeper} is not valid with sweep.direction={sweep}: a sweep has one "
+            "direction. Fix: set one of them, or neither for the objective's own direction."
+        )
+    chosen = sweeper if sweeper is not None else sweep
+    return None if chosen is None else str(chosen)
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """What a sweep is asked to do, from its composed config (see the module's docstring for who reads it)."""
 
     tracking: MlflowSettings  # the `mlflow` group: the store, the experiment, the model and its registry name
     sweep: SweepSettings  # the `sweep` group: objective, seeds, folds
-    direction: Any  # hydra.sweeper.direction (None: the objective's own, runner.sweeps.terms.lower_is_better)
+    direction: str | None  # hydra.sweeper.direction or sweep.direction (None: the objective's own, runner.metric_table)
     sweeper: str | None  # hydra.sweeper._target_
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
     epochs: int  # a trial's runs continue one another's steps, epochs apart
@@ -64,10 +79,11 @@ class SweepConfig:
         (a job's task config: HydraConfig.get()); without either, the sweeper's defaults."""
         if hydra is None:
             hydra = config.get("hydra") or OmegaConf.create({})
+        sweep = sweep_settings(config)
         return cls(
             tracking=mlflow_settings(config),
-            sweep=sweep_settings(config),
-            direction=OmegaConf.select(hydra, "sweeper.direction"),
+            sweep=sweep,
+            direction=direction_of(OmegaConf.select(hydra, "sweeper.direction"), sweep.direction),
             sweeper=OmegaConf.select(hydra, "sweeper._target_"),
             pruner=pruner_node(config),
             seed=config.get("seed"),
@@ -95,7 +111,7 @@ class SweepConfig:
 
     @property
     def lower_is_better(self) -> bool:
-        return lower_is_better(self.objective, self.direction)
+        return DEFAULT_TABLE.lower_is_better(self.objective, self.direction)
 
     @property
     def worst(self) -> float:

@@ -8,7 +8,8 @@ import os
 from typing import Any
 
 from runner.config.settings import sweep_settings
-from runner.outcome import DEFAULT_OBJECTIVE, lower_is_better
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import DEFAULT_OBJECTIVE
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # The sweep's MLflow store, absolute (a sqlite file's path is relative to where the sweep started, so
@@ -79,7 +80,7 @@ def what_chose(objective: str, asked: bool) -> str:
 def worst_value(objective: str, sweeper_direction: Any = None) -> float:
     """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
     such a trial as FAIL)."""
-    return float("inf") if lower_is_better(objective, sweeper_direction) else float("-inf")
+    return float("inf") if DEFAULT_TABLE.lower_is_better(objective, sweeper_direction) else float("-inf")
 
 
 def run_name_for(path: str) -> str:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from runner.outcome import BEST_METRICS_STEP_TAG, EPOCH_METRICS
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import BEST_METRICS_STEP_TAG
 from runner.plots import plot_curves
 from runner.tracking.artifacts import MODEL_NAME
 from runner.tracking.protocol import Tracker
@@ -92,7 +93,7 @@ class LogBestEpochMetrics:
         best = {
             key: value
             for key, points in self.tracker.metric_histories().items()
-            if key in EPOCH_METRICS
+            if key in DEFAULT_TABLE.epoch_keys()
             for step, value in points
             if step == model_epoch
         }

@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from runner.config.schema import CheckpointSettings, EarlyStoppingSettings
 from runner.errors import RunnerError
-from runner.outcome import BEST_EPOCH_TAG, EPOCH_METRICS, STOPPED_AT_EPOCH_TAG, lower_is_better
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import BEST_EPOCH_TAG, STOPPED_AT_EPOCH_TAG
 
 log = logging.getLogger("runner")
 
@@ -51,7 +52,7 @@ def watch_of(
     keep_best = checkpoint.keep_best if checkpoint.keep_best is not None else settings.patience is not None
     if settings.patience is None and not keep_best:
         return None
-    monitor = settings.monitor or (objective if objective in EPOCH_METRICS else None) or DEFAULT_MONITOR
+    monitor = settings.monitor or (objective if objective in DEFAULT_TABLE.epoch_keys() else None) or DEFAULT_MONITOR
     if monitor.startswith("val_") and not has_validation:
         named = f"early_stopping.monitor={monitor}" if settings.monitor else f"early_stopping.monitor (null: {monitor})"
         raise RunnerError(
@@ -62,7 +63,12 @@ def watch_of(
             key="early_stopping.monitor",
         )
     return Watch(
-        monitor, lower_is_better(monitor), settings.patience, settings.min_delta, settings.start_epoch, keep_best
+        monitor,
+        DEFAULT_TABLE.lower_is_better(monitor),
+        settings.patience,
+        settings.min_delta,
+        settings.start_epoch,
+        keep_best,
     )
 
 

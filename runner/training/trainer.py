@@ -20,7 +20,8 @@ from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
-from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE, lower_is_better
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
@@ -153,7 +154,8 @@ def _build_end_actions(
         default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
         objective = settings.sweep.objective or default
         name = settings.mlflow.registered_model_name
-        actions.append(RegisterModel(name, objective, lower_is_better(objective), tracker, tracking_uri, run_id))
+        lower = DEFAULT_TABLE.lower_is_better(objective, settings.sweep.direction)
+        actions.append(RegisterModel(name, objective, lower, tracker, tracking_uri, run_id))
     return EndActions(finished=actions, stopped=[curves])
 
 

@@ -19,7 +19,8 @@ from helpers.presets import SWEEP_JOB
 from helpers.processes import live_members, wait_group
 from helpers.turns import alone_now
 from runner import outcome
-from runner.outcome import FINISHED, OUTCOME_FILE, RESULT_KEYS
+from runner.metric_table import DEFAULT_TABLE
+from runner.outcome import FINISHED, OUTCOME_FILE
 from runner.run_lock import LOCK_FILE
 from runner.sweeps.report import GENERATED_PREFIX
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
@@ -178,7 +179,7 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic")
         assert (job_dir / RUN_ID_FILE).read_text().strip() == run.info.run_id
         ended = outcome.read(str(job_dir / OUTCOME_FILE), 0)
         assert ended.status == FINISHED and ended.run_id == run.info.run_id
-        for key in RESULT_KEYS:
+        for key in DEFAULT_TABLE.result_keys:
             if key.startswith("val_") and key not in ended.metrics:  # no validation split: no val_ metrics
                 continue
             assert run.data.metrics[key] == pytest.approx(ended.metrics[key])

@@ -1,0 +1,183 @@
+"""Every number a run logs, in one table: which metrics a run has after each epoch and at its end, and whether
+lower or higher is better for each. The epoch result, the outcome a sweep job returns, the config's choices of
+`sweep.objective` and `early_stopping.monitor`, the pruner's reports, the summaries, the report's columns and
+curves and the registry's comparison all read it; none lists metric names or guesses a direction of its own.
+
+A run's metrics are its loss and its scores (`accuracy` by default), each logged per epoch on the training set
+(`train_<name>`), the validation split (`val_<name>`, where the run has one) and the test set (`test_<name>`); each
+score once more as `eval_<name>`, the model restored without a strategy and evaluated; and `examples_per_second`.
+A direction is known: Keras' own metrics by the names they log under (below), and a sweep's override
+(`sweep.direction`, or the Optuna sweeper's `hydra.sweeper.direction`) before it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import RunnerError
+
+MINIMIZE, MAXIMIZE = "minimize", "maximize"  # Optuna's words, and sweep.direction's
+DIRECTIONS = (MINIMIZE, MAXIMIZE)
+SPLITS = ("train", "val", "test")  # the per-epoch passes, in the order they are logged
+EVAL = "eval"  # the restored model's pass over the test set, once training has ended
+THROUGHPUT = "examples_per_second"
+
+# Keras' metrics by the names they log under (their `name`, the snake_case of their class), and the endings the
+# rest of Keras' names share: errors, divergences and losses are lower-better, the scores higher-better.
+_KERAS_DIRECTIONS = {
+    **dict.fromkeys(
+        (
+            "loss",
+            "mae",
+            "mse",
+            "rmse",
+            "mape",
+            "msle",
+            "hinge",
+            "squared_hinge",
+            "categorical_hinge",
+            "logcosh",
+            "log_cosh",
+            "kl_divergence",
+            "kld",
+            "kullback_leibler_divergence",
+            "poisson",
+            "false_positives",
+            "false_negatives",
+        ),
+        MINIMIZE,
+    ),
+    **dict.fromkeys(
+        (
+            "auc",
+            "prc",
+            "precision",
+            "recall",
+            "f1",
+            "f1_score",
+            "fbeta_score",
+            "iou",
+            "mean_iou",
+            "one_hot_iou",
+            "one_hot_mean_iou",
+            "binary_iou",
+            "r2_score",
+            "cosine_similarity",
+            "pearson_correlation",
+            "concordance_correlation",
+            "true_positives",
+            "true_negatives",
+            "precision_at_recall",
+            "recall_at_precision",
+            "sensitivity_at_specificity",
+            "specificity_at_sensitivity",
+        ),
+        MAXIMIZE,
+    ),
+}
+_KERAS_ENDINGS = (
+    ("accuracy", MAXIMIZE),
+    ("io_u", MAXIMIZE),  # IoU, MeanIoU, BinaryIoU, OneHotIoU: binary_io_u, mean_io_u, ...
+    ("_error", MINIMIZE),
+    ("_crossentropy", MINIMIZE),
+    ("_loss", MINIMIZE),
+    ("_divergence", MINIMIZE),
+)
+
+
+def keras_direction(name: str) -> str | None:
+    """Whether lower (MINIMIZE) or higher (MAXIMIZE) is better for the Keras metric logged as `name`, None where
+    Keras has no such metric."""
+    if name in _KERAS_DIRECTIONS:
+        return _KERAS_DIRECTIONS[name]
+    return next((direction for ending, direction in _KERAS_ENDINGS if name.endswith(ending)), None)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of the model: its name (`accuracy`, `loss`) and whether lower or higher is better."""
+
+    name: str
+    direction: str
+
+    @classmethod
+    def of(cls, name: str, direction: str | None = None) -> Metric:
+        """`name` with the direction given, else Keras' (a RunnerError where neither is known)."""
+        known = direction or keras_direction(name)
+        if known not in DIRECTIONS:
+            raise RunnerError(
+                f"metrics.{name} has no known direction: lower or higher better cannot be told from its name. Fix: "
+                f"add metrics.{name}.direction=max (a score) or min (an error)."
+            )
+        return cls(name, str(known))
+
+
+@dataclass(frozen=True)
+class MetricTable:
+    """The run's loss and scores, and every key a run logs from them."""
+
+    scores: tuple[Metric, ...] = (Metric("accuracy", MAXIMIZE),)
+
+    @classmethod
+    def of(cls, scores: Iterable[Metric]) -> MetricTable:
+        return cls(tuple(scores))
+
+    @property
+    def model_metrics(self) -> tuple[Metric, ...]:
+        """The loss, then the scores: what each per-epoch pass measures."""
+        return (Metric("loss", MINIMIZE), *self.scores)
+
+    def epoch_keys(self, validation: bool = True) -> tuple[str, ...]:
+        """What a run logs after each epoch about its model, by split (val_* only with a validation split)."""
+        splits = SPLITS if validation else tuple(split for split in SPLITS if split != "val")
+        return tuple(f"{split}_{metric.name}" for split in splits for metric in self.model_metrics)
+
+    @property
+    def per_epoch_keys(self) -> tuple[str, ...]:
+        """Every metric a run has after each epoch: what a pruner can compare."""
+        return (*self.epoch_keys(), THROUGHPUT)
+
+    @property
+    def eval_keys(self) -> tuple[str, ...]:
+        """The restored model's scores on the test set, once training has ended."""
+        return tuple(f"{EVAL}_{metric.name}" for metric in self.scores)
+
+    @property
+    def result_keys(self) -> tuple[str, ...]:
+        """The numbers a finished run's outcome holds, in the order the summaries show them: any can be a sweep's
+        objective."""
+        return (*self.epoch_keys(), *self.eval_keys, THROUGHPUT)
+
+    def curve_keys(self, split: str) -> tuple[str, ...]:
+        """The curves a figure draws per epoch: `split`'s scores and loss, and the training loss."""
+        return (*(f"{split}_{metric.name}" for metric in self.scores), f"{split}_loss", "train_loss")
+
+    def direction(self, key: str, override: Any = None) -> str:
+        """MINIMIZE or MAXIMIZE for the logged `key`; `override` (sweep.direction, hydra.sweeper.direction, an enum
+        or its name) wins when given."""
+        given = getattr(override, "name", override)
+        if given is not None:
+            if given not in DIRECTIONS:
+                raise RunnerError(
+                    f"sweep.direction={given!r} is not valid: the objective is either minimized or maximized. Fix: "
+                    "pass sweep.direction=minimize or maximize, or null for the objective's own."
+                )
+            return str(given)
+        if key == THROUGHPUT:
+            return MAXIMIZE
+        split, _, name = key.partition("_")
+        found = next((m.direction for m in self.model_metrics if m.name == name), None)
+        if split not in (*SPLITS, EVAL) or found is None:
+            raise RunnerError(
+                f"{key} is not a metric this run logs ({', '.join(self.result_keys)}), so whether lower or higher "
+                "is better is not known. Fix: name one of those, or add the metric under `metrics`."
+            )
+        return found
+
+    def lower_is_better(self, key: str, override: Any = None) -> bool:
+        return self.direction(key, override) == MINIMIZE
+
+
+# The runner's own experiment: loss and accuracy (the tutorial's).
+DEFAULT_TABLE = MetricTable()

@@ -1,0 +1,102 @@
+"""The one metric table (runner.metric_table): the keys a run logs, and each one's direction, known for every
+Keras metric of both Kerases and overridden by a sweep's direction."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from omegaconf import OmegaConf
+
+from runner.errors import RunnerError
+from runner.metric_table import DEFAULT_TABLE, MAXIMIZE, MINIMIZE, Metric, MetricTable, keras_direction
+from runner.sweeps.sweep_config import SweepConfig, direction_of
+
+# Keras' metrics that need arguments to be made, and those that average whatever they are given (no direction).
+_ARGUMENTS = {
+    "IoU": {"num_classes": 2, "target_class_ids": [0]},
+    "MeanIoU": {"num_classes": 2},
+    "OneHotIoU": {"num_classes": 2, "target_class_ids": [0]},
+    "OneHotMeanIoU": {"num_classes": 2},
+    "MeanRelativeError": {"normalizer": [1.0]},
+    "PrecisionAtRecall": {"recall": 0.5},
+    "RecallAtPrecision": {"precision": 0.5},
+    "SensitivityAtSpecificity": {"specificity": 0.5},
+    "SpecificityAtSensitivity": {"sensitivity": 0.5},
+}
+_GENERIC = ("Mean", "Sum", "MeanTensor", "MeanMetricWrapper", "Metric", "Reduce")
+_LOWER = ("MeanAbsoluteError", "RootMeanSquaredError", "BinaryCrossentropy", "KLDivergence", "LogCoshError", "Hinge")
+_HIGHER = ("AUC", "Precision", "Recall", "F1Score", "MeanIoU", "BinaryIoU", "R2Score", "SparseTopKCategoricalAccuracy")
+
+
+def test_the_default_table_lists_what_a_run_has_always_logged_in_the_order_the_summaries_show_it():
+    assert DEFAULT_TABLE.result_keys == (
+        "train_loss",
+        "train_accuracy",
+        "val_loss",
+        "val_accuracy",
+        "test_loss",
+        "test_accuracy",
+        "eval_accuracy",
+        "examples_per_second",
+    )
+    assert DEFAULT_TABLE.epoch_keys(validation=False) == ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+    assert DEFAULT_TABLE.per_epoch_keys[-1] == "examples_per_second"
+    assert "eval_accuracy" not in DEFAULT_TABLE.per_epoch_keys  # only once training has ended
+    assert DEFAULT_TABLE.curve_keys("val") == ("val_accuracy", "val_loss", "train_loss")
+
+
+@pytest.mark.parametrize("module", ["tf_keras.metrics", "keras.metrics"])
+def test_every_keras_metric_of_both_kerases_has_a_known_direction_by_the_name_it_logs_under(module):
+    metrics = pytest.importorskip(module)
+    checked = {}
+    for name, cls in vars(metrics).items():
+        if not inspect.isclass(cls) or not issubclass(cls, metrics.Metric) or name in _GENERIC:
+            continue
+        logged = cls(**_ARGUMENTS.get(name, {})).name
+        checked[name] = keras_direction(logged)
+        assert checked[name] is not None, f"{module}.{name} logs as {logged!r}, whose direction the table lacks"
+    assert len(checked) >= 35
+    assert {checked[name] for name in _LOWER} == {MINIMIZE}
+    assert {checked[name] for name in _HIGHER} == {MAXIMIZE}
+    assert keras_direction("mean") is None  # a Mean averages anything: its direction is the user's to say
+
+
+def test_a_direction_is_the_metrics_own_unless_the_sweep_overrides_it_and_an_unknown_key_is_one_paragraph():
+    table = MetricTable.of([Metric.of("mae"), Metric.of("r2_score"), Metric.of("spread", "minimize")])
+    assert table.result_keys[:3] == ("train_loss", "train_mae", "train_r2_score")
+    assert "eval_mae" in table.result_keys and "eval_loss" not in table.result_keys
+    assert table.lower_is_better("val_mae") and not table.lower_is_better("eval_r2_score")
+    assert table.lower_is_better("test_spread") and not table.lower_is_better("examples_per_second")
+    assert not table.lower_is_better("val_loss", "maximize")  # sweep.direction wins
+    assert DEFAULT_TABLE.lower_is_better("val_loss") and not DEFAULT_TABLE.lower_is_better("val_accuracy")
+    with pytest.raises(RunnerError, match=r"^val_mea is not a metric this run logs \(train_loss, .*val_mae.*\)"):
+        table.direction("val_mea")
+    with pytest.raises(RunnerError, match=r"^sweep.direction='up' is not valid: .* Fix: pass sweep.direction=min"):
+        table.direction("val_mae", "up")
+    with pytest.raises(RunnerError, match=r"^metrics.spread has no known direction: .* Fix: add metrics.spread.dir"):
+        Metric.of("spread")
+
+
+def test_a_sweeps_direction_is_its_sweepers_or_its_own_and_they_must_agree():
+    from helpers.config import compose
+
+    assert direction_of(None, None) is None
+    assert direction_of("minimize", None) == direction_of(None, "minimize") == "minimize"
+    with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction=maximize is not valid with sweep.direction=min"):
+        direction_of("maximize", "minimize")
+    assert SweepConfig.read(compose(["sweep.objective=val_loss"])).lower_is_better  # a loss, with no flag
+    chosen = SweepConfig.read(compose(["sweep.objective=val_loss", "sweep.direction=maximize"]))
+    assert (chosen.lower_is_better, chosen.worst) == (False, float("-inf"))
+
+
+def test_an_optuna_study_minimizes_a_loss_objective_with_no_direction_given():
+    from helpers.config import compose
+    from runner.sweeps.optuna_sweeper import _direction
+
+    assert _direction(None, compose(["sweep.objective=val_loss"])) == "minimize"
+    assert _direction(None, compose([])) == "maximize"  # val_accuracy
+    assert _direction(None, compose(["sweep.objective=val_loss", "sweep.direction=maximize"])) == "maximize"
+    assert _direction(None, OmegaConf.create({})) == "maximize"  # a bare config: the default objective
+    with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction='sideways' is not valid"):
+        _direction("sideways", compose([]))
