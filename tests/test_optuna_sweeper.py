@@ -13,10 +13,10 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from runner.errors import RunnerError
 from runner.sweeps.grid_study import GRID_STUDY, JobTrial, create_grid_study
 from runner.sweeps.optuna_sweeper import launcher_parallelism
-from runner.sweeps.pruning import BASIC_SWEEPER, TrialReporter, check_pruner
+from runner.sweeps.pruning import TrialReporter, check_sweep
 from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
 from runner.sweeps.summary import ConfigurationRow, JobRow, Summary
-from runner.sweeps.sweep_config import SweepConfig
+from runner.sweeps.sweep_config import BASIC_SWEEPER, SweepConfig
 
 
 def test_hydra_params_become_optuna_distributions_and_a_command_line_sweep_wins():
@@ -136,11 +136,14 @@ def _grid_config(*overrides: str, sweeper: str = BASIC_SWEEPER):
 
 
 def test_a_pruner_is_valid_in_a_grid_sweep_with_seeds_and_folds_but_not_with_another_sweeper():
-    check_pruner(_grid_config("pruner=median", "sweep.objective=test_loss"))
+    check_sweep(_grid_config("pruner=median", "sweep.objective=test_loss"))
     # A trial's seeds and folds report one after another (TrialLink.first_step).
-    check_pruner(_grid_config("pruner=median", "sweep.objective=test_loss", "sweep.folds=3", "sweep.seeds=2"))
-    with pytest.raises(RunnerError, match=r"pruner=median is not valid with hydra.sweeper._target_=my.Sweeper: "):
-        check_pruner(_grid_config("pruner=median", "sweep.objective=test_loss", sweeper="my.Sweeper"))
+    check_sweep(_grid_config("pruner=median", "sweep.objective=test_loss", "sweep.folds=3", "sweep.seeds=2"))
+    with pytest.raises(
+        RunnerError,
+        match=r"^pruner='median' is not valid: hydra.sweeper._target_=my.Sweeper reports its trials to no study",
+    ):
+        check_sweep(_grid_config("pruner=median", "sweep.objective=test_loss", sweeper="my.Sweeper"))
 
 
 def test_a_grid_job_continues_its_running_trial_and_asks_a_new_one_after_a_failure(tmp_path):
@@ -282,7 +285,7 @@ def test_the_wilcoxon_pruner_stops_a_trial_whose_replicates_are_behind_the_best_
     config = _grid_config("pruner=wilcoxon", "sweep.folds=5", "epochs=3")
     sweep = SweepConfig.read(config)
     assert sweep.prunes_replicates and not SweepConfig.read(_grid_config("pruner=median")).prunes_replicates
-    check_pruner(config)
+    check_sweep(config)
     create_grid_study(sweep, str(tmp_path))
     best = JobTrial(str(tmp_path), 0)
     link = best.open()

@@ -327,15 +327,15 @@ def test_a_pruned_cluster_trial_stops_every_task(tmp_path, cluster, good_lr):
         ),
         (
             ("hparams_search=optuna", "pruner=median", "sweep.objective=eval_accuracy"),
-            "sweep.objective=eval_accuracy is not valid with pruner=median: a pruner compares each epoch's objective",
+            "sweep.objective='eval_accuracy' is not valid: pruner=median compares each epoch's objective, and",
         ),
         (
             ("hparams_search=optuna", "pruner=wilcoxon"),
-            "pruner=wilcoxon is not valid without replicates: it compares a configuration's seeds or folds",
+            "pruner='wilcoxon' is not valid: it compares a configuration's seeds or folds, one by one",
         ),
         (
             ("hparams_search=optuna", "hydra.sweeper.terminate=regret"),
-            "hydra.sweeper.terminate=regret is not valid without replicates: it stops the study once the most",
+            "hydra.sweeper.terminate='regret' is not valid: it stops the study once the most its best configuration",
         ),
         (
             ("hparams_search=optuna", "sweep.seeds=2", "hydra.sweeper.terminate=regrets"),
@@ -345,6 +345,15 @@ def test_a_pruned_cluster_trial_stops_every_task(tmp_path, cluster, good_lr):
             ("optimizer.lr=0.01,0.001", "sweep.seeds=2", "hydra.sweeper.terminate=regret"),
             "hydra.sweeper.terminate=regret is not valid with a grid sweep (hydra._internal.core_plugins.basic_sweeper."
             "BasicSweeper): a terminator ends an Optuna study",
+        ),
+        (
+            (
+                "hparams_search=optuna",
+                "sweep.objective=val_loss",
+                "hydra.sweeper.direction=maximize",
+                "sweep.direction=minimize",
+            ),
+            "hydra.sweeper.direction=maximize is not valid with sweep.direction=minimize: a sweep has one direction",
         ),
         (
             ("hparams_search=optuna", "hydra.sweeper.storage=postgresql+psycopg2://me@127.0.0.1:1/optuna"),

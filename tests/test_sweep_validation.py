@@ -56,14 +56,15 @@ def test_a_pruner_with_an_objective_of_the_end_suggests_the_validation_splits_pe
     from omegaconf import OmegaConf
 
     from runner.errors import RunnerError
-    from runner.sweeps.pruning import BASIC_SWEEPER, check_pruner
+    from runner.sweeps.pruning import check_sweep
+    from runner.sweeps.sweep_config import BASIC_SWEEPER
 
     composed = OmegaConf.to_container(compose(["pruner=median", "sweep.objective=eval_accuracy"]), resolve=True)
     config = OmegaConf.create({**composed, "hydra": {"sweeper": {"_target_": BASIC_SWEEPER}}})
     with pytest.raises(RunnerError) as refused:
-        check_pruner(config)
+        check_sweep(config)
     said = str(refused.value)
-    assert said.startswith("sweep.objective=eval_accuracy is not valid with pruner=median: a pruner compares")
+    assert said.startswith("sweep.objective='eval_accuracy' is not valid: pruner=median compares each epoch's")
     assert "e.g. sweep.objective=val_accuracy (" in said and "sweep.objective=test_" not in said
 
 

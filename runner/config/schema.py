@@ -448,7 +448,7 @@ TARGET_ARGUMENTS = {
     name: (item.metadata["supplies"], item.metadata["positional"]) for name, _, item in _target_fields(Settings)
 }
 # Where each group's Component is in Settings; a run checks those it always builds (an optional one, the pruner,
-# is checked by the sweep that uses it: runner.sweeps.pruning.check_pruner).
+# is checked by the sweep that uses it: runner.sweeps.pruning.check_sweep).
 REQUIRED_TARGET_PATHS = tuple(path for _, path, item in _target_fields(Settings) if not item.metadata.get("optional"))
 TARGET_GROUPS = tuple(TARGET_ARGUMENTS)
 

@@ -28,6 +28,7 @@ from runner.config.schema import (
     Settings,
     SweepSettings,
 )
+from runner.metric_table import DEFAULT_TABLE
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
@@ -37,9 +38,11 @@ __all__ = ["Settings", "MlflowSettings", "SweepSettings", "InitSettings", "valid
 
 class Rule(NamedTuple):
     """A rule across keys: `key` (its value at `path`, if not the same) is refused when `breaks`; `why` and `fix`
-    may name the strategy ({strategy}) and, for Keras 3, why it cannot train there ({keras3}). A rule within one
-    `group` takes that group's settings: it is also checked where the group is validated alone (a sweep checks its
-    mlflow group before its parent run, runner.config.settings.mlflow_settings)."""
+    may name the strategy ({strategy}), for Keras 3 why it cannot train there ({keras3}), and what the rule was
+    given ({s.<attribute>}). A rule within one `group` takes that group's settings: it is also checked where the
+    group is validated alone (a sweep checks its mlflow group before its parent run, runner.config.settings.
+    mlflow_settings). The SWEEP group's rules take the sweep as its sweeper sees it (runner.sweeps.sweep_config.
+    SweepConfig: the sweeper, the pruner and the sweep group together), checked before the sweep's parent run."""
 
     key: str
     breaks: Callable[[Any], bool]
@@ -52,12 +55,16 @@ class Rule(NamedTuple):
         """Refuse `settings` (the whole Settings, or the rule's group's) if they break the rule."""
         if not self.breaks(settings):
             return
-        words = {"strategy": strategy, "keras3": KERAS3_UNSUPPORTED.get(strategy or "")}
+        words = {"strategy": strategy, "keras3": KERAS3_UNSUPPORTED.get(strategy or ""), "s": settings}
         where = (self.path or self.key).removeprefix(f"{self.group}." if self.group else "")
         raise refusal(
             self.key, operator.attrgetter(where)(settings), self.why.format(**words), self.fix.format(**words)
         )
 
+
+# The group of the rules over a whole sweep (runner.sweeps.sweep_config.SweepConfig), not over a run's Settings.
+SWEEP = "sweep_config"
+_PER_EPOCH = ", ".join(DEFAULT_TABLE.per_epoch_keys)
 
 RULES = (
     Rule(
@@ -128,6 +135,49 @@ RULES = (
         "drop mlflow.log_model=false, or drop mlflow.register=true",
         group="mlflow",
     ),
+    Rule(
+        "pruner",
+        lambda sweep: sweep.pruner is not None and not sweep.reports_to_a_study,
+        "hydra.sweeper._target_={s.sweeper} reports its trials to no study that can prune them: only the runner's "
+        "Optuna sweep (hparams_search=optuna) and a grid sweep (Hydra's basic sweeper) do",
+        "sweep with hparams_search=optuna or a grid (-m optimizer.lr=0.01,0.001), or drop the pruner override",
+        path="pruner_option",
+        group=SWEEP,
+    ),
+    Rule(
+        "pruner",
+        lambda sweep: sweep.prunes_replicates and sweep.sweep.seeds < 2 and sweep.sweep.folds is None,
+        "it compares a configuration's seeds or folds, one by one, with the best configuration's same seeds and "
+        "folds, and this sweep trains each configuration once (sweep.seeds=1, sweep.folds=null)",
+        "add sweep.folds=5 or sweep.seeds=5 (four replicates are the fewest it can prune on), or prune on epochs "
+        "with pruner=median",
+        path="pruner_option",
+        group=SWEEP,
+    ),
+    Rule(
+        "sweep.objective",
+        lambda sweep: (
+            sweep.pruner is not None
+            and not sweep.prunes_replicates
+            and sweep.objective not in DEFAULT_TABLE.per_epoch_keys
+        ),
+        "pruner={s.pruner_option} compares each epoch's objective, and {s.objective} exists only once training has "
+        "ended",
+        f"pass a per-epoch objective ({_PER_EPOCH}), e.g. sweep.objective=val_accuracy (a validation split's: a "
+        "test-set objective makes the winner's test score optimistic), or pruner=none",
+        path="objective",
+        group=SWEEP,
+    ),
+    Rule(
+        "hydra.sweeper.terminate",
+        lambda sweep: sweep.terminate is not None and sweep.sweep.seeds < 2 and sweep.sweep.folds is None,
+        "it stops the study once the most its best configuration could still improve is below the noise between "
+        "that configuration's seeds or folds, and this sweep trains each configuration once (sweep.seeds=1, "
+        "sweep.folds=null), so that noise is unknown",
+        "add sweep.seeds=3 or sweep.folds=5, or leave hydra.sweeper.terminate=null to run n_trials trials",
+        path="terminate",
+        group=SWEEP,
+    ),
     Rule(  # only the strategies Keras 3 supports upstream (runner.compat.keras3)
         "runtime.keras",
         lambda s: s.runtime.keras == 3 and s.strategy.name in KERAS3_UNSUPPORTED,
@@ -141,7 +191,8 @@ def validate(config: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
     settings = dataclasses.replace(schema.read(Settings, config), composed=config)
     for rule in RULES:
-        rule.check(getattr(settings, rule.group) if rule.group else settings, settings.strategy.name)
+        if rule.group != SWEEP:  # a sweep's, checked by its sweeper before its parent run
+            rule.check(getattr(settings, rule.group) if rule.group else settings, settings.strategy.name)
     settings = _with_arguments(settings)
     return dataclasses.replace(settings, init=init_settings(schema.section(config, "init")))
 

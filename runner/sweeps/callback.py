@@ -29,7 +29,7 @@ from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study
 from runner.sweeps.launchers import check_before_sweep
-from runner.sweeps.pruning import check_pruner
+from runner.sweeps.pruning import check_sweep
 from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
@@ -113,9 +113,10 @@ class SweepCallback(Callback):
 
 
 def check_optuna_sweep(config: DictConfig) -> None:
-    """A pruner the sweep can use (runner.sweeps.pruning) and, for an Optuna sweep, a study storage that opens."""
+    """The sweep's rules and its pruner (runner.sweeps.pruning.check_sweep) and, for an Optuna sweep, its settings
+    and a study storage that opens."""
 
-    check_pruner(config)
+    check_sweep(config)
     if is_optuna_sweep(config):
         from runner.sweeps.optuna_sweeper import check_settings  # noqa: PLC0415  Optuna: only for an Optuna sweep
 

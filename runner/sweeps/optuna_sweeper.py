@@ -390,15 +390,6 @@ def check_settings(config: DictConfig) -> None:
     _direction(settings.get("direction"), config)
     terminate = settings.get("terminate")
     study_terminator(terminate, settings.get("terminate_min_trials"), None, None)
-    replicates = sweep_settings(config)
-    if terminate is not None and replicates.seeds < 2 and replicates.folds is None:
-        raise RunnerError(
-            f"hydra.sweeper.terminate={terminate} is not valid without replicates: it stops the study once the most "
-            "its best configuration could still improve is below the noise between that configuration's seeds or "
-            "folds, and this sweep trains each configuration once (sweep.seeds=1, sweep.folds=null), so that noise "
-            "is unknown. Fix: add sweep.seeds=3 or sweep.folds=5, or leave hydra.sweeper.terminate=null to run "
-            "n_trials trials."
-        )
 
 
 def sweep(sweeper: Any, arguments: list[str], settings: Callable[[], Mapping[str, Any]]) -> list[JobReturn]:

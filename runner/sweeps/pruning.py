@@ -13,66 +13,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from runner.config.components import check_arguments, import_target
-from runner.config.settings import sweep_settings
+from runner.config.settings import RULES, SWEEP
 from runner.errors import RunnerError
-from runner.metric_table import DEFAULT_TABLE
-from runner.sweeps.study import PRUNED_TAG, TrialLink, is_optuna_sweep
-from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_node
+from runner.sweeps.study import PRUNED_TAG, TrialLink
+from runner.sweeps.sweep_config import PRUNER_OPTIONS, REPLICATE_PRUNERS, SweepConfig, pruner_node
 from runner.sweeps.terms import objective_name
 
 log = logging.getLogger("runner")
 
 PRUNERS = ("none", "median", "successive_halving", "hyperband", "wilcoxon")
-# The objectives a training process has after every epoch (runner.training.controller.EpochResult.metrics).
-PER_EPOCH = DEFAULT_TABLE.per_epoch_keys
-# Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
-# (runner.sweeps.grid_study).
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
-def check_pruner(config: Any) -> None:
-    """Before a sweep's parent run exists: its pruner imports and takes the arguments its option gives, and the sweep
-    can prune (an Optuna or a grid sweep, a per-epoch objective). Any strategy: under MultiWorkerMirrored every worker
-    stops with the chief (runner.clusters.agreement), under ParameterServer the coordinator, which alone trains."""
+def check_sweep(config: Any) -> None:
+    """Before a sweep's parent run exists: its pruner, if any, imports and takes the arguments its option gives, and
+    the sweep keeps the SWEEP rules of runner.config.settings (a pruner needs an Optuna or a grid sweep, replicates
+    for a replicate pruner, a per-epoch objective for the others; a terminator needs replicates). A pruner works under
+    any strategy: under MultiWorkerMirrored every worker stops with the chief (runner.clusters.agreement), under
+    ParameterServer the coordinator, which alone trains."""
     node = pruner_node(config)
-    if node is None:
-        return
-    target = node.pop("_target_")
-    check_arguments("pruner._target_", target, import_target("pruner._target_", target), node)
-    sweeper = OmegaConf.select(config, "hydra.sweeper._target_")
-    if not is_optuna_sweep(config) and sweeper != BASIC_SWEEPER:
-        raise RunnerError(
-            f"pruner={_option(target)} is not valid with hydra.sweeper._target_={sweeper}: only the runner's Optuna "
-            "sweep (hparams_search=optuna) and a grid sweep (Hydra's basic sweeper) report their trials to a "
-            "study that can prune them. Fix: sweep with hparams_search=optuna or a grid (-m optimizer.lr=0.01,0.001), "
-            "or drop the pruner override."
-        )
-    if target in REPLICATE_PRUNERS:
-        _check_replicates(config, target)
-        return
-    objective = objective_name(config)
-    if objective not in PER_EPOCH:
-        raise RunnerError(
-            f"sweep.objective={objective} is not valid with pruner={_option(target)}: a pruner compares each "
-            f"epoch's objective, and {objective} exists only once training has ended. Fix: pass a per-epoch "
-            f"objective ({', '.join(PER_EPOCH)}), e.g. sweep.objective=val_accuracy (a validation split's: a "
-            "test-set objective makes the winner's test score optimistic), or pruner=none."
-        )
-
-
-def _check_replicates(config: Any, target: str) -> None:
-    """A replicate pruner needs replicates: several seeds or folds per configuration."""
-    settings = sweep_settings(config)
-    if settings.seeds < 2 and settings.folds is None:
-        raise RunnerError(
-            f"pruner={_option(target)} is not valid without replicates: it compares a configuration's seeds or "
-            "folds, one by one, with the best configuration's same seeds and folds, and this sweep trains each "
-            "configuration once (sweep.seeds=1, sweep.folds=null). Fix: add sweep.folds=5 or sweep.seeds=5 (four "
-            "replicates are the fewest it can prune on), or prune on epochs with pruner=median."
-        )
+    if node is not None:
+        target = node.pop("_target_")
+        check_arguments("pruner._target_", target, import_target("pruner._target_", target), node)
+    sweep = SweepConfig.read(config)
+    for rule in RULES:
+        if rule.group == SWEEP:
+            rule.check(sweep)
 
 
 def report_replicate(link: TrialLink, config: SweepConfig, replicate: int, value: float) -> bool:
@@ -94,14 +61,8 @@ def report_replicate(link: TrialLink, config: SweepConfig, replicate: int, value
     return True
 
 
-def _option(target: str) -> str:
-    names = {
-        "optuna.pruners.WilcoxonPruner": "wilcoxon",
-        "optuna.pruners.MedianPruner": "median",
-        "optuna.pruners.SuccessiveHalvingPruner": "successive_halving",
-        "optuna.pruners.HyperbandPruner": "hyperband",
-    }
-    return names.get(target, f"<pruner._target_={target}>")
+def _option_of(target: str) -> str:
+    return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")
 
 
 class TrialReporter:
@@ -144,7 +105,7 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
     if link is None:
         if node is not None:
             raise RunnerError(
-                f"pruner={_option(node['_target_'])} is not valid without a sweep: a pruner stops a sweep's trials "
+                f"pruner={_option_of(node['_target_'])} is not valid without a sweep: a pruner stops a sweep's trials "
                 "whose epochs are worse than the trials' before them, and this is a single run. Fix: sweep (-m with "
                 "hparams_search=optuna, or a grid such as -m optimizer.lr=0.01,0.001), or drop the pruner override "
                 "(pruner=none)."

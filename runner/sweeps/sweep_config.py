@@ -23,6 +23,16 @@ from runner.metric_table import DEFAULT_TABLE
 from runner.sweeps.study import SWEEPER_TARGET
 from runner.sweeps.terms import DEFAULT_OBJECTIVE, worst_value
 
+# Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
+# (runner.sweeps.grid_study).
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+# The `pruner` group's options, by their _target_.
+PRUNER_OPTIONS = {
+    "optuna.pruners.WilcoxonPruner": "wilcoxon",
+    "optuna.pruners.MedianPruner": "median",
+    "optuna.pruners.SuccessiveHalvingPruner": "successive_halving",
+    "optuna.pruners.HyperbandPruner": "hyperband",
+}
 # Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
 # run's final objective as the step of its replicate (runner.sweeps.pruning.report_replicate); the training process
 # reports no epoch.
@@ -66,6 +76,7 @@ class SweepConfig:
     direction: str | None  # hydra.sweeper.direction or sweep.direction (None: the objective's own, runner.metric_table)
     sweeper: str | None  # hydra.sweeper._target_
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
+    terminate: Any  # hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.terminator), None: none
     epochs: int  # a trial's runs continue one another's steps, epochs apart
     # A job's own values, as composed (its training process validates them).
     seed: Any
@@ -86,6 +97,7 @@ class SweepConfig:
             direction=direction_of(OmegaConf.select(hydra, "sweeper.direction"), sweep.direction),
             sweeper=OmegaConf.select(hydra, "sweeper._target_"),
             pruner=pruner_node(config),
+            terminate=OmegaConf.select(hydra, "sweeper.terminate"),
             seed=config.get("seed"),
             epochs=int(config.epochs),
             progress=config.get("progress"),
@@ -132,7 +144,21 @@ class SweepConfig:
         return self.pruner is not None and self.pruner["_target_"] in REPLICATE_PRUNERS
 
     @property
+    def pruner_option(self) -> str | None:
+        """The pruner's option (`median`), or its `_target_` where it is none of the runner's; None: no pruner."""
+        if self.pruner is None:
+            return None
+        target = self.pruner["_target_"]
+        return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")  # runner.sweeps.pruning's words too
+
+    @property
+    def reports_to_a_study(self) -> bool:
+        """Its jobs report their epochs or replicates to a study a pruner can stop them by: an Optuna sweep, or a grid
+        of Hydra's basic sweeper (runner.sweeps.grid_study)."""
+        return self.sweeper in (SWEEPER_TARGET, BASIC_SWEEPER)
+
+    @property
     def prunes_a_grid(self) -> bool:
-        """A sweep with a pruner that is not an Optuna sweep (runner.sweeps.pruning.check_pruner allows only Hydra's
+        """A sweep with a pruner that is not an Optuna sweep (runner.sweeps.pruning.check_sweep allows only Hydra's
         basic sweeper besides): its jobs report to a grid study (runner.sweeps.grid_study)."""
         return self.pruner is not None and self.sweeper != SWEEPER_TARGET

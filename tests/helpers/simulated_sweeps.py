@@ -91,7 +91,7 @@ def sweep_config(sweep_dir: str, tracking_uri: str, *task: str):
     from omegaconf import OmegaConf
 
     from helpers.config import compose
-    from runner.sweeps.pruning import BASIC_SWEEPER
+    from runner.sweeps.sweep_config import BASIC_SWEEPER
 
     composed = OmegaConf.to_container(compose([f"mlflow.tracking_uri={tracking_uri}"]), resolve=True)
     hydra = {"sweep": {"dir": sweep_dir}, "overrides": {"task": list(task)}, "sweeper": {"_target_": BASIC_SWEEPER}}
