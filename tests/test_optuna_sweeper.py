@@ -191,13 +191,15 @@ class _RecordingLauncher:
         return returns
 
 
-def _optuna_sweep(tmp_path, n_trials: int, params: dict, n_jobs: int = 1) -> list[tuple[int, tuple[str, ...]]]:
+def _optuna_sweep(
+    tmp_path, n_trials: int, params: dict, n_jobs: int = 1, direction: str | None = "maximize"
+) -> list[tuple[int, tuple[str, ...]]]:
     from omegaconf import OmegaConf
 
     from runner.sweeps.optuna_sweeper import OptunaSweep
 
     settings = {
-        "direction": "maximize",
+        "direction": direction,
         "n_trials": n_trials,
         "n_jobs": n_jobs,
         "storage": None,
@@ -209,6 +211,16 @@ def _optuna_sweep(tmp_path, n_trials: int, params: dict, n_jobs: int = 1) -> lis
     launcher = _RecordingLauncher()
     OptunaSweep(settings, OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), launcher).run([])
     return launcher.launched
+
+
+def test_a_study_continued_with_another_direction_is_one_paragraph_naming_the_stored_one(tmp_path):
+    """Optuna loads a stored study with the direction it was created with: a re-run that would rank the other way
+    is refused, before any trial, instead of the study and the summary disagreeing on the best."""
+    params = {"optimizer.lr": "interval(0.001, 0.1)"}
+    _optuna_sweep(tmp_path, 1, params, direction="maximize")
+    assert len(_optuna_sweep(tmp_path, 2, params, direction=None)) == 1  # null: val_accuracy's own, maximize
+    with pytest.raises(RunnerError, match=r"^the Optuna study 's' in .* was created to maximize .* this sweep would "):
+        _optuna_sweep(tmp_path, 3, params, direction="minimize")
 
 
 def test_a_rerun_of_a_study_continues_its_samplers_draws_instead_of_repeating_them(tmp_path):

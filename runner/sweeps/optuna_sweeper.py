@@ -92,13 +92,15 @@ class OptunaSweep:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         space = SearchSpace.parse(self.settings.get("params"), arguments)
         storage = storage_of(self.settings.get("storage"), self.sweep_dir)
+        direction = _direction(self.settings.get("direction"), self.config)
         study = optuna.create_study(
             study_name=study_name_of(self.settings),
             storage=open_storage(storage),
             sampler=optuna.samplers.RandomSampler(),  # replaced below, once the study's trials are known
-            direction=_direction(self.settings.get("direction"), self.config),
+            direction=direction,
             load_if_exists=True,
         )
+        _check_continued_direction(study, direction, storage)
         # The sampler's config node: Hydra has already instantiated the sweeper's nested _target_s in its settings.
         node = OmegaConf.select(self.config, "hydra.sweeper.sampler")
         sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else self.settings.get("sampler")
@@ -351,6 +353,19 @@ def _direction(value: Any, config: DictConfig) -> Literal["minimize", "maximize"
     sweep = sweep_settings(config) if OmegaConf.select(config, "sweep") is not None else SweepSettings()
     objective = sweep.objective or DEFAULT_OBJECTIVE
     return "minimize" if DEFAULT_TABLE.lower_is_better(objective, direction_of(name, sweep.direction)) else "maximize"
+
+
+def _check_continued_direction(study: optuna.Study, direction: str, storage: str) -> None:
+    """A study continued from its storage keeps the direction it was created with (Optuna loads it as it is): one
+    that differs from this sweep's would rank its trials one way and the sweep's summary the other."""
+    stored = study.direction.name.lower()
+    if stored != direction:
+        raise RunnerError(
+            f"the Optuna study {study.study_name!r} in {storage} was created to {stored} its objective, and this "
+            f"sweep would {direction} it (sweep.objective and its direction, or hydra.sweeper.direction). Fix: pass "
+            f"hydra.sweeper.direction={stored} to continue the study as it was, or start a new one with another "
+            "hydra.sweep.dir (or hydra.sweeper.study_name)."
+        )
 
 
 def _enqueued_params(text: Any, space: SearchSpace) -> dict[str, Any]:
