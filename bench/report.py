@@ -64,6 +64,12 @@ class Row:
     slowest_ratio: float = 1.0
 
 
+def markdown(header: list[str], align: str, rows: list[list[str]]) -> str:
+    """A Markdown table: `header`'s columns, `align` one letter per column (l: left, r: right), then `rows`."""
+    rule = "|".join("---" if letter == "l" else "---:" for letter in align)
+    return "\n".join([f"| {' | '.join(header)} |", f"|{rule}|", *(f"| {' | '.join(cells)} |" for cells in rows)])
+
+
 def summarise(samples: list[Sample], baseline: str = REFERENCE, against: dict[str, str] | None = None) -> list[Row]:
     """One row per (replicas, variant), its ratios taken against `baseline`, or `against[variant]`."""
     rows = []
