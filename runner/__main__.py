@@ -148,13 +148,11 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
             result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task, listeners)
     if not task.chief:
         return Outcome(FINISHED, task=ending.task)
-    ended = outcome.finished(result, task=ending.task)
-    log.info(
-        "done: test_accuracy %.4f, eval_accuracy %.4f, MLflow run %s",
-        ended.metrics["test_accuracy"],
-        ended.metrics["eval_accuracy"],
-        ended.run_id,
-    )
+    table = settings.metric_table
+    ended = outcome.finished(result, table, task=ending.task)
+    reported = ("test_loss", *(f"{split}_{each.name}" for each in table.scores for split in ("test", "eval")))
+    said = ", ".join(f"{key} {ended.metrics[key]:.4f}" for key in reported)
+    log.info("done: %s, MLflow run %s", said, ended.run_id)
     return ended
 
 

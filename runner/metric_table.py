@@ -11,6 +11,7 @@ A direction is known: Keras' own metrics by the names they log under (below), an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,13 @@ _KERAS_ENDINGS = (
 )
 
 
+def snake_case(class_name: str) -> str:
+    """A Keras metric class's name as the metric logs under by default: SparseTopKCategoricalAccuracy ->
+    sparse_top_k_categorical_accuracy, AUC -> auc, MeanIoU -> mean_io_u."""
+    words = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", class_name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", words).lower()
+
+
 def keras_direction(name: str) -> str | None:
     """Whether lower (MINIMIZE) or higher (MAXIMIZE) is better for the Keras metric logged as `name`, None where
     Keras has no such metric."""
@@ -102,13 +110,18 @@ class Metric:
     direction: str
 
     @classmethod
-    def of(cls, name: str, direction: str | None = None) -> Metric:
-        """`name` with the direction given, else Keras' (a RunnerError where neither is known)."""
+    def of(cls, name: str, direction: str | None = None, target: str | None = None) -> Metric:
+        """`name` with the direction given, else Keras' for its name or for its class (`target`, the dotted path
+        of a Keras metric class); a RunnerError where none is known."""
         known = direction or keras_direction(name)
+        if known is None and target is not None:
+            known = keras_direction(snake_case(target.rpartition(".")[2]))
         if known not in DIRECTIONS:
+            made = f" ({target})" if target else ""
             raise RunnerError(
-                f"metrics.{name} has no known direction: lower or higher better cannot be told from its name. Fix: "
-                f"add metrics.{name}.direction=max (a score) or min (an error)."
+                f"metrics.{name}{made} has no known direction: whether lower or higher is better cannot be told from "
+                f"its name or its class. Fix: add metrics.{name}.direction=max (a score) or min (an error).",
+                key=f"metrics.{name}.direction",
             )
         return cls(name, str(known))
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import DEFAULT_TABLE, MetricTable
 
 # Set by a supervisor for the one process it starts: the path of the file that process writes.
 OUTCOME_VARIABLE = "RUNNER_OUTCOME_FILE"
@@ -51,17 +51,16 @@ class Outcome:
         return rest if separator and kind in ("error", "preempted") else self.paragraph
 
 
-def finished(result: Any, task: str | None = None) -> Outcome:
-    """The outcome of a training that finished: a runner.train.RunResult's final numbers. They come from the
-    run's last logged value of each metric, so a resumed run that had no epoch left to train still reports the
-    numbers of its last epoch."""
-    table = DEFAULT_TABLE
+def finished(result: Any, table: MetricTable = DEFAULT_TABLE, task: str | None = None) -> Outcome:
+    """The outcome of a training that finished: a runner.train.RunResult's final numbers, each of `table`'s result
+    keys. They come from the run's last logged value of each metric, so a resumed run that had no epoch left to
+    train still reports the numbers of its last epoch."""
     metrics = {
         key: float(result.final_metrics[key])
         for key in table.result_keys
         if key not in table.eval_keys and (key in result.final_metrics or not key.startswith("val_"))
     }
-    metrics["eval_accuracy"] = float(result.eval_accuracy)
+    metrics.update((key, float(result.eval_scores.get(key, float("nan")))) for key in table.eval_keys)
     return Outcome(FINISHED, metrics=metrics, run_id=result.run_id, task=task)
 
 

@@ -1,4 +1,4 @@
-"""Pictures of runs: one run's loss and accuracy curves per epoch, and a sweep's jobs side by side."""
+"""Pictures of runs: one run's loss and score curves per epoch, and a sweep's jobs side by side."""
 
 from __future__ import annotations
 
@@ -25,24 +25,24 @@ def integer_epochs(axis, epochs) -> None:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def plot_curves(histories, path: str, title: str = "") -> str:
-    """Write train/test loss and accuracy against epoch to a PNG at `path`.
+def plot_curves(histories, path: str, title: str = "", metrics: tuple[str, ...] = ("loss", "accuracy")) -> str:
+    """Write train/test loss and each score of `metrics` against epoch to a PNG at `path`, a panel each.
 
     `histories` maps a metric name to its (epoch, value) pairs, as MLflow's metric history gives them.
     """
     plt = _pyplot()
-    figure = curves_figure(histories, title)
+    figure = curves_figure(histories, title, metrics)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
 
 
-def curves_figure(histories, title: str = ""):
-    """plot_curves' figure: loss and accuracy panels, train and test in each."""
+def curves_figure(histories, title: str = "", metrics: tuple[str, ...] = ("loss", "accuracy")):
+    """plot_curves' figure: a panel per metric (the loss, then the scores), train and test in each."""
     plt = _pyplot()
-    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     epochs = {step for points in histories.values() for step, _ in points}
-    for axis, metric in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+    for axis, metric in zip(axes[0], metrics, strict=True):
         for split, marker in (("train", "o-"), ("test", "s-")):
             points = histories.get(f"{split}_{metric}", [])
             axis.plot([step for step, _ in points], [value for _, value in points], marker, label=split)
@@ -56,38 +56,40 @@ def curves_figure(histories, title: str = ""):
     return figure
 
 
-def plot_sweep_curves(curves, path: str, title: str = "") -> str:
+def plot_sweep_curves(curves, path: str, title: str = "", score: str | None = "test_accuracy") -> str:
     """Compare a sweep's configurations: test accuracy, and test (solid) / train (dashed) loss against epoch,
     each configuration's mean over its seeds as a line, with a band from the lowest to the highest seed.
 
     `curves` maps a configuration's label to {metric name: [(epoch, mean, min, max), ...]}.
     """
     plt = _pyplot()
-    figure = sweep_curves_figure(curves, title)
+    figure = sweep_curves_figure(curves, title, score)
     figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
     return path
 
 
-def sweep_curves_figure(curves, title: str = ""):
-    """plot_sweep_curves' figure: the accuracy and the loss panel."""
+def sweep_curves_figure(curves, title: str = "", score: str | None = "test_accuracy"):
+    """plot_sweep_curves' figure: the score's panel (the first of the sweep's: test_accuracy by default; None: the
+    run has no score, and the panel stays empty) and the loss panel."""
     plt = _pyplot()
     figure, (accuracy_axis, loss_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (label, metrics) in enumerate(curves.items()):
         color = colors[index % len(colors)]
         for axis, metric, style, name in (
-            (accuracy_axis, "test_accuracy", "o-", label),
+            (accuracy_axis, score, "o-", label),
             (loss_axis, "test_loss", "o-", label),
             (loss_axis, "train_loss", "x--", None),
         ):
-            points = metrics.get(metric) or []
+            points = (metrics.get(metric) if metric else None) or []
             if points:
                 steps, means, lows, highs = zip(*points, strict=True)
                 axis.plot(steps, means, style, color=color, label=name)
                 if metric != "train_loss":  # one band per panel and configuration keeps the picture legible
                     axis.fill_between(steps, lows, highs, color=color, alpha=0.2, linewidth=0)
-    accuracy_axis.set(xlabel="epoch", ylabel="accuracy", title="test accuracy")
+    name = (score or "").removeprefix("test_")
+    accuracy_axis.set(xlabel="epoch", ylabel=name, title=f"test {name}".strip())
     loss_axis.set(xlabel="epoch", ylabel="loss", title="loss (test solid, train dashed)")
     epochs = sorted({point[0] for metrics in curves.values() for points in metrics.values() for point in points})
     for axis in (accuracy_axis, loss_axis):

@@ -520,7 +520,8 @@ def test_parameter_server_trains_survives_a_worker_dying_checkpoints_and_stops_e
     task = ClassificationTask.from_settings(settings, training_data.spec)
     model = task.build_model()
     tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
-    accuracy = evaluate_without_strategy(latest, task.build_model, training_data.test_dataset(32))
+    scores = evaluate_without_strategy(latest, task.build_model, training_data.test_dataset(32), task.build_scores())
+    accuracy = scores["accuracy"]
     assert accuracy == pytest.approx(run.data.metrics["eval_accuracy"], abs=1e-6)
     assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
 

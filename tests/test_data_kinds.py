@@ -149,7 +149,7 @@ def test_tfrecord_trains_streamed_and_logs_files_as_its_source(tmp_path, train, 
     write_tfrecords(tmp_path, "train", files=3, per_file=20)
     write_tfrecords(tmp_path, "test", files=1, per_file=10)
     result = train("strategy=one_device", *tfrecord_options(tmp_path))
-    assert result.history[-1].train_loss > 0 and 0 <= result.eval_accuracy <= 1
+    assert result.history[-1].train_loss > 0 and 0 <= result.eval_scores["eval_accuracy"] <= 1
     inputs = _inputs(tracking_uri, result.run_id)
     assert inputs["tfrecord-train"]["source"] == {"uri": str(tmp_path)}
     assert inputs["tfrecord-train"]["source_type"] == "local"

@@ -100,3 +100,45 @@ def test_an_optuna_study_minimizes_a_loss_objective_with_no_direction_given():
     assert _direction(None, OmegaConf.create({})) == "maximize"  # a bare config: the default objective
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction='sideways' is not valid"):
         _direction("sideways", compose([]))
+
+
+TOP5 = ("+metrics.top5._target_=tf_keras.metrics.SparseTopKCategoricalAccuracy", "+metrics.top5.k=5")
+
+
+def _validated(*overrides: str):
+    from helpers.config import compose
+    from runner.config.settings import checked_targets, validate
+
+    return checked_targets(validate(OmegaConf.to_container(compose(list(overrides)), resolve=True)))
+
+
+def test_a_metric_added_on_the_command_line_joins_the_table_and_can_be_the_sweeps_objective():
+    settings = _validated(*TOP5, "sweep.objective=val_top5", "early_stopping.monitor=val_top5")
+    assert [each.name for each in settings.metrics] == ["accuracy", "top5"]
+    assert settings.metrics[1].component.arguments == {"k": 5}
+    assert "eval_top5" in settings.metric_table.result_keys
+    assert not settings.metric_table.lower_is_better("val_top5")  # its class's name: an accuracy
+    spread = _validated("+metrics.spread._target_=tf_keras.metrics.Mean", "+metrics.spread.direction=min")
+    assert spread.metric_table.lower_is_better("test_spread") and spread.metrics[1].component.arguments == {}
+    assert [each.name for each in _validated("~metrics.accuracy", *TOP5).metrics] == ["top5"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (("sweep.objective=val_top5",), r"^sweep.objective='val_top5' is not valid: a sweep job can only return one"),
+        ((*TOP5, "sweep.objective=val_top"), r"^sweep.objective='val_top' is not valid: .*did you mean "),
+        (("early_stopping.monitor=eval_accuracy",), r"^early_stopping.monitor='eval_accuracy' is not valid: it must"),
+        (("+metrics.spread._target_=tf_keras.metrics.Mean",), r"^metrics.spread \(tf_keras.metrics.Mean\) has no kno"),
+        (("+metrics.spread._target_=tf_keras.metrics.Mean", "+metrics.spread.direction=up"), r"^metrics.spread.dire"),
+        (("+metrics.top5._target_=tf_keras.metrics.NoSuchMetric",), r"metrics.top5._target_=.*NoSuchMetric"),
+        ((*TOP5[:1], "+metrics.top5.kk=5"), r"metrics.top5.kk is not valid: .*takes no argument 'kk'"),
+        (("+metrics.Top5._target_=tf_keras.metrics.AUC",), r"^metrics.Top5=.* is not valid: a score's name is lower"),
+        (("+metrics.loss._target_=tf_keras.metrics.AUC",), r"^metrics.loss=.* is not valid: .*not loss, the run's"),
+        (("+metrics.auc=5",), r"^metrics.auc=5 is not valid: it must name a Keras metric by its _target_"),
+    ],
+)
+def test_a_bad_metric_is_one_paragraph_naming_it_and_the_fix(overrides, refused):
+    with pytest.raises(RunnerError, match=refused) as error:
+        _validated(*overrides)
+    assert "Fix: " in str(error.value)

@@ -24,7 +24,7 @@ def _finite_and_in_range(result) -> None:
     for epoch in result.history:
         for key, value in epoch.metrics().items():
             assert math.isfinite(value), (key, value)
-        assert 0.0 <= epoch.train_accuracy <= 1.0 and 0.0 <= epoch.test_accuracy <= 1.0
+        assert 0.0 <= epoch["train_accuracy"] <= 1.0 and 0.0 <= epoch["test_accuracy"] <= 1.0
         assert epoch.examples_per_second > 0
 
 
@@ -64,7 +64,7 @@ def test_loop_styles_see_the_same_batches_and_agree(train, tmp_path):
         assert [e.examples for e in result.history] == [512, 512], style
         for ours, theirs in zip(result.history, reference.history, strict=True):
             assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-4), style
-            assert ours.test_accuracy == pytest.approx(theirs.test_accuracy, abs=1e-6), style
+            assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=1e-6), style
     assert reference.history[1].train_loss < reference.history[0].train_loss
 
 
@@ -86,7 +86,7 @@ def test_the_keras3_lane_agrees_across_loop_styles_and_its_resnet_trains_with_wa
             _finite_and_in_range(result)
             for ours, theirs in zip(result.history, reference.history, strict=True):
                 assert ours.train_loss == pytest.approx(theirs.train_loss, rel=1e-4), style
-                assert ours.test_accuracy == pytest.approx(theirs.test_accuracy, abs=1e-6), style
+                assert ours["test_accuracy"] == pytest.approx(theirs["test_accuracy"], abs=1e-6), style
         assert reference.history[1].train_loss < reference.history[0].train_loss
         tuned = train(  # the ResNet in Keras 3 (its BatchNormalization), under the default strategy
             "runtime.keras=3",
@@ -139,7 +139,7 @@ def test_checkpoints_at_the_right_epochs_and_restore_without_strategy(train, tmp
     kept = [os.path.basename(p) for p in checkpoints.all_model_checkpoint_paths]
     assert kept == ["ckpt-32", "ckpt-40"]  # named by global step (8 per epoch): epochs 4 and 5 kept
     # The tutorial's last section: a fresh model outside any strategy scores what the run logged.
-    assert result.eval_accuracy == pytest.approx(result.final.test_accuracy, abs=1e-6)
+    assert result.eval_scores["eval_accuracy"] == pytest.approx(result.final["test_accuracy"], abs=1e-6)
     reader = tf.train.load_checkpoint(checkpoints.model_checkpoint_path)
     assert reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE") == 5
     client = mlflow_client(tracking_uri)
@@ -209,7 +209,7 @@ def test_the_mlflow_run_holds_the_whole_contract(train, tracking_uri):
         history = metric_history(client, result.run_id, key)
         assert [step for step, _ in history] == [1, 2], key
     assert metric_history(client, result.run_id, "train_loss")[1][1] == pytest.approx(result.history[1].train_loss)
-    assert run.data.metrics["eval_accuracy"] == pytest.approx(result.eval_accuracy)
+    assert run.data.metrics["eval_accuracy"] == pytest.approx(result.eval_scores["eval_accuracy"])
     artifacts = {f.path for f in client.list_artifacts(result.run_id)}
     assert {"config.yaml", "overrides.yaml", "checkpoints", "curves.png"} <= artifacts
     local = client.download_artifacts(result.run_id, "config.yaml")
@@ -284,3 +284,49 @@ def test_float32_is_restored_for_the_next_run(train, tmp_path):
     train("runtime.mixed_precision=mixed_bfloat16", "strategy=one_device", run_dir=tmp_path / "mixed")
     train("strategy=one_device", run_dir=tmp_path / "plain")
     assert tf.keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_metrics_added_on_the_command_line_are_measured_in_the_replica_logged_per_split_and_evaluated(
+    train, tracking_uri, tmp_path
+):
+    """`+metrics.<name>._target_=<Keras metric>`: made in the strategy's scope, updated in the replica step, logged
+    as train_/val_/test_<name> each epoch and eval_<name> after the restore; a cross-entropy metric on the logits
+    equals the run's own test_loss (the same per-example losses, averaged), and the top-3 accuracy is at least
+    the accuracy. `~metrics.accuracy` leaves only the added ones."""
+    added = (
+        "+metrics.top3._target_=tf_keras.metrics.SparseTopKCategoricalAccuracy",
+        "+metrics.top3.k=3",
+        "+metrics.xent._target_=tf_keras.metrics.SparseCategoricalCrossentropy",
+        "+metrics.xent.from_logits=true",
+    )
+    result = train(
+        *added, "epochs=2", "dataset.validation_fraction=0.25", "strategy=one_device", run_dir=tmp_path / "a"
+    )
+    client = mlflow_client(tracking_uri)
+    run = client.get_run(result.run_id)
+    for epoch in result.history:
+        assert list(epoch.model_metrics) == [
+            f"{split}_{name}" for split in ("train", "val", "test") for name in ("loss", "accuracy", "top3", "xent")
+        ]
+        assert epoch["test_xent"] == pytest.approx(epoch["test_loss"], rel=1e-5)
+        assert epoch["val_xent"] == pytest.approx(epoch["val_loss"], rel=1e-5)
+        assert 0 <= epoch["test_accuracy"] <= epoch["test_top3"] <= 1
+    for key in ("train_top3", "val_top3", "test_xent"):
+        assert [step for step, _ in metric_history(client, result.run_id, key)] == [1, 2], key
+    final = result.history[-1]
+    assert result.eval_scores == pytest.approx(
+        {"eval_accuracy": final["test_accuracy"], "eval_top3": final["test_top3"], "eval_xent": final["test_xent"]},
+        rel=1e-5,
+    )
+    assert run.data.metrics["eval_top3"] == pytest.approx(final["test_top3"], rel=1e-6)
+
+    alone = train("~metrics.accuracy", *added, "strategy=one_device", run_dir=tmp_path / "b")
+    assert list(alone.history[0].model_metrics) == [
+        "train_loss",
+        "train_top3",
+        "train_xent",
+        "test_loss",
+        "test_top3",
+        "test_xent",
+    ]
+    assert set(alone.eval_scores) == {"eval_top3", "eval_xent"}

@@ -112,7 +112,7 @@ def test_every_epoch_logs_val_loss_and_val_accuracy_and_the_split_is_a_validatio
         assert [step for step, _ in metric_history(client, result.run_id, key)] == [1, 2]
     accuracies = [value for _, value in metric_history(client, result.run_id, "val_accuracy")]
     assert all(0.0 <= value <= 1.0 for value in accuracies) and accuracies[-1] > 0.2  # it learns: 10 classes
-    assert [epoch.val_accuracy for epoch in result.history] == accuracies
+    assert [epoch["val_accuracy"] for epoch in result.history] == accuracies
     inputs = client.get_run(result.run_id).inputs.dataset_inputs
     contexts = {tag.value for item in inputs for tag in item.tags if tag.key == "mlflow.data.context"}
     assert contexts == {"training", "evaluation", "validation"}

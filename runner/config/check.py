@@ -29,7 +29,16 @@ from runner.compat.hydra_internals import parse_command_line
 from runner.config.components import check_targets
 from runner.config.help import group_names, group_options
 from runner.config.plain import as_dict, job_config
-from runner.config.schema import TARGET_ARGUMENTS, TARGET_GROUPS, Settings, config_name, declared, group_class, register
+from runner.config.schema import (
+    OPEN_GROUPS,
+    TARGET_ARGUMENTS,
+    TARGET_GROUPS,
+    Settings,
+    config_name,
+    declared,
+    group_class,
+    register,
+)
 from runner.config.settings import sweep_settings, target_components, validate
 from runner.errors import RunnerError
 from runner.searchpath import searchpath_overrides
@@ -379,7 +388,7 @@ def _check_targets(config: DictConfig) -> None:
 def schema_keys(config: Mapping[str, Any] | None = None, hydra: Mapping[str, Any] | None = None) -> list[str]:
     """Every dotted key of the schema (and of `config`'s open groups, and of a hydra node)."""
     keys = list(_declared_paths(Settings, ""))
-    for group in TARGET_GROUPS:
+    for group in OPEN_GROUPS:
         node = config.get(group) if config is not None else None
         if isinstance(node, Mapping):
             keys.extend(f"{group}.{key!s}" for key in node if f"{group}.{key!s}" not in keys)
@@ -408,7 +417,7 @@ def _paths(node: Mapping[str, Any], prefix: str) -> Iterable[str]:
 
 def unknown_keys(config: DictConfig | Mapping[str, Any]) -> list[str]:
     """The keys of a composed config that the schema does not have (`+batch_size=128` adds one: Hydra's `+`
-    lifts OmegaConf's refusal), outside the open `_target_` groups and the hydra node."""
+    lifts OmegaConf's refusal), outside the open groups (the `_target_` groups, metrics) and the hydra node."""
     return [key for key in _paths(_unresolved(config), "") if not _declared(key)]
 
 
@@ -422,7 +431,7 @@ def _unresolved(config: DictConfig | Mapping[str, Any]) -> Mapping[str, Any]:
 def _declared(path: str) -> bool:
     """Whether the schema declares `path` (or an open group or the hydra node holds it)."""
     first = path.split(".", 1)[0]
-    return first == "hydra" or first in TARGET_GROUPS or path in _DECLARED
+    return first == "hydra" or first in OPEN_GROUPS or path in _DECLARED
 
 
 _DECLARED = frozenset(_declared_paths(Settings, ""))

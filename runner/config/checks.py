@@ -111,6 +111,11 @@ TEXT = Check(
     holds=str,
     nulls=(None, ""),
 )
+# A metric's logged name (train_loss, val_accuracy): one of the run's metric table's, which the validator checks
+# with the `metrics` group (runner.config.settings.check_metric_keys).
+METRIC_KEY = Check(
+    "it must be a metric's name, e.g. val_accuracy", lambda value: isinstance(value, str) and bool(value)
+)
 # A non-empty list of device names (null: auto-detect).
 DEVICES = Check(
     "it must be a non-empty list of device names",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import keyword
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from runner.config.checks import (
     BOOL,
     DEVICES,
     FRACTION,
+    METRIC_KEY,
     MODEL_NAME,
     TEXT,
     TRACKING_URI,
@@ -37,8 +39,9 @@ from runner.config.checks import (
     Number,
     refusal,
 )
-from runner.config.components import Component
-from runner.metric_table import DEFAULT_TABLE, DIRECTIONS
+from runner.config.components import Component, import_target
+from runner.errors import RunnerError
+from runner.metric_table import DIRECTIONS, Metric, MetricTable
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
@@ -57,6 +60,12 @@ def group(kind: type) -> Any:
     return field(default_factory=kind, metadata={"group": True})
 
 
+def metric_group() -> Any:
+    """The `metrics` mapping: the model's scores by name, each a Keras metric's `_target_` and its arguments
+    (runner.config.schema.MetricSettings)."""
+    return field(default=DEFAULT_METRICS, metadata={"metrics": True})
+
+
 def open_group(optional: bool = False, supplies: tuple[str, ...] = (), positional: int = 0) -> Any:
     """A `_target_` group: the callable and its arguments; the runner's own keys are its class's other fields.
     `optional`: a null `_target_` means none (the group's default); `supplies`: the keyword arguments the runner
@@ -65,6 +74,85 @@ def open_group(optional: bool = False, supplies: tuple[str, ...] = (), positiona
     if optional:
         return field(default=None, metadata={**facts, "optional": True})
     return field(default_factory=lambda: Component("", ""), metadata=facts)
+
+
+@dataclass(frozen=True)
+class MetricSettings:
+    """One of the model's scores (`metrics.<name>`): a Keras metric, `_target_` and its arguments, made in
+    strategy.scope() and updated inside the replica step with (labels, the model's outputs); logged as
+    train_<name>, val_<name>, test_<name> and eval_<name>. `direction` (min or max) where the runner's metric
+    table (runner.metric_table) cannot tell lower or higher better from its name or its class."""
+
+    name: str
+    component: Component
+    direction: str | None = None
+
+
+# The tutorial's score: the share of examples whose largest logit is their label.
+DEFAULT_METRICS = (
+    MetricSettings("accuracy", Component("metrics.accuracy", "tf_keras.metrics.SparseCategoricalAccuracy", {})),
+)
+METRIC_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_DIRECTION_WORDS = {"min": "minimize", "max": "maximize", "minimize": "minimize", "maximize": "maximize"}
+_METRIC_EXAMPLE = (
+    "e.g. +metrics.top5._target_=tf_keras.metrics.SparseTopKCategoricalAccuracy +metrics.top5.k=5, or ~metrics.top5 "
+    "to drop one"
+)
+
+
+def table_of(metrics: tuple[MetricSettings, ...]) -> MetricTable:
+    """The metric table (runner.metric_table) of a run with these scores: a score whose direction cannot be known
+    is refused."""
+    return MetricTable.of(_scored(each) for each in metrics)
+
+
+def _scored(metric: MetricSettings) -> Metric:
+    try:
+        return Metric.of(metric.name, metric.direction, metric.component.target)
+    except RunnerError:
+        # A class that does not exist (a typo) has no direction either: say what is wrong with it first.
+        import_target(f"{metric.component.group}._target_", metric.component.target)
+        raise
+
+
+def read_metrics(node: Any) -> tuple[MetricSettings, ...]:
+    """The `metrics` mapping as MetricSettings, each name, `_target_` and direction checked (its arguments are
+    checked against the callable by runner.config.settings.checked_targets)."""
+    if not isinstance(node, Mapping):
+        raise refusal("metrics", node, "it maps each score's name to its Keras metric", _METRIC_EXAMPLE)
+    found = []
+    for name, entry in node.items():
+        key_name = f"metrics.{name}"
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name) or name == "loss":
+            raise refusal(
+                key_name,
+                dict(entry) if isinstance(entry, Mapping) else entry,
+                "a score's name is lowercase letters, digits and _ (it becomes train_<name>, val_<name>, ...), and "
+                "not loss, the run's own",
+                f"rename it, {_METRIC_EXAMPLE}",
+            )
+        if not isinstance(entry, Mapping):
+            raise refusal(key_name, entry, "it must name a Keras metric by its _target_", _METRIC_EXAMPLE)
+        path = entry.get("_target_")
+        if not isinstance(path, str) or not path.strip() or "." not in path:
+            raise refusal(
+                f"{key_name}._target_",
+                path,
+                "it must be the dotted path of a Keras metric class (module.Class)",
+                _METRIC_EXAMPLE,
+            )
+        direction = entry.get("direction")
+        if direction is not None and direction not in _DIRECTION_WORDS:
+            raise refusal(
+                f"{key_name}.direction",
+                direction,
+                "it must be min (lower is better) or max",
+                f"pass {key_name}.direction=max for a score, min for an error",
+            )
+        arguments = {key: value for key, value in entry.items() if key not in ("_target_", "direction")}
+        chosen = None if direction is None else _DIRECTION_WORDS[direction]
+        found.append(MetricSettings(name, Component(key_name, path, arguments), chosen))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -226,10 +314,7 @@ class EarlyStoppingSettings:
     # The per-epoch metric watched, lower better for losses; null: sweep.objective where it is one, else val_loss.
     monitor: str | None = key(
         None,
-        Choice(
-            *DEFAULT_TABLE.epoch_keys(),
-            why=f"it must be a metric of every epoch, {', '.join(DEFAULT_TABLE.epoch_keys())}",
-        ),
+        METRIC_KEY,
         "pass e.g. early_stopping.monitor=val_loss, or null for sweep.objective (else val_loss)",
     )
     # The least change that counts as an improvement.
@@ -327,10 +412,7 @@ class SweepSettings:
     # where the data cannot be split (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
     objective: str | None = key(
         None,
-        Choice(
-            *DEFAULT_TABLE.result_keys,
-            why=f"a sweep job can only return one of its final numbers, {', '.join(DEFAULT_TABLE.result_keys)}",
-        ),
+        METRIC_KEY,
         "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
     )
     # Whether the sweep minimizes or maximizes its objective (and a registered model's comparison); null: the
@@ -395,6 +477,9 @@ class Settings:
     schedule: Component = open_group(supplies=("learning_rate", "total_steps"))
     # loss: loss(labels, logits, **arguments): one loss per example (averaged over the global batch).
     loss: Component = open_group(positional=2)  # labels, logits
+    # metrics: the model's scores besides its loss, by name: metrics.<name>._target_ a Keras metric class and its
+    # arguments (metrics.<name>.direction: min or max where the runner's metric table cannot tell).
+    metrics: tuple[MetricSettings, ...] = metric_group()
     # pruner: an Optuna pruner (runner.sweeps.pruning) stopping a sweep's hopeless trials; null: none.
     pruner: Component | None = open_group(optional=True)
     lr_scaling: LrScalingSettings = group(LrScalingSettings)
@@ -407,6 +492,16 @@ class Settings:
     sweep: SweepSettings = group(SweepSettings)
     # The composed config, resolved: what a run logs as its params and config.yaml. Set by the validator.
     composed: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def metric_table(self) -> MetricTable:
+        """Every key the run logs from its loss and scores, and each one's direction (runner.metric_table)."""
+        return table_of(self.metrics)
+
+
+def fix_of(kind: type, name: str) -> str:
+    """The fix a key's refusal gives, from its declaration (`name`: the field's)."""
+    return str(next(item.metadata["fix"] for item in declared(kind) if item.name == name))
 
 
 def declared(kind: type) -> list[dataclasses.Field]:
@@ -451,6 +546,8 @@ TARGET_ARGUMENTS = {
 # is checked by the sweep that uses it: runner.sweeps.pruning.check_sweep).
 REQUIRED_TARGET_PATHS = tuple(path for _, path, item in _target_fields(Settings) if not item.metadata.get("optional"))
 TARGET_GROUPS = tuple(TARGET_ARGUMENTS)
+# The groups open to any key: the `_target_` groups (a callable's arguments), and `metrics` (any score's name).
+OPEN_GROUPS = (*TARGET_GROUPS, "metrics")
 
 
 def nullable(kind: type, item: dataclasses.Field) -> bool:
@@ -465,6 +562,8 @@ def read(kind: type[Kind], node: Mapping[str, Any], prefix: str = "") -> Kind:
         name = config_name(item)
         if "group" in item.metadata:
             values[item.name] = read(group_class(kind, item), section(node, name, prefix), f"{prefix}{name}.")
+        elif "metrics" in item.metadata:
+            values[item.name] = read_metrics(node.get(name))
         elif "target" in item.metadata:  # dataset, optimizer: the group's own node is the callable's
             values[item.name] = target(prefix.rstrip(".") or name, node if prefix else section(node, name))
         else:
@@ -518,6 +617,9 @@ def _config_class(kind: type) -> type:
             fields.append((name, holds | None if nullable(kind, item) else holds, field(default=item.default)))
         elif "target" in item.metadata and kind is not Settings:  # dataset, optimizer: the callable first
             fields.insert(0, ("_target_", str, field(default=MISSING)))
+        elif "metrics" in item.metadata:  # a score's name and its Keras metric, any number of them
+            scores = {each.name: {"_target_": each.component.target} for each in DEFAULT_METRICS}
+            fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, scores))))
         elif "target" in item.metadata:  # model, schedule, loss: the callable and its arguments; pruner: none
             default = {"_target_": None} if item.metadata.get("optional") else {}
             fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, default))))
@@ -533,7 +635,7 @@ def _config_class(kind: type) -> type:
 def structured_schema() -> DictConfig:
     """The schema as the DictConfig Hydra composes over, its `_target_` groups open to any key."""
     node = OmegaConf.structured(_config_class(Settings))
-    for name in TARGET_GROUPS:
+    for name in OPEN_GROUPS:
         OmegaConf.set_struct(node[name], False)
     return node
 

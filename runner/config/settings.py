@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
 from runner.config import schema
-from runner.config.checks import TEXT, Number, refusal
+from runner.config.checks import TEXT, Choice, Number, refusal
 from runner.config.components import Component, check_targets
 from runner.config.schema import (
     REQUIRED_TARGET_PATHS,
@@ -28,7 +28,8 @@ from runner.config.schema import (
     Settings,
     SweepSettings,
 )
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import MetricTable
+from runner.outcome import DEFAULT_OBJECTIVE
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
@@ -56,6 +57,8 @@ class Rule(NamedTuple):
         if not self.breaks(settings):
             return
         words = {"strategy": strategy, "keras3": KERAS3_UNSUPPORTED.get(strategy or ""), "s": settings}
+        if isinstance(getattr(settings, "table", None), MetricTable):  # a sweep's: its jobs' metrics
+            words["per_epoch"] = ", ".join(settings.table.per_epoch_keys)
         where = (self.path or self.key).removeprefix(f"{self.group}." if self.group else "")
         raise refusal(
             self.key, operator.attrgetter(where)(settings), self.why.format(**words), self.fix.format(**words)
@@ -64,7 +67,6 @@ class Rule(NamedTuple):
 
 # The group of the rules over a whole sweep (runner.sweeps.sweep_config.SweepConfig), not over a run's Settings.
 SWEEP = "sweep_config"
-_PER_EPOCH = ", ".join(DEFAULT_TABLE.per_epoch_keys)
 
 RULES = (
     Rule(
@@ -159,11 +161,11 @@ RULES = (
         lambda sweep: (
             sweep.pruner is not None
             and not sweep.prunes_replicates
-            and sweep.objective not in DEFAULT_TABLE.per_epoch_keys
+            and sweep.objective not in sweep.table.per_epoch_keys
         ),
         "pruner={s.pruner_option} compares each epoch's objective, and {s.objective} exists only once training has "
         "ended",
-        f"pass a per-epoch objective ({_PER_EPOCH}), e.g. sweep.objective=val_accuracy (a validation split's: a "
+        "pass a per-epoch objective ({per_epoch}), e.g. sweep.objective=val_accuracy (a validation split's: a "
         "test-set objective makes the winner's test score optimistic), or pruner=none",
         path="objective",
         group=SWEEP,
@@ -190,11 +192,34 @@ RULES = (
 def validate(config: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
     settings = dataclasses.replace(schema.read(Settings, config), composed=config)
+    table = settings.metric_table
+    check_metric_keys(table, settings.sweep)
+    monitor = settings.early_stopping.monitor
+    _check_metric_key(table.epoch_keys(), "early_stopping.monitor", monitor, "it must be a metric of every epoch")
     for rule in RULES:
         if rule.group != SWEEP:  # a sweep's, checked by its sweeper before its parent run
             rule.check(getattr(settings, rule.group) if rule.group else settings, settings.strategy.name)
     settings = _with_arguments(settings)
     return dataclasses.replace(settings, init=init_settings(schema.section(config, "init")))
+
+
+def metric_table_of(config: Mapping[str, Any]) -> MetricTable:
+    """The metric table of a composed config's `metrics` alone (a sweep's, before its jobs validate the rest); the
+    default's where the config has none (a study started from a bare config)."""
+    node = config.get("metrics")
+    return schema.table_of(schema.read_metrics(node) if node is not None else schema.DEFAULT_METRICS)
+
+
+def check_metric_keys(table: MetricTable, sweep: SweepSettings) -> None:
+    """sweep.objective is one of the numbers a finished run of this table has."""
+    why = "a sweep job can only return one of its final numbers"
+    _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
+
+
+def _check_metric_key(keys: tuple[str, ...], key: str, value: str | None, why: str) -> None:
+    group, _, name = key.partition(".")
+    kind = {"sweep": SweepSettings, "early_stopping": schema.EarlyStoppingSettings}[group]
+    Choice(*keys, why=f"{why}, {', '.join(keys)}")(key, value, schema.fix_of(kind, name), nullable=True)
 
 
 def mlflow_settings(config: Mapping[str, Any]) -> MlflowSettings:
@@ -208,8 +233,19 @@ def mlflow_settings(config: Mapping[str, Any]) -> MlflowSettings:
 
 
 def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
-    """The sweep group validated alone: the objective and the seeds."""
-    return schema.read(SweepSettings, schema.section(config, "sweep"), "sweep.")
+    """The sweep group validated alone, its objective against the config's metrics: the objective and the seeds."""
+    settings = schema.read(SweepSettings, schema.section(config, "sweep"), "sweep.")
+    table = metric_table_of(config)
+    check_metric_keys(table, settings)
+    if settings.objective is None and DEFAULT_OBJECTIVE not in table.result_keys:
+        scores = ", ".join(f"val_{each.name}" for each in table.scores) or "val_loss"
+        raise refusal(
+            "sweep.objective",
+            None,
+            f"null chooses on {DEFAULT_OBJECTIVE}, and this sweep's metrics have no accuracy",
+            f"name the objective, e.g. sweep.objective={scores.split(', ')[0]} (one of {scores}, val_loss)",
+        )
+    return settings
 
 
 def target_components(config: Mapping[str, Any], groups: tuple[str, ...] = TARGET_GROUPS) -> list[Component]:
@@ -226,7 +262,12 @@ def checked_targets(settings: Settings) -> Settings:
     checked = check_targets([operator.attrgetter(path)(settings) for path in paths], TARGET_ARGUMENTS)
     for path, component in zip(paths, checked, strict=True):
         settings = _replaced(settings, path, component)
-    return settings
+    metrics = [each.component for each in settings.metrics]
+    scores = check_targets(metrics, {each.group: ((), 0) for each in metrics})  # the runner supplies no argument
+    return dataclasses.replace(
+        settings,
+        metrics=tuple(dataclasses.replace(each, component=c) for each, c in zip(settings.metrics, scores, strict=True)),
+    )
 
 
 def _replaced(node: Any, path: str, value: Any) -> Any:

@@ -24,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.check import check_sweep_points
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
-from runner.metric_table import DEFAULT_TABLE
 from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study
@@ -261,6 +260,7 @@ def _facts(config: DictConfig, sweep: SweepConfig, sweep_dir: str) -> SweepFacts
     return SweepFacts(
         objective=sweep.objective,
         direction=sweep.direction,
+        table=sweep.table,
         fallback=FALLBACK_OBJECTIVE if default else None,
         asked=not default,
         study=find_study(sweep_dir, {}, config),
@@ -282,7 +282,7 @@ def _register_best(client, sweep: SweepConfig, sweep_dir: str, parent_id: str, b
             best.run_id,
             objective,
             best.metrics[objective],
-            DEFAULT_TABLE.lower_is_better(objective, sweep.direction),  # what it chose by (the fallback, if so)
+            sweep.table.lower_is_better(objective, sweep.direction),  # what it chose by (the fallback, if so)
             tags={SWEEP_TAG: parent_id},
         )
     except MlflowException as error:

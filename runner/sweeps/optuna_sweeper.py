@@ -30,9 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
 from runner.config.schema import SweepSettings
-from runner.config.settings import mlflow_settings, sweep_settings
+from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings
 from runner.errors import RunnerError
-from runner.metric_table import DEFAULT_TABLE, DIRECTIONS
+from runner.metric_table import DIRECTIONS
 from runner.outcome import DEFAULT_OBJECTIVE
 from runner.sweeps.launchers import class_path, launcher_of
 from runner.sweeps.study import (
@@ -352,7 +352,8 @@ def _direction(value: Any, config: DictConfig) -> Literal["minimize", "maximize"
     # A study started from a bare config (the sweeper's own tests, the bookkeeping bench) has no sweep group.
     sweep = sweep_settings(config) if OmegaConf.select(config, "sweep") is not None else SweepSettings()
     objective = sweep.objective or DEFAULT_OBJECTIVE
-    return "minimize" if DEFAULT_TABLE.lower_is_better(objective, direction_of(name, sweep.direction)) else "maximize"
+    lower = metric_table_of(config).lower_is_better(objective, direction_of(name, sweep.direction))
+    return "minimize" if lower else "maximize"
 
 
 def _check_continued_direction(study: optuna.Study, direction: str, storage: str) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import MetricTable
 from runner.sweeps import summary as sweep_summary
 from runner.sweeps.report import StudySource, write_report
 
@@ -20,6 +20,7 @@ class SweepFacts:
 
     objective: str  # what chooses (sweep.objective, or the one its end recorded)
     direction: str | None  # the sweep's (runner.sweeps.sweep_config.direction_of; None: the objective's own)
+    table: MetricTable  # the jobs' metrics (the sweep's `metrics`): the objective's direction, the columns, curves
     fallback: str | None  # where no finished job has `objective` (the default on data that could not be split)
     asked: bool  # sweep.objective named the objective
     study: StudySource | None  # an Optuna sweep's study, for the parameter importances
@@ -35,11 +36,12 @@ def write_outputs(
         client,
         parent_id,
         facts.objective,
-        DEFAULT_TABLE.lower_is_better(facts.objective, facts.direction),
+        facts.table.lower_is_better(facts.objective, facts.direction),
         fallback=facts.fallback,
         asked=facts.asked,
+        table=facts.table,
     )
     paths = sweep_summary.write(summary, directory)
-    lower = DEFAULT_TABLE.lower_is_better(summary.objective, facts.direction)
+    lower = facts.table.lower_is_better(summary.objective, facts.direction)
     paths.append(write_report(summary, directory, sweep_dir, lower, facts.study, facts.log_keys))
     return summary, paths

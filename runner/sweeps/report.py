@@ -30,7 +30,7 @@ from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotl
 
 from runner.errors import RunnerError
 from runner.sweeps.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
-from runner.sweeps.summary import REPORT_CURVE_METRICS, ConfigurationRow, JobRow, Summary, every_job_failed, methods
+from runner.sweeps.summary import ConfigurationRow, JobRow, Summary, every_job_failed, methods
 from runner.sweeps.terms import what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
 
@@ -341,12 +341,13 @@ def _job_label(job: JobRow) -> str:
 
 def _curves(summary: Summary) -> str:
     parts = ["<h2>Curves</h2>"]
-    for metric in REPORT_CURVE_METRICS:
+    drawn = summary.table.curve_keys("val")
+    for metric in drawn:
         figure = curves_figure(summary, metric)
         if figure is not None:
             parts.append(_figure_html(figure, f"curves-{metric}"))
     if len(parts) == 1:
-        parts.append(f"<p>No run logged {', '.join(REPORT_CURVE_METRICS)} per epoch.</p>")
+        parts.append(f"<p>No run logged {', '.join(drawn)} per epoch.</p>")
     else:
         parts.append(
             '<p class="note">Each configuration: its mean over the seeds and folds that trained every epoch (line) '

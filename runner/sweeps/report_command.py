@@ -23,7 +23,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import OmegaConf
 
+from runner.config.settings import metric_table_of
 from runner.errors import RunnerError
+from runner.metric_table import DEFAULT_TABLE
 from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE
 from runner.sweeps.outputs import SweepFacts, write_outputs
 from runner.sweeps.report import find_study, given_overrides, log_scaled_keys
@@ -163,6 +165,7 @@ def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local
     return SweepFacts(
         objective=objective,
         direction=direction,
+        table=metric_table_of(config) if config is not None else DEFAULT_TABLE,
         fallback=None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else FALLBACK_OBJECTIVE,
         asked=asked,
         study=find_study(local_dir, given, config),

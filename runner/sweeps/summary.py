@@ -19,7 +19,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import BEST_METRICS_STEP_TAG, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
 from runner.sweeps.histories import read_histories
@@ -54,9 +54,10 @@ MARKDOWN_FILE = "sweep_summary.md"
 JOBS_CSV_FILE = "sweep_jobs.csv"  # one row per job (per seed)
 JOBS_MARKDOWN_FILE = "sweep_jobs.md"
 CURVES_FILE = "sweep_curves.png"
-CURVE_METRICS = DEFAULT_TABLE.curve_keys("test")  # the PNG's
-REPORT_CURVE_METRICS = DEFAULT_TABLE.curve_keys("val")  # the HTML report's (runner.sweeps.report)
-RESULT_KEYS = DEFAULT_TABLE.result_keys  # the tables' columns
+# The default experiment's: the PNG's curves, the HTML report's (runner.sweeps.report); a sweep's own are its
+# table's (Summary.table).
+CURVE_METRICS = DEFAULT_TABLE.curve_keys("test")
+REPORT_CURVE_METRICS = DEFAULT_TABLE.curve_keys("val")
 _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 
 
@@ -197,6 +198,7 @@ class Summary:
 
     swept_keys: tuple[str, ...] = ()  # the keys the sweep varies, as the parent run names them (without seed, fold)
     stopped_early: str = ""  # why an Optuna study's terminator ended it before n_trials (STOPPED_EARLY_TAG)
+    table: MetricTable = DEFAULT_TABLE  # the jobs' metrics (the sweep's `metrics`): the columns and curves
 
     @property
     def failed(self) -> list[JobRow]:
@@ -256,7 +258,7 @@ class Summary:
     def markdown(self) -> str:
         """The configurations: n and mean ± standard deviation of each final metric, then the best one."""
         interval = f"{self.objective} {LEVEL:.0%} CI"
-        header = ["configuration", "n", *RESULT_KEYS, WALL_SECONDS, interval, "compared with the best"]
+        header = ["configuration", "n", *self.table.result_keys, WALL_SECONDS, interval, "compared with the best"]
         comparisons = self.comparisons()
         lines = [
             self._heading(),
@@ -286,7 +288,7 @@ class Summary:
             return "| " + " | ".join([_cell(row.configuration), shown] + [""] * (columns - 2)) + " |"
         out_of = "" if row.n == row.replicate_count else f" of {row.replicate_count}"
         cells = [_cell(row.configuration), f"{row.n}{out_of}"]
-        cells += [_mean_std(key, row.mean(key), row.std(key)) for key in RESULT_KEYS]
+        cells += [_mean_std(key, row.mean(key), row.std(key)) for key in self.table.result_keys]
         walls = [job.wall_seconds for job in row.finished if job.wall_seconds is not None]
         cells.append(_format(WALL_SECONDS, statistics.fmean(walls) if walls else None))
         cells.append(_interval(self.objective, self.interval(row)))
@@ -341,18 +343,17 @@ class Summary:
 
     def jobs_markdown(self) -> str:
         """One row per job: its final numbers, wall time and status."""
-        header = ["job", "overrides", "status", *RESULT_KEYS, WALL_SECONDS]
+        keys = self.table.result_keys
+        header = ["job", "overrides", "status", *keys, WALL_SECONDS]
         lines = [
             f"Jobs of sweep {self.sweep}",
             "",
             "| " + " | ".join(header) + " |",
-            "|"
-            + "|".join("---:" if name in RESULT_KEYS or name in ("job", WALL_SECONDS) else "---" for name in header)
-            + "|",
+            "|" + "|".join("---:" if name in keys or name in ("job", WALL_SECONDS) else "---" for name in header) + "|",
         ]
         for row in self.rows:
             cells = [str(row.job), _cell(row.overrides), row.shown_status]
-            cells += [_format(key, row.metrics.get(key)) for key in RESULT_KEYS]
+            cells += [_format(key, row.metrics.get(key)) for key in keys]
             cells.append(_format(WALL_SECONDS, row.wall_seconds))
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
@@ -432,6 +433,7 @@ def collect(
     lower_is_better: bool,
     fallback: str | None = None,
     asked: bool = True,
+    table: MetricTable = DEFAULT_TABLE,
 ) -> Summary:
     """One row per (job number, seed, fold); configurations group the rows, the best is picked among those that
     finished. `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data
@@ -440,7 +442,7 @@ def collect(
     swept_keys = tuple(
         key for key in parent.data.tags.get(SWEPT_KEYS_TAG, "").split(",") if key and key not in (SEED_KEY, FOLD_TAG)
     )
-    rows = _job_rows(client, _latest_children(client, parent_id), swept_keys)
+    rows = _job_rows(client, _latest_children(client, parent_id), swept_keys, table)
     finished = [row for row in rows if row.finished]
     # Only finished jobs tell whether the data could be split: where none finished, the objective stays as asked.
     if fallback is not None and finished and not any(objective in row.metrics for row in finished):
@@ -457,7 +459,7 @@ def collect(
     sweep = run_name_for(parent.data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
     stopped = parent.data.tags.get(STOPPED_EARLY_TAG, "")
     return Summary(
-        sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys, stopped
+        sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys, stopped, table
     )
 
 
@@ -477,12 +479,14 @@ def _latest_children(client: MlflowClient, parent_id: str) -> list[tuple[tuple[i
 
 
 def _job_rows(
-    client: MlflowClient, children: list[tuple[tuple[int, str, str], Run]], swept_keys: tuple[str, ...]
+    client: MlflowClient,
+    children: list[tuple[tuple[int, str, str], Run]],
+    swept_keys: tuple[str, ...],
+    table: MetricTable,
 ) -> list[JobRow]:
     # A job re-run after an interruption logs its epochs again: the latest value per epoch wins.
-    curves = read_histories(
-        client, [run.info.run_id for _, run in children], dict.fromkeys(CURVE_METRICS + REPORT_CURVE_METRICS)
-    )
+    drawn = dict.fromkeys(table.curve_keys("test") + table.curve_keys("val"))
+    curves = read_histories(client, [run.info.run_id for _, run in children], drawn)
     rows = []
     for (number, seed, fold), run in children:
         metrics = run.data.metrics
@@ -495,7 +499,7 @@ def _job_rows(
                 overrides=run.info.run_name or "",
                 all_overrides=run.data.tags.get(OVERRIDES_TAG, ""),
                 status=run.info.status,
-                metrics={key: metrics[key] for key in RESULT_KEYS if key in metrics},
+                metrics={key: metrics[key] for key in table.result_keys if key in metrics},
                 wall_seconds=wall,
                 run_id=run.info.run_id,
                 error=run.data.tags.get(ERROR_TAG, ""),
@@ -560,19 +564,21 @@ def write(summary: Summary, directory: str) -> list[str]:
         paths.append(os.path.join(directory, name))
         with open(paths[-1], "w") as handle:
             handle.write(text)
+    drawn = summary.table.curve_keys("test")
     bands = {
-        f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in CURVE_METRICS}
+        f"{row.configuration} (n={row.n})": {metric: row.band(metric) for metric in drawn}
         for row in summary.configurations
         if row.n
     }
-    paths.append(plot_sweep_curves(bands, os.path.join(directory, CURVES_FILE), title=summary.sweep))
+    path = os.path.join(directory, CURVES_FILE)
+    paths.append(plot_sweep_curves(bands, path, title=summary.sweep, score=drawn[0] if summary.table.scores else None))
     return paths
 
 
 def _write_configurations_csv(summary: Summary, directory: str) -> str:
     """sweep_summary.csv: a row per configuration, its statistics, interval and comparison with the best."""
     path = os.path.join(directory, CSV_FILE)
-    stats = [f"{key}_{stat}" for key in RESULT_KEYS for stat in ("mean", "std")]
+    stats = [f"{key}_{stat}" for key in summary.table.result_keys for stat in ("mean", "std")]
     objective = summary.objective
     low, high, method = f"{objective}_ci95_low", f"{objective}_ci95_high", f"{objective}_ci95_method"
     columns = ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, method, "compared_with_best"]
@@ -582,7 +588,7 @@ def _write_configurations_csv(summary: Summary, directory: str) -> str:
         writer.writeheader()
         for row in summary.configurations:
             values: dict[str, object] = {"configuration": row.configuration, "n": row.n, "jobs": row.replicate_count}
-            for key in RESULT_KEYS:
+            for key in summary.table.result_keys:
                 values[f"{key}_mean"], values[f"{key}_std"] = row.mean(key), row.std(key)
             interval = summary.interval(row)
             values[low], values[high] = interval.bounds or (None, None)
@@ -594,16 +600,15 @@ def _write_configurations_csv(summary: Summary, directory: str) -> str:
     return path
 
 
-_JOB_COLUMNS = [
-    "job", "seed", "configuration", "overrides", "status", PRUNED_TAG, STOPPED_AT_EPOCH_TAG, *RESULT_KEYS, WALL_SECONDS
-]  # fmt: skip
+_JOB_COLUMNS = ["job", "seed", "configuration", "overrides", "status", PRUNED_TAG, STOPPED_AT_EPOCH_TAG]
 
 
 def _write_jobs_csv(summary: Summary, directory: str) -> str:
     """sweep_jobs.csv: a row per job (per seed and fold), its final numbers and how it ended."""
     path = os.path.join(directory, JOBS_CSV_FILE)
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, [*_JOB_COLUMNS, "run_id", "all_overrides", "error"])
+        columns = [*_JOB_COLUMNS, *summary.table.result_keys, WALL_SECONDS, "run_id", "all_overrides", "error"]
+        writer = csv.DictWriter(handle, columns)
         writer.writeheader()
         for job in summary.rows:
             writer.writerow(

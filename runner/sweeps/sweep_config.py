@@ -17,9 +17,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.schema import MlflowSettings, SweepSettings
-from runner.config.settings import mlflow_settings, sweep_settings
+from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings
 from runner.errors import RunnerError
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import MetricTable
 from runner.sweeps.study import SWEEPER_TARGET
 from runner.sweeps.terms import DEFAULT_OBJECTIVE, worst_value
 
@@ -77,6 +77,7 @@ class SweepConfig:
     sweeper: str | None  # hydra.sweeper._target_
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
     terminate: Any  # hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.terminator), None: none
+    table: MetricTable  # the jobs' metrics, from the `metrics` group: what the objective can be, and its direction
     epochs: int  # a trial's runs continue one another's steps, epochs apart
     # A job's own values, as composed (its training process validates them).
     seed: Any
@@ -98,6 +99,7 @@ class SweepConfig:
             sweeper=OmegaConf.select(hydra, "sweeper._target_"),
             pruner=pruner_node(config),
             terminate=OmegaConf.select(hydra, "sweeper.terminate"),
+            table=metric_table_of(config),
             seed=config.get("seed"),
             epochs=int(config.epochs),
             progress=config.get("progress"),
@@ -123,12 +125,12 @@ class SweepConfig:
 
     @property
     def lower_is_better(self) -> bool:
-        return DEFAULT_TABLE.lower_is_better(self.objective, self.direction)
+        return self.table.lower_is_better(self.objective, self.direction)
 
     @property
     def worst(self) -> float:
         """What a failed job returns (runner.sweeps.terms.worst_value)."""
-        return worst_value(self.objective, self.direction)
+        return worst_value(self.objective, self.direction, self.table)
 
     @property
     def seeds(self) -> list[Any]:

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from runner.config.settings import sweep_settings
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import DEFAULT_OBJECTIVE
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
@@ -77,10 +77,10 @@ def what_chose(objective: str, asked: bool) -> str:
     return f"{objective} chose the winner (a training metric); its test metrics are reported beside."
 
 
-def worst_value(objective: str, sweeper_direction: Any = None) -> float:
+def worst_value(objective: str, sweeper_direction: Any = None, table: MetricTable = DEFAULT_TABLE) -> float:
     """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
     such a trial as FAIL)."""
-    return float("inf") if DEFAULT_TABLE.lower_is_better(objective, sweeper_direction) else float("-inf")
+    return float("inf") if table.lower_is_better(objective, sweeper_direction) else float("-inf")
 
 
 def run_name_for(path: str) -> str:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from runner.metric_table import DEFAULT_TABLE
 from runner.outcome import BEST_METRICS_STEP_TAG
 from runner.plots import plot_curves
 from runner.tracking.artifacts import MODEL_NAME
 from runner.tracking.protocol import Tracker
-from runner.training.checkpoints import Checkpointer, evaluate_accuracy, restore_without_strategy
+from runner.training.checkpoints import Checkpointer, evaluate_scores, restore_without_strategy
 from runner.training.controller import EpochResult
 from runner.training.early_stopping import EarlyStopping
 
@@ -28,8 +27,9 @@ log = logging.getLogger("runner")
 
 class RestoreAndEvaluate:
     """The tutorial's last step: the newest checkpoint restored into a fresh model without any strategy, and its
-    accuracy on the test set logged as `eval_accuracy`. With checkpoint.keep_best (`early_stopping`), the weights
-    are the best epoch's, kept in that checkpoint (runner.training.early_stopping)."""
+    scores on the test set logged as `eval_<name>` (`eval_accuracy`; `build_scores`: new Keras metrics by name).
+    With checkpoint.keep_best (`early_stopping`), the weights are the best epoch's, kept in that checkpoint
+    (runner.training.early_stopping)."""
 
     def __init__(
         self,
@@ -38,6 +38,7 @@ class RestoreAndEvaluate:
         test_batches: tf.data.Dataset,
         tracker: Tracker,
         last_epoch: tf.Variable,
+        build_scores: Callable[[], dict[str, Any]],
         early_stopping: EarlyStopping | None = None,
     ):
         self.checkpointer = checkpointer
@@ -46,9 +47,10 @@ class RestoreAndEvaluate:
         self.build_model = build_model
         self.test_batches = test_batches
         self.tracker = tracker
+        self.build_scores = build_scores
         self.model: tf.keras.Model | None = None
-        self.accuracy = float("nan")
-        self.epoch = 0  # the epoch whose weights the model holds, once restored: the step of eval_accuracy
+        self.scores: dict[str, float] = {}  # eval_<name>, once restored and evaluated
+        self.epoch = 0  # the epoch whose weights the model holds, once restored: the step of the eval_* metrics
 
     def __call__(self, history: list[EpochResult]) -> None:
         latest = self.checkpointer.latest
@@ -56,10 +58,12 @@ class RestoreAndEvaluate:
         self.model = restore_without_strategy(latest, self.build_model)
         best = self.early_stopping.restore_best_into(self.model) if self.early_stopping is not None else None
         self.epoch = best if best is not None else int(self.last_epoch.numpy())
-        self.accuracy = evaluate_accuracy(self.model, self.test_batches)
-        self.tracker.log_metrics({"eval_accuracy": self.accuracy}, step=self.epoch)
+        scores = evaluate_scores(self.model, self.test_batches, self.build_scores())
+        self.scores = {f"eval_{name}": value for name, value in scores.items()}
+        self.tracker.log_metrics(self.scores, step=self.epoch)
         weights = f" with the weights of its best epoch, {best} (checkpoint.keep_best)" if best is not None else ""
-        log.info("restored %s without a strategy%s: eval_accuracy %.4f", latest, weights, self.accuracy)
+        said = ", ".join(f"{key} {value:.4f}" for key, value in self.scores.items()) or "no score (metrics is empty)"
+        log.info("restored %s without a strategy%s: %s", latest, weights, said)
 
 
 class TagEarlyStopping:
@@ -81,10 +85,13 @@ class LogBestEpochMetrics:
     of each metric (the column `mlflow ui` shows, what a sweep compares on its objective, what the summary lists
     and the registration compares) is then that of the model it hands over."""
 
-    def __init__(self, restored: RestoreAndEvaluate, last_epoch: tf.Variable, tracker: Tracker):
+    def __init__(
+        self, restored: RestoreAndEvaluate, last_epoch: tf.Variable, tracker: Tracker, epoch_keys: tuple[str, ...]
+    ):
         self.restored = restored
         self.last_epoch = last_epoch  # the training state's epoch counter
         self.tracker = tracker
+        self.epoch_keys = epoch_keys  # the run's per-epoch model metrics (runner.metric_table)
 
     def __call__(self, history: list[EpochResult]) -> None:
         model_epoch, last = self.restored.epoch, int(self.last_epoch.numpy())
@@ -93,7 +100,7 @@ class LogBestEpochMetrics:
         best = {
             key: value
             for key, points in self.tracker.metric_histories().items()
-            if key in DEFAULT_TABLE.epoch_keys()
+            if key in self.epoch_keys
             for step, value in points
             if step == model_epoch
         }
@@ -105,11 +112,19 @@ class LogBestEpochMetrics:
 class PlotCurves:
     """curves.png: the run's per-epoch metrics, whichever invocation logged them, in the run directory and MLflow."""
 
-    def __init__(self, tracker: Tracker, path: str, title: str, last_epoch: tf.Variable):
+    def __init__(
+        self,
+        tracker: Tracker,
+        path: str,
+        title: str,
+        last_epoch: tf.Variable,
+        metrics: tuple[str, ...] = ("loss", "accuracy"),
+    ):
         self.tracker = tracker
         self.path = path
         self.title = title
         self.last_epoch = last_epoch  # the training state's epoch counter
+        self.metrics = metrics  # a panel each: the loss, then the scores (runner.metric_table)
 
     def __call__(self, history: list[EpochResult]) -> None:
         # Epochs only: not the best epoch's metrics logged again after the last (LogBestEpochMetrics).
@@ -118,7 +133,7 @@ class PlotCurves:
             key: [(step, value) for step, value in points if step <= last]
             for key, points in self.tracker.metric_histories().items()
         }
-        self.tracker.log_artifact(plot_curves(epochs, self.path, title=self.title))
+        self.tracker.log_artifact(plot_curves(epochs, self.path, title=self.title, metrics=self.metrics))
 
 
 @dataclass(frozen=True)

@@ -125,13 +125,20 @@ def _build_state(
             lambda variables: prepare_optimizer(
                 experiment.build_optimizer(rate), variables, loss_scaling=policy == "mixed_float16"
             ),
+            experiment.build_scores,
         )
 
 
 def _build_early_stopping(settings: Settings, data: TrainingData, state: TrainingState) -> EarlyStopping | None:
     """The state of early stopping and checkpoint.keep_best (None: neither); before the run exists, so that a
     monitor the data cannot give leaves no run behind."""
-    watch = watch_of(settings.early_stopping, settings.checkpoint, settings.sweep.objective, data.has_validation)
+    watch = watch_of(
+        settings.early_stopping,
+        settings.checkpoint,
+        settings.sweep.objective,
+        data.has_validation,
+        settings.metric_table,
+    )
     return EarlyStopping(watch, state.model) if watch is not None else None
 
 

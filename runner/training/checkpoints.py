@@ -25,27 +25,37 @@ log = logging.getLogger("runner")
 class PartialEpoch(tf.Module):
     """How far the epoch after the checkpoint's epoch counter had got when the checkpoint was saved: written
     by a preemption mid-epoch (zero at an epoch's end), so that a resume continues at the next batch and the
-    epoch's train_loss and train_accuracy still cover all of its steps.
+    epoch's train_loss and each train_<score> still cover all of its steps.
 
     Plain variables, created outside any strategy scope: the values are the job's (summed over replicas and
-    workers), the same in every process, whatever the strategy.
+    workers), the same in every process, whatever the strategy. `scores`: each training score's state (the values
+    of its Keras metric's variables), by name.
     """
 
-    def __init__(self):
+    def __init__(self, scores: Mapping[str, Any] | None = None):
         super().__init__(name="partial_epoch")
         self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")  # steps of the epoch trained
         self.loss_total = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="loss_total")  # their losses' sum
-        self.correct = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="correct")  # train_accuracy's total
-        self.examples = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="examples")  # ... and its count
+        self.examples = tf.Variable(0.0, dtype=tf.float32, trainable=False, name="examples")  # examples trained
+        self.scores = {
+            name: [
+                tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False, name=f"{name}_{index}")
+                for index, variable in enumerate(metric.variables)
+            ]
+            for name, metric in (scores or {}).items()
+        }
 
-    def record(self, steps: int, loss_total, correct, examples) -> None:
+    def record(self, steps: int, loss_total, examples, scores: Mapping[str, list[Any]]) -> None:
         self.steps.assign(steps)
         self.loss_total.assign(loss_total)
-        self.correct.assign(correct)
         self.examples.assign(examples)
+        for name, values in scores.items():
+            for variable, value in zip(self.scores[name], values, strict=True):
+                variable.assign(value)
 
     def clear(self) -> None:
-        self.record(0, 0.0, 0.0, 0.0)
+        zeros = {name: [tf.zeros_like(variable) for variable in kept] for name, kept in self.scores.items()}
+        self.record(0, 0.0, 0.0, zeros)
 
 
 class Checkpointer:
@@ -71,7 +81,7 @@ class Checkpointer:
         self.state = state
         self.every_epochs = settings.every_epochs
         self.epochs = epochs
-        self.partial = PartialEpoch()
+        self.partial = PartialEpoch(state.train_scores)
         # `extra`: more of the run's state to keep with each checkpoint (early stopping's, under its name).
         parts = {"model": state.model, "optimizer": state.optimizer, "epoch": state.epoch, **(extra or {})}
         self.checkpoint = tf.train.Checkpoint(**parts, partial_epoch=self.partial)
@@ -131,8 +141,11 @@ class Checkpointer:
             if reason:
                 log.warning("checkpoint %s is unreadable (%s): skipped for the one before", path, reason)
                 continue
-            has_partial = any(
-                name.startswith("partial_epoch/") for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+            names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+            # A checkpoint of an older runner kept no score's state: its partial epoch starts over.
+            has_partial = any(name.startswith("partial_epoch/") for name in names) and all(
+                any(name.startswith(f"partial_epoch/scores/{score}/") for name in names)
+                for score in self.partial.scores
             )
             self.partial.clear()
             try:
@@ -237,19 +250,25 @@ def restore_without_strategy(checkpoint_path: str, build_model) -> tf.keras.Mode
     return model
 
 
-def evaluate_accuracy(model: tf.keras.Model, test_dataset: tf.data.Dataset) -> float:
-    """Accuracy of `model` (outside any strategy) on the test batches."""
-    accuracy = tf.keras.metrics.SparseCategoricalAccuracy(name="eval_accuracy")
+def evaluate_scores(
+    model: tf.keras.Model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any]
+) -> dict[str, float]:
+    """Each of `scores` (new Keras metrics, by name) of `model`, outside any strategy, on the test batches."""
 
     @tf.function
     def eval_step(images, labels):
-        accuracy.update_state(labels, model(images, training=False))
+        outputs = model(images, training=False)
+        for metric in scores.values():
+            metric.update_state(labels, outputs)
 
     for images, labels in test_dataset:
         eval_step(images, labels)
-    return float(accuracy.result())
+    return {name: float(metric.result()) for name, metric in scores.items()}
 
 
-def evaluate_without_strategy(checkpoint_path: str, build_model, test_dataset: tf.data.Dataset) -> float:
-    """Accuracy of the checkpointed model, restored into a fresh model outside any strategy."""
-    return evaluate_accuracy(restore_without_strategy(checkpoint_path, build_model), test_dataset)
+def evaluate_without_strategy(
+    checkpoint_path: str, build_model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any]
+) -> dict[str, float]:
+    """`scores` (new Keras metrics, by name) of the checkpointed model, restored into a fresh model outside any
+    strategy."""
+    return evaluate_scores(restore_without_strategy(checkpoint_path, build_model), test_dataset, scores)

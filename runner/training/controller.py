@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
@@ -28,26 +28,31 @@ from runner.training.steps import NON_FINITE_LOSS, ReplicaSteps, TrainingState
 @dataclass(frozen=True)
 class EpochResult:
     epoch: int
-    train_loss: float
-    train_accuracy: float
-    test_loss: float
-    test_accuracy: float
+    # The model's metrics by their logged names (runner.metric_table): train_loss and each score's train_<name>,
+    # then val_* (only where the run has a validation split) and test_*, in the table's order.
+    model_metrics: dict[str, float]
     examples_per_second: float
     learning_rate: float
     steps: int
     examples: int
     train_seconds: float
-    # The validation split's (dataset.validation_fraction); None: the run has none.
-    val_loss: float | None = None
-    val_accuracy: float | None = None
+
+    def __getitem__(self, key: str) -> float:
+        """A model metric by its logged name: result["val_accuracy"]."""
+        return self.model_metrics[key]
+
+    @property
+    def train_loss(self) -> float:
+        return self.model_metrics["train_loss"]
+
+    @property
+    def has_validation(self) -> bool:
+        return "val_loss" in self.model_metrics
 
     def metrics(self) -> dict[str, float]:
         """The per-epoch metrics logged to MLflow (val_* only where the run has a validation split)."""
-        values = asdict(self)
-        keys = ["train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate"]
-        if self.val_loss is not None:
-            keys[2:2] = ["val_loss", "val_accuracy"]
-        return {key: values[key] for key in keys}
+        speed = {"examples_per_second": self.examples_per_second, "learning_rate": self.learning_rate}
+        return {**self.model_metrics, **speed}
 
 
 class Listener(Protocol):
@@ -81,7 +86,7 @@ class EpochPasses:
 
     loop: TrainingLoop
     evaluate: Callable[[], None]
-    validate: Callable[[], tuple[float, float]] | None
+    validate: Callable[[], dict[str, float]] | None
     reaper: IteratorReaper
 
     def release_iterators(self) -> None:
@@ -149,6 +154,24 @@ class _StepBoundaries:
         self.guard.at_step_boundary()
 
 
+class ScoreResults:
+    """A score's result from its state's values (runner.training.controller.Controller._train_scores): a copy of
+    each training score, made outside any strategy, whose variables are set to the values before it computes."""
+
+    def __init__(self, scores: dict[str, Any]):
+        self._scores = scores
+        self._copies: dict[str, Any] = {}
+
+    def result(self, name: str, values: list[tf.Tensor]) -> float:
+        if name not in self._copies:
+            metric = self._scores[name]
+            self._copies[name] = type(metric).from_config(metric.get_config())
+        copy = self._copies[name]
+        for variable, value in zip(copy.variables, values, strict=True):
+            variable.assign(value)
+        return float(copy.result())
+
+
 class _Stop(enum.Enum):
     """Why training stops before its last epoch: a listener asked (a pruned trial: the run's `stopped` end
     actions), or early stopping ended it (the `finished` ones: the run is done)."""
@@ -189,22 +212,30 @@ class Controller:
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
         self.resumes_mid_epoch = passes.loop.resumes_mid_epoch
         self._boundaries: _StepBoundaries | None = None  # while an epoch's steps run
+        self._results = ScoreResults(state.train_scores)
 
-    def _partial_accuracy(self, done_steps: int) -> tuple[float, float]:
-        """train_accuracy's (total, count) over the epoch's steps trained before the resume."""
+    def _train_scores(self, done_steps: int) -> dict[str, list[tf.Tensor]]:
+        """Each training score's state over the epoch's steps: its variables now (summed over replicas and workers),
+        plus, for an epoch resumed after `done_steps` steps, the state the checkpoint kept of them. A Keras metric's
+        state is sums (totals and counts, confusion counts), so the two add up to the uninterrupted epoch's: for the
+        accuracy's 0/1 matches and examples, exactly in float32."""
         partial = self.checkpointer.partial
-        if not done_steps:
-            return 0.0, 0.0
-        return float(partial.correct.numpy()), float(partial.examples.numpy())
+        scores = {}
+        for name, metric in self.state.train_scores.items():
+            now = [tf.convert_to_tensor(variable) for variable in metric.variables]
+            if done_steps:
+                now = [kept + value for kept, value in zip(partial.scores[name], now, strict=True)]
+            scores[name] = now
+        return scores
 
     def train_one_epoch(self, epoch: int, done_steps: int = 0) -> EpochResult:
         """Train `epoch`, whose first `done_steps` steps were trained before a preemption (the
-        checkpointer's partial epoch holds their losses and accuracy, so the epoch's metrics cover every step)."""
+        checkpointer's partial epoch holds their losses and scores, so the epoch's metrics cover every step)."""
         state = self.state
         state.reset_metrics()
         first_step = int(state.optimizer.iterations.numpy())
         done_loss = float(self.checkpointer.partial.loss_total.numpy()) if done_steps else 0.0
-        done_correct, done_examples = self._partial_accuracy(done_steps)
+        done_examples = float(self.checkpointer.partial.examples.numpy()) if done_steps else 0.0
         loop = self.passes.loop
         self.progress.start_epoch(epoch, loop.steps_per_epoch)
         started = time.perf_counter()
@@ -228,29 +259,25 @@ class Controller:
                 "(or use lr_scaling=warmup), then re-run."
             ) from None
         train_seconds = time.perf_counter() - started
-        trained = int(state.train_accuracy.count.numpy())  # by this invocation
-        # Sums of 0/1 matches and of examples: exact in float32, so the epoch's accuracy is bit for bit the
-        # uninterrupted run's.
-        correct = tf.constant(done_correct, tf.float32) + state.train_accuracy.total.read_value()
-        examples = tf.constant(done_examples, tf.float32) + state.train_accuracy.count.read_value()
+        trained = float(state.trained_examples.result())  # by this invocation
+        model_metrics = {"train_loss": train_loss}
+        for name, values in self._train_scores(done_steps).items():
+            model_metrics[f"train_{name}"] = self._results.result(name, values)
         validate = self.passes.validate
-        validation = validate() if validate is not None else (None, None)
+        if validate is not None:
+            model_metrics.update(validate())
         self.passes.evaluate()
+        model_metrics.update(state.evaluation_results("test"))
         state.epoch.assign(epoch)
         self.checkpointer.partial.clear()
         result = EpochResult(
             epoch=epoch,
-            train_loss=train_loss,
-            train_accuracy=float(tf.math.divide_no_nan(correct, examples)),
-            test_loss=float(state.test_loss.result()),
-            test_accuracy=float(state.test_accuracy.result()),
+            model_metrics=model_metrics,
             examples_per_second=trained / train_seconds,
             learning_rate=current_learning_rate(state.optimizer),
             steps=steps,
-            examples=int(examples),
+            examples=int(done_examples + trained),
             train_seconds=train_seconds,
-            val_loss=validation[0],
-            val_accuracy=validation[1],
         )
         self.progress.end_epoch(result)
         return result
@@ -265,13 +292,9 @@ class Controller:
             partial.clear()
             return
         resumed = int(partial.steps.numpy())  # non-zero: this epoch continues a preempted one
-        correct, examples = self._partial_accuracy(resumed)
-        partial.record(
-            boundaries.steps,
-            boundaries.total,
-            tf.constant(correct, tf.float32) + self.state.train_accuracy.total.read_value(),
-            tf.constant(examples, tf.float32) + self.state.train_accuracy.count.read_value(),
-        )
+        examples = float(partial.examples.numpy()) if resumed else 0.0
+        trained = tf.constant(examples, tf.float32) + tf.convert_to_tensor(self.state.trained_examples.total)
+        partial.record(boundaries.steps, boundaries.total, trained, self._train_scores(resumed))
 
     def save_for_preemption(self) -> None:
         """The checkpoint a preemption stops with: the last epoch's counter and how far the next one got."""
@@ -365,16 +388,16 @@ def make_validate(
     dist_validation_dataset: Iterable[Any],
     reaper: IteratorReaper,
     inline: bool = False,
-) -> Callable[[], tuple[float, float]]:
-    """The validation split's pass, as the test pass (make_evaluate) but read at once: its (loss, accuracy), with
-    the test metrics reset for the test pass that follows."""
+) -> Callable[[], dict[str, float]]:
+    """The validation split's pass, as the test pass (make_evaluate) but read at once: its val_loss and val_<score>,
+    with the evaluation metrics reset for the test pass that follows."""
     evaluate = make_evaluate(steps, dist_validation_dataset, reaper, inline)
 
-    def validate() -> tuple[float, float]:
+    def validate() -> dict[str, float]:
         evaluate()
-        result = float(state.test_loss.result()), float(state.test_accuracy.result())
-        state.test_loss.reset_state()
-        state.test_accuracy.reset_state()
-        return result
+        results = state.evaluation_results("val")
+        for metric in state.evaluation_metrics():
+            metric.reset_state()
+        return results
 
     return validate

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from runner.config.schema import CheckpointSettings, EarlyStoppingSettings
 from runner.errors import RunnerError
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import BEST_EPOCH_TAG, STOPPED_AT_EPOCH_TAG
 
 log = logging.getLogger("runner")
@@ -44,7 +44,11 @@ class Watch:
 
 
 def watch_of(
-    settings: EarlyStoppingSettings, checkpoint: CheckpointSettings, objective: str | None, has_validation: bool
+    settings: EarlyStoppingSettings,
+    checkpoint: CheckpointSettings,
+    objective: str | None,
+    has_validation: bool,
+    table: MetricTable = DEFAULT_TABLE,
 ) -> Watch | None:
     """The run's watch (None: neither early stopping nor keep_best), its monitor resolved: early_stopping.monitor,
     else a per-epoch sweep.objective, else val_loss. A val_* monitor on data without a validation split is one
@@ -52,7 +56,7 @@ def watch_of(
     keep_best = checkpoint.keep_best if checkpoint.keep_best is not None else settings.patience is not None
     if settings.patience is None and not keep_best:
         return None
-    monitor = settings.monitor or (objective if objective in DEFAULT_TABLE.epoch_keys() else None) or DEFAULT_MONITOR
+    monitor = settings.monitor or (objective if objective in table.epoch_keys() else None) or DEFAULT_MONITOR
     if monitor.startswith("val_") and not has_validation:
         named = f"early_stopping.monitor={monitor}" if settings.monitor else f"early_stopping.monitor (null: {monitor})"
         raise RunnerError(
@@ -64,7 +68,7 @@ def watch_of(
         )
     return Watch(
         monitor,
-        DEFAULT_TABLE.lower_is_better(monitor),
+        table.lower_is_better(monitor),
         settings.patience,
         settings.min_delta,
         settings.start_epoch,

@@ -90,18 +90,12 @@ class EpochProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        validation = getattr(result, "val_loss", None) is not None
+        measured = ", ".join(f"{key} {value:.4f}" for key, value in result.model_metrics.items())
         log.info(
-            "epoch %d/%d: train_loss %.4f, train_accuracy %.4f, "
-            + ("val_loss %.4f, val_accuracy %.4f, " if validation else "%s%s")
-            + "test_loss %.4f, test_accuracy %.4f, %.0f examples/s, lr %.3g",
+            "epoch %d/%d: %s, %.0f examples/s, lr %.3g",
             result.epoch,
             self.epochs,
-            result.train_loss,
-            result.train_accuracy,
-            *((result.val_loss, result.val_accuracy) if validation else ("", "")),
-            result.test_loss,
-            result.test_accuracy,
+            measured,
             result.examples_per_second,
             result.learning_rate,
         )

@@ -16,33 +16,53 @@ from runner.training.optimizer import LossScaling
 NON_FINITE_LOSS = "runner: the training loss is NaN or infinite"
 
 
+def tutorial_scores() -> dict[str, tf.keras.metrics.Metric]:
+    """The tutorial's one score: the share of examples whose largest logit is their label."""
+    return {"accuracy": tf.keras.metrics.SparseCategoricalAccuracy()}
+
+
 @dataclass
 class TrainingState:
-    """Model, optimizer, metrics and the epoch counter: everything a checkpoint or a step touches."""
+    """Model, optimizer, metrics and the epoch counter: everything a checkpoint or a step touches. The scores
+    (the `metrics` config, by name) are kept twice: the training pass's and the evaluation passes'."""
 
     model: tf.keras.Model
     optimizer: tf.keras.optimizers.Optimizer
-    train_accuracy: tf.keras.metrics.Metric
+    train_scores: dict[str, tf.keras.metrics.Metric]
+    trained_examples: tf.keras.metrics.Metric  # the examples the training pass saw (its throughput)
     test_loss: tf.keras.metrics.Metric
-    test_accuracy: tf.keras.metrics.Metric
+    test_scores: dict[str, tf.keras.metrics.Metric]
     epoch: tf.Variable
 
     @classmethod
-    def create(cls, build_model, build_optimizer) -> TrainingState:
-        """Call inside strategy.scope(): the model first, then its optimizer over its variables."""
+    def create(cls, build_model, build_optimizer, build_scores=None) -> TrainingState:
+        """Call inside strategy.scope(): the model first, then its optimizer over its variables, then the scores
+        (`build_scores()`: a new Keras metric per name at each call; None: the tutorial's accuracy)."""
+        build_scores = build_scores or tutorial_scores
         model = build_model()
         return cls(
             model=model,
             optimizer=build_optimizer(model.trainable_variables),
-            train_accuracy=tf.keras.metrics.SparseCategoricalAccuracy(name="train_accuracy"),
+            train_scores=build_scores(),
+            trained_examples=tf.keras.metrics.Sum(name="trained_examples"),
             test_loss=tf.keras.metrics.Mean(name="test_loss"),
-            test_accuracy=tf.keras.metrics.SparseCategoricalAccuracy(name="test_accuracy"),
+            test_scores=build_scores(),
             epoch=tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch"),
         )
 
     def reset_metrics(self) -> None:
-        for metric in (self.train_accuracy, self.test_loss, self.test_accuracy):
+        for metric in (*self.train_scores.values(), self.trained_examples, *self.evaluation_metrics()):
             metric.reset_state()
+
+    def evaluation_metrics(self) -> tuple[tf.keras.metrics.Metric, ...]:
+        """What an evaluation pass (validation, test) accumulates: the loss's mean, then the scores."""
+        return (self.test_loss, *self.test_scores.values())
+
+    def evaluation_results(self, split: str) -> dict[str, float]:
+        """An evaluation pass's metrics as `split`_<name> (split: val, test)."""
+        results = {f"{split}_loss": float(self.test_loss.result())}
+        results.update((f"{split}_{name}", float(metric.result())) for name, metric in self.test_scores.items())
+        return results
 
 
 class ReplicaSteps:
@@ -97,14 +117,17 @@ class ReplicaSteps:
         # A diverged step fails here, before its gradients can reach the weights.
         with tf.control_dependencies([tf.debugging.assert_all_finite(loss, NON_FINITE_LOSS)]):
             self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables, strict=True))
-        self.state.train_accuracy.update_state(labels, logits)
+        for score in self.state.train_scores.values():
+            score.update_state(labels, logits)
+        self.state.trained_examples.update_state(tf.cast(tf.shape(logits)[0], tf.float32))
         return loss
 
     def test_replica_step(self, inputs):
         images, labels = inputs
         logits = self._predict(images)
         self.state.test_loss.update_state(self.per_example_loss(labels, logits))
-        self.state.test_accuracy.update_state(labels, logits)
+        for score in self.state.test_scores.values():
+            score.update_state(labels, logits)
 
     def distributed_train_step(self, inputs):
         """One global step: run on every replica, return the loss summed over replicas."""

@@ -5,11 +5,13 @@ lives here: the trainer builds the model and optimizer inside strategy.scope()."
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from runner.builtins import keras_lane
 from runner.config.components import Component, call
-from runner.config.schema import OptimizerSettings, Settings
+from runner.config.schema import DEFAULT_METRICS, MetricSettings, OptimizerSettings, Settings
 from runner.data.source import DataSpec
 from runner.errors import RunnerError
 from runner.training.lr_scaling import linear_warmup
@@ -22,18 +24,25 @@ class ClassificationTask:
     model is written in (tf_keras or Keras 3: runner.builtins.keras_lane), which its optimizer and schedule follow."""
 
     def __init__(
-        self, model: Component, optimizer: OptimizerSettings, schedule: Component, loss: Component, spec: DataSpec
+        self,
+        model: Component,
+        optimizer: OptimizerSettings,
+        schedule: Component,
+        loss: Component,
+        spec: DataSpec,
+        metrics: tuple[MetricSettings, ...] = DEFAULT_METRICS,
     ):
         self.model = model
         self.optimizer = optimizer
         self.schedule = schedule
         self.loss = loss
         self.spec = spec
+        self.metrics = metrics
         self._loss_function = loss.resolve()
 
     @classmethod
     def from_settings(cls, settings: Settings, spec: DataSpec) -> ClassificationTask:
-        return cls(settings.model, settings.optimizer, settings.schedule, settings.loss, spec)
+        return cls(settings.model, settings.optimizer, settings.schedule, settings.loss, spec, settings.metrics)
 
     def build_model(self):
         """The model callable's Keras model (call inside strategy.scope()), its variables created; the built-in
@@ -85,6 +94,23 @@ class ClassificationTask:
                 "(optimizer=adam, sgd or adamw), which follows the model's Keras."
             )
         return optimizer
+
+    def build_scores(self) -> dict[str, Any]:
+        """A new Keras metric for each score of the `metrics` config, by name (call inside strategy.scope(): its
+        state is then summed over replicas and workers when read)."""
+        scores = {}
+        for each in self.metrics:
+            key, target = f"{each.component.group}._target_", each.component.target
+            metric = call(key, target, each.component.instantiate)
+            version = keras_lane.version_of(metric)
+            if version is None or not isinstance(metric, keras_lane.api(version).metrics.Metric):
+                raise RunnerError(
+                    f"{key}={target!r} returned {type(metric).__module__}.{type(metric).__qualname__}, not a Keras "
+                    "metric. Fix: name a Keras metric class (tf_keras.metrics.*, keras.metrics.*, or a subclass of "
+                    "keras.metrics.Metric with update_state(y_true, y_pred) and result())."
+                )
+            scores[each.name] = metric
+        return scores
 
     def per_example_loss(self, labels, logits):
         """One loss per example; the replica step averages them over the global batch."""

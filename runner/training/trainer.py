@@ -20,7 +20,6 @@ from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
-from runner.metric_table import DEFAULT_TABLE
 from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
@@ -62,7 +61,7 @@ class RunResult:
     run_id: str | None  # None: a worker that is not the chief (it does not track)
     history: list[EpochResult]  # the epochs trained by this invocation (a resumed run skips earlier ones)
     final_metrics: dict[str, float]  # the run's last value of each metric, whichever invocation logged it
-    eval_accuracy: float
+    eval_scores: dict[str, float]  # eval_<name>: the restored model's scores on the test set (empty: not restored)
     num_replicas: int
     global_batch_size: int
     learning_rate: float
@@ -141,11 +140,15 @@ def _build_end_actions(
         trainer.test_batches,
         tracker,
         trainer.state.epoch,
+        trainer.experiment.build_scores,
         trainer.early_stopping,
     )
     title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
-    curves = PlotCurves(tracker, curves_path(job.run_dir), title, trainer.state.epoch)
-    actions: list[EndAction] = [restored, curves, LogBestEpochMetrics(restored, trainer.state.epoch, tracker)]
+    table = settings.metric_table
+    panels = tuple(metric.name for metric in table.model_metrics)
+    curves = PlotCurves(tracker, curves_path(job.run_dir), title, trainer.state.epoch, panels)
+    best_again = LogBestEpochMetrics(restored, trainer.state.epoch, tracker, table.epoch_keys())
+    actions: list[EndAction] = [restored, curves, best_again]
     if trainer.early_stopping is not None:
         actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
     if model_logging is not None and settings.mlflow.log_model:
@@ -154,7 +157,7 @@ def _build_end_actions(
         default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
         objective = settings.sweep.objective or default
         name = settings.mlflow.registered_model_name
-        lower = DEFAULT_TABLE.lower_is_better(objective, settings.sweep.direction)
+        lower = table.lower_is_better(objective, settings.sweep.direction)
         actions.append(RegisterModel(name, objective, lower, tracker, tracking_uri, run_id))
     return EndActions(finished=actions, stopped=[curves])
 
@@ -272,9 +275,9 @@ def _result(
 ) -> RunResult:
     final_metrics = {key: points[-1][1] for key, points in histories.items()}
     restored = next((action for action in end.finished if isinstance(action, RestoreAndEvaluate)), None)
-    eval_accuracy = restored.accuracy if restored else float("nan")
+    eval_scores = restored.scores if restored else {}
     replicas, plan = trainer.strategy.num_replicas_in_sync, trainer.plan
-    return RunResult(run_id, history, final_metrics, eval_accuracy, replicas, plan.global_batch, plan.learning_rate)
+    return RunResult(run_id, history, final_metrics, eval_scores, replicas, plan.global_batch, plan.learning_rate)
 
 
 def _to_yaml(config: Mapping[str, object]) -> str:
