@@ -393,3 +393,27 @@ def test_one_run_per_configuration_has_no_interval_and_no_test_and_says_so(tmp_p
     assert "| n = 1: no interval |  | not enough matched runs to test (1 matched) |" in rows["optimizer.lr=0.2"]
     markdown = (tmp_path / MARKDOWN_FILE).read_text()
     assert "| n = 1: no interval | not enough matched runs to test (1 matched) |" in markdown
+
+
+def test_a_sweep_on_a_metric_of_its_own_chooses_by_its_direction_and_shows_it_in_every_output(tmp_path):
+    """The sweep's metric table (its `metrics`): a lower-better `val_mae` chooses the lowest configuration, and the
+    summaries' columns, the report's curves and the picture follow the sweep's scores instead of accuracy."""
+    from runner.metric_table import Metric, MetricTable
+    from runner.sweeps.outputs import SweepFacts, write_outputs
+
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(store)
+    errors = {"0.1": [0.30, 0.32], "0.2": [0.20, 0.22], "0.3": [0.50, 0.52]}
+    parent_id = simulate_sweep(client, str(tmp_path / "sweep"), errors, objective="val_mae")
+    table = MetricTable.of([Metric.of("mae")])
+    facts = SweepFacts("val_mae", None, table, None, True, None, frozenset())
+    summary, paths = write_outputs(client, parent_id, facts, str(tmp_path / "sweep"), str(tmp_path))
+    assert summary.best_configuration is not None and summary.best_configuration.configuration == "optimizer.lr=0.2"
+    assert summary.best is not None and summary.best.metrics["val_mae"] == pytest.approx(0.20)
+    with open(tmp_path / CSV_FILE) as handle:
+        columns = next(csv.reader(handle))
+    assert "val_mae_mean" in columns and "eval_mae_mean" in columns and "val_accuracy_mean" not in columns
+    page = (tmp_path / REPORT_FILE).read_text()
+    assert 'id="curves-val_mae"' in page and 'id="curves-val_accuracy"' not in page
+    assert "lower is better" in page
+    assert {os.path.basename(path) for path in paths} >= {CSV_FILE, MARKDOWN_FILE, REPORT_FILE, "sweep_curves.png"}
