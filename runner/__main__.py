@@ -150,7 +150,7 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
         return Outcome(FINISHED, task=ending.task)
     table = settings.metric_table
     ended = outcome.finished(result, table, task=ending.task)
-    reported = ("test_loss", *(f"{split}_{each.name}" for each in table.scores for split in ("test", "eval")))
+    reported = (*(f"{split}_{each.name}" for each in table.scores for split in ("test", "eval")), "test_loss")
     said = ", ".join(f"{key} {ended.metrics[key]:.4f}" for key in reported)
     log.info("done: %s, MLflow run %s", said, ended.run_id)
     return ended
