@@ -143,10 +143,8 @@ class Checkpointer:
                 continue
             names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
             # A checkpoint of an older runner kept no score's state: its partial epoch starts over.
-            has_partial = any(name.startswith("partial_epoch/") for name in names) and all(
-                any(name.startswith(f"partial_epoch/scores/{score}/") for name in names)
-                for score in self.partial.scores
-            )
+            kept = {name.split("/")[2] for name in names if name.startswith("partial_epoch/scores/")}
+            has_partial = any(name.startswith("partial_epoch/") for name in names) and kept >= set(self.partial.scores)
             self.partial.clear()
             try:
                 (self.checkpoint if has_partial else self._without_partial).restore(

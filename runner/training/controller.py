@@ -45,10 +45,6 @@ class EpochResult:
     def train_loss(self) -> float:
         return self.model_metrics["train_loss"]
 
-    @property
-    def has_validation(self) -> bool:
-        return "val_loss" in self.model_metrics
-
     def metrics(self) -> dict[str, float]:
         """The per-epoch metrics logged to MLflow (val_* only where the run has a validation split)."""
         speed = {"examples_per_second": self.examples_per_second, "learning_rate": self.learning_rate}
