@@ -57,8 +57,6 @@ class Rule(NamedTuple):
         if not self.breaks(settings):
             return
         words = {"strategy": strategy, "keras3": KERAS3_UNSUPPORTED.get(strategy or ""), "s": settings}
-        if isinstance(getattr(settings, "table", None), MetricTable):  # a sweep's: its jobs' metrics
-            words["per_epoch"] = ", ".join(settings.table.per_epoch_keys)
         where = (self.path or self.key).removeprefix(f"{self.group}." if self.group else "")
         raise refusal(
             self.key, operator.attrgetter(where)(settings), self.why.format(**words), self.fix.format(**words)
@@ -165,8 +163,8 @@ RULES = (
         ),
         "pruner={s.pruner_option} compares each epoch's objective, and {s.objective} exists only once training has "
         "ended",
-        "pass a per-epoch objective ({per_epoch}), e.g. sweep.objective=val_accuracy (a validation split's: a "
-        "test-set objective makes the winner's test score optimistic), or pruner=none",
+        "pass a per-epoch objective ({s.per_epoch_objectives}), e.g. sweep.objective=val_accuracy (a validation "
+        "split's: a test-set objective makes the winner's test score optimistic), or pruner=none",
         path="objective",
         group=SWEEP,
     ),

@@ -154,6 +154,11 @@ class SweepConfig:
         return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")  # runner.sweeps.pruning's words too
 
     @property
+    def per_epoch_objectives(self) -> str:
+        """The objectives its jobs have after every epoch, as a pruner's refusal lists them."""
+        return ", ".join(self.table.per_epoch_keys)
+
+    @property
     def reports_to_a_study(self) -> bool:
         """Its jobs report their epochs or replicates to a study a pruner can stop them by: an Optuna sweep, or a grid
         of Hydra's basic sweeper (runner.sweeps.grid_study)."""
