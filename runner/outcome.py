@@ -123,7 +123,13 @@ def no_outcome(who: str, exit_code: int | None, file: str) -> str:
     return f"{who} {how} and wrote no outcome ({file}): it was killed, or died before it could say why."
 
 
-# The objective when sweep.objective is null: val_accuracy on the validation split a sweep job holds out, or, where
-# the data cannot be split (a tf.data callable without its own validation split), the test set's.
-DEFAULT_OBJECTIVE = "val_accuracy"
-FALLBACK_OBJECTIVE = "test_accuracy"
+def default_objective(score: str = "accuracy") -> str:
+    """The objective when sweep.objective is null: the task's score (task.objective) on the validation split a
+    sweep job holds out."""
+    return f"val_{score}"
+
+
+def fallback_objective(score: str = "accuracy") -> str:
+    """The default objective where the data cannot be split (a tf.data callable without its own validation
+    split): the task's score on the test set."""
+    return f"test_{score}"

@@ -110,6 +110,11 @@ def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
     assert lines.index("== Configuration groups ==") < lines.index("== Config ==")
     assert any(line.startswith("strategy: ") and "mirrored" in line for line in lines)
     assert "model: cnn, convnet, resnet" in lines, done.stdout
+    assert "task: binary, classification, multilabel, regression" in lines, done.stdout
+    for example in ("python -m runner task=regression", "+metrics.top5._target_=tf_keras.metrics."):
+        assert example in examples, examples
+    config = lines[lines.index("== Config ==") :]
+    assert "metrics:" in config and "  accuracy:" in config, done.stdout  # the task's metric, by name
 
 
 @pytest.mark.parametrize(

@@ -512,12 +512,12 @@ def test_parameter_server_trains_survives_a_worker_dying_checkpoints_and_stops_e
 
     from runner.data.loading import load_data
     from runner.training.checkpoints import evaluate_without_strategy
-    from runner.training.task import ClassificationTask
+    from runner.training.task import Experiment
 
     settings = _settings(*TWO_EPOCHS, "strategy=parameter_server", "cluster=local", "loop.steps_per_epoch=30")
     latest = tf.train.latest_checkpoint(str(launcher.run_dir / "checkpoints"))
     training_data = load_data(settings.dataset, settings.seed)
-    task = ClassificationTask.from_settings(settings, training_data.spec)
+    task = Experiment.from_settings(settings, training_data.spec)
     model = task.build_model()
     tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
     scores = evaluate_without_strategy(latest, task.build_model, training_data.test_dataset(32), task.build_scores())

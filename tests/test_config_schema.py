@@ -89,6 +89,11 @@ def test_every_key_of_the_composed_default_has_a_value_and_comes_from_the_schema
         ),
         (["-m", "epoch=1,2"], "epoch=1 is not valid: the config has no key 'epoch'", "epochs"),
         (["-m", "batch=32,64", "optimizer=adamm,sgd"], "optimizer=adamm is not valid", "optimizer=adam"),
+        (
+            ["task=regresion"],
+            "task=regresion is not valid: the task group has no option 'regresion'",
+            "task=regression",
+        ),
     ],
 )
 def test_an_unknown_key_or_option_names_the_closest_valid_one(arguments, starts, closest):

@@ -136,7 +136,7 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     from helpers.config import compose
     from runner.config.settings import checked_targets, validate
     from runner.data.source import DataSpec
-    from runner.training.task import ClassificationTask
+    from runner.training.task import Experiment
 
     monkeypatch.syspath_prepend(str(EXAMPLE))
     settings = validate(
@@ -147,7 +147,7 @@ def test_swapping_the_default_models_target_keeps_its_arguments_which_the_exampl
     assert dict(settings.model.arguments) == {"weight_decay": 1e-5, "hidden": 256}
     checked_targets(settings)
     spec = DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0)
-    model = ClassificationTask.from_settings(settings, spec).build_model()
+    model = Experiment.from_settings(settings, spec).build_model()
     assert [layer.units for layer in model.layers[1:]] == [256, 10] and len(model.losses) == 2
 
 
@@ -159,14 +159,14 @@ def test_the_keras3_option_builds_a_keras3_model_that_the_builtin_optimizer_foll
     from runner.builtins import keras_lane
     from runner.config.settings import checked_targets, validate
     from runner.data.source import DataSpec
-    from runner.training.task import ClassificationTask
+    from runner.training.task import Experiment
 
     monkeypatch.syspath_prepend(str(EXAMPLE))
     searchpath = f"hydra.searchpath=[file://{EXAMPLE / 'conf_mylab'}]"
     config = compose(["dataset=synthetic", searchpath, "model=my_mlp_keras3"])
     settings = validate(OmegaConf.to_container(config, resolve=True))
     checked_targets(settings)
-    task = ClassificationTask.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
+    task = Experiment.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
     try:
         model = task.build_model()
         optimizer = task.build_optimizer(0.001)

@@ -218,14 +218,14 @@ def _keras3_task(tmp_path: Path, monkeypatch, optimizer: str):
     from helpers.config import compose
     from runner.config.settings import checked_targets, validate
     from runner.data.source import DataSpec
-    from runner.training.task import ClassificationTask
+    from runner.training.task import Experiment
 
     (tmp_path / "k3lab.py").write_text(KERAS3_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     config = compose(["dataset=synthetic", "model._target_=k3lab.mlp", optimizer])
     settings = validate(OmegaConf.to_container(config, resolve=True))
     checked_targets(settings)
-    return ClassificationTask.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
+    return Experiment.from_settings(settings, DataSpec("digits", (8, 8, 1), 10, (8, 8), "uint8", 16.0))
 
 
 @pytest.fixture

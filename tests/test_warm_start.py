@@ -292,7 +292,7 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     from runner.builtins.models import cnn
     from runner.config.settings import validate
     from runner.data.source import DataSpec
-    from runner.training.task import ClassificationTask
+    from runner.training.task import Experiment
 
     client = mlflow_client(tracking_uri)
     experiment_id = client.get_run(source.run_id).info.experiment_id
@@ -305,7 +305,7 @@ def test_a_model_logged_as_tf_keras_before_savedmodels_still_warm_starts(source,
     spec = DataSpec(
         name="synthetic", raw_shape=(28, 28), raw_dtype="uint8", input_shape=(28, 28, 1), num_classes=10, scale=255.0
     )
-    wrapper = ClassificationTask.from_settings(settings, spec).export_model(network)
+    wrapper = Experiment.from_settings(settings, spec).export_model(network)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment_id=experiment_id)
     info = mlflow.tensorflow.log_model(wrapper, name="model", run_id=old_run, pip_requirements=["tensorflow"])

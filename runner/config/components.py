@@ -22,7 +22,7 @@ from runner.errors import RunnerError
 
 # What the runner passes a dataset callable when it takes them (what it passes the others is declared with each
 # group in runner.config.schema: TARGET_ARGUMENTS).
-DATASET_ARGUMENTS = ("seed", "train_examples", "test_examples")
+DATASET_ARGUMENTS = ("seed", "train_examples", "test_examples", "task")
 
 
 @dataclass(frozen=True)

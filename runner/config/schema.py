@@ -42,6 +42,7 @@ from runner.config.checks import (
 from runner.config.components import Component, import_target
 from runner.errors import RunnerError
 from runner.metric_table import DIRECTIONS, Metric, MetricTable
+from runner.task_kinds import KINDS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
@@ -211,6 +212,23 @@ class ClusterSettings:
     )
     port_base: int = key(  # slurm: the first port of the tasks on each node
         8888, Int(maximum=65535), "pass a free TCP port for the first task on each node, e.g. cluster.port_base=8888"
+    )
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What the model predicts (runner.task_kinds): how labels are read and checked, what the model outputs and
+    what its logged model serves. A task's option (conf/task/) also sets the loss and the metrics."""
+
+    kind: str = key(
+        "classification",
+        Choice(*KINDS),
+        "pick one of the task group's options: task=classification, regression, binary or multilabel",
+    )
+    # The score a sweep chooses on when sweep.objective is null: val_<objective> (test_<objective> without a
+    # validation split), a name of the `metrics` mapping.
+    objective: str = key(
+        "accuracy", TEXT, "name one of the run's metrics, e.g. task.objective=accuracy (a sweep chooses on val_<it>)"
     )
 
 
@@ -407,13 +425,15 @@ class MlflowSettings:
 class SweepSettings:
     """Sweeps (python -m runner -m batch=32,64 ...)."""
 
-    # What each job returns to the sweeper and the sweep chooses its best configuration by. null: val_accuracy, on
-    # a validation split the sweep's jobs hold out (dataset.validation_fraction, 0.1 unless set); test_accuracy
-    # where the data cannot be split (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
+    # What each job returns to the sweeper and the sweep chooses its best configuration by. null: the task's score,
+    # val_<task.objective> (val_accuracy for classification), on a validation split the sweep's jobs hold out
+    # (dataset.validation_fraction, 0.1 unless set); test_<task.objective> where the data cannot be split
+    # (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
     objective: str | None = key(
         None,
         METRIC_KEY,
-        "pass e.g. sweep.objective=val_accuracy, or null for the default (val_accuracy on a validation split).",
+        "pass one of them, e.g. sweep.objective=val_loss, or null for the task's default (val_<task.objective>, "
+        "val_accuracy for classification, on a validation split).",
     )
     # Whether the sweep minimizes or maximizes its objective (and a registered model's comparison); null: the
     # objective's own (runner.metric_table: losses and errors are minimized, scores maximized).
@@ -469,6 +489,7 @@ class Settings:
     verbose: bool = key(False, BOOL, "pass verbose=true or verbose=false")
     strategy: StrategySettings = group(StrategySettings)
     cluster: ClusterSettings = group(ClusterSettings)
+    task: TaskSettings = group(TaskSettings)
     dataset: DatasetSettings = group(DatasetSettings)
     # model: build(input_shape=..., num_classes=..., **arguments) in strategy.scope(), returning logits.
     model: Component = open_group(supplies=("input_shape", "num_classes"))
@@ -617,9 +638,8 @@ def _config_class(kind: type) -> type:
             fields.append((name, holds | None if nullable(kind, item) else holds, field(default=item.default)))
         elif "target" in item.metadata and kind is not Settings:  # dataset, optimizer: the callable first
             fields.insert(0, ("_target_", str, field(default=MISSING)))
-        elif "metrics" in item.metadata:  # a score's name and its Keras metric, any number of them
-            scores = {each.name: {"_target_": each.component.target} for each in DEFAULT_METRICS}
-            fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, scores))))
+        elif "metrics" in item.metadata:  # a score's name and its Keras metric, any number: the task's option sets them
+            fields.append((name, dict[str, Any], field(default_factory=dict)))
         elif "target" in item.metadata:  # model, schedule, loss: the callable and its arguments; pruner: none
             default = {"_target_": None} if item.metadata.get("optional") else {}
             fields.append((name, dict[str, Any], field(default_factory=functools.partial(dict, default))))

@@ -27,9 +27,10 @@ from runner.config.schema import (
     MlflowSettings,
     Settings,
     SweepSettings,
+    TaskSettings,
 )
 from runner.metric_table import MetricTable
-from runner.outcome import DEFAULT_OBJECTIVE
+from runner.outcome import default_objective
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
@@ -194,6 +195,12 @@ def validate(config: Mapping[str, Any]) -> Settings:
     check_metric_keys(table, settings.sweep)
     monitor = settings.early_stopping.monitor
     _check_metric_key(table.epoch_keys(), "early_stopping.monitor", monitor, "it must be a metric of every epoch")
+    if settings.mlflow.register and settings.sweep.objective is None:  # the run's model is ranked by val_<it>
+        names = tuple(metric.name for metric in table.model_metrics)
+        why = "mlflow.register ranks the model by val_<it> when sweep.objective is null: one of the run's metrics,"
+        Choice(*names, why=f"{why} {', '.join(names)}")(
+            "task.objective", settings.task.objective, schema.fix_of(TaskSettings, "objective")
+        )
     for rule in RULES:
         if rule.group != SWEEP:  # a sweep's, checked by its sweeper before its parent run
             rule.check(getattr(settings, rule.group) if rule.group else settings, settings.strategy.name)
@@ -235,15 +242,25 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     settings = schema.read(SweepSettings, schema.section(config, "sweep"), "sweep.")
     table = metric_table_of(config)
     check_metric_keys(table, settings)
-    if settings.objective is None and DEFAULT_OBJECTIVE not in table.result_keys:
+    score = task_settings(config).objective
+    if settings.objective is None and default_objective(score) not in table.result_keys:
         scores = ", ".join(f"val_{each.name}" for each in table.scores) or "val_loss"
         raise refusal(
             "sweep.objective",
             None,
-            f"null chooses on {DEFAULT_OBJECTIVE}, and this sweep's metrics have no accuracy",
-            f"name the objective, e.g. sweep.objective={scores.split(', ')[0]} (one of {scores}, val_loss)",
+            f"null chooses on {default_objective(score)} (task.objective={score}), and this sweep's metrics have "
+            f"no {score}",
+            f"name the objective, e.g. sweep.objective={scores.split(', ')[0]} (one of {scores}, val_loss), or "
+            "set task.objective to one of the metrics' names",
         )
     return settings
+
+
+def task_settings(config: Mapping[str, Any]) -> TaskSettings:
+    """The task group validated alone (a config without one, such as a bare sweeper's: the schema's default)."""
+    if config.get("task") is None:
+        return TaskSettings()
+    return schema.read(TaskSettings, schema.section(config, "task"), "task.")
 
 
 def target_components(config: Mapping[str, Any], groups: tuple[str, ...] = TARGET_GROUPS) -> list[Component]:

@@ -13,19 +13,20 @@ from runner.errors import RunnerError
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 _FIX_KEYS = (
     "write the file with np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...): inputs shaped "
-    "(n, ...) and one integer label per example"
+    "(n, ...) and one label per example (an integer class index for task=classification)"
 )
 
 
-def npz(path: str, num_classes: int | None = None) -> DataSplits:
-    """The four arrays of `path`; num_classes: null = the largest label + 1."""
+def npz(path: str, num_classes: int | None = None, task: str = "classification") -> DataSplits:
+    """The four arrays of `path`; num_classes: null = the largest label + 1 (for task=classification; the other
+    tasks' labels are checked by the runner: runner.task_kinds)."""
     where = f"dataset.path={path!r}"
     full = _existing_file(where, path)
     arrays = _arrays(where, full)
     for split in ("train", "test"):
-        _check_split(where, split, arrays[f"x_{split}"], arrays[f"y_{split}"])
+        _check_split(where, split, arrays[f"x_{split}"], arrays[f"y_{split}"], task)
     _check_example_shapes(where, arrays["x_train"], arrays["x_test"])
-    classes = _classes(where, arrays, num_classes)
+    classes = _classes(where, arrays, num_classes) if task == "classification" else None
     return DataSplits(
         (arrays["x_train"], arrays["y_train"]),
         (arrays["x_test"], arrays["y_test"]),
@@ -68,17 +69,24 @@ def _arrays(where: str, full: str) -> dict[str, np.ndarray]:
         ) from None
 
 
-def _check_split(where: str, split: str, inputs: np.ndarray, labels: np.ndarray) -> None:
-    """n > 0 examples of rank 1 or more, and n integer labels."""
-    if inputs.ndim < 2 or labels.ndim != 1 or len(inputs) != len(labels) or not len(labels):
+def _check_split(where: str, split: str, inputs: np.ndarray, labels: np.ndarray, task: str) -> None:
+    """n > 0 examples of rank 1 or more, and n labels: integer class indices for task=classification."""
+    classes = task == "classification"
+    if (
+        inputs.ndim < 2
+        or labels.ndim < 1
+        or (classes and labels.ndim != 1)
+        or len(inputs) != len(labels)
+        or not len(labels)
+    ):
         raise RunnerError(
             f"{where}: x_{split} is shaped {inputs.shape} and y_{split} {labels.shape}; expected "
             f"(n, ...) inputs and n labels, n > 0. Fix: {_FIX_KEYS}."
         )
-    if not np.issubdtype(labels.dtype, np.integer):
+    if classes and not np.issubdtype(labels.dtype, np.integer):
         raise RunnerError(
-            f"{where}: y_{split} holds {labels.dtype} values, not integer class indices. Fix: "
-            f"store labels as integers 0..num_classes-1 (y.astype(np.int64))."
+            f"{where}: y_{split} holds {labels.dtype} values, not integer class indices. Fix: store labels as "
+            "integers 0..num_classes-1 (y.astype(np.int64)), or pass task=regression for numeric targets."
         )
 
 

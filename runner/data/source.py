@@ -75,6 +75,13 @@ class DataSpec:
     raw_shape: tuple[int, ...]  # one example as the data holds it: the served model's input
     raw_dtype: str  # e.g. "uint8"
     scale: float  # training inputs are the raw values divided by this
+    # What the model outputs for one example: (num_classes,) logits for a classification; the labels' shape for the
+    # other tasks (runner.task_kinds). num_classes, which the model callable receives, is its last size.
+    output_shape: tuple[int, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return self.output_shape or (self.num_classes,)
 
 
 class TrainingData(Protocol):
@@ -130,8 +137,16 @@ class TrainingData(Protocol):
     def raw_examples(self, count: int) -> Any: ...
 
 
-def describe_spec(name: str, example_shape: tuple[int, ...], dtype: Any, num_classes: int, scale: float) -> DataSpec:
-    """Examples of rank 2 (grey images) get a channel axis for the model; the served model takes them as they are."""
+def describe_spec(
+    name: str,
+    example_shape: tuple[int, ...],
+    dtype: Any,
+    num_classes: int,
+    scale: float,
+    output_shape: tuple[int, ...] = (),
+) -> DataSpec:
+    """Examples of rank 2 (grey images) get a channel axis for the model; the served model takes them as they are.
+    `output_shape`: the model's for one example, where it is not (num_classes,)."""
     raw_shape = tuple(int(d) for d in example_shape)
     input_shape = (*raw_shape, 1) if len(raw_shape) == 2 else raw_shape
     return DataSpec(
@@ -141,4 +156,5 @@ def describe_spec(name: str, example_shape: tuple[int, ...], dtype: Any, num_cla
         raw_shape=raw_shape,
         raw_dtype=np.dtype(dtype).name,
         scale=float(scale),
+        output_shape=tuple(int(size) for size in output_shape),
     )

@@ -24,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.check import check_sweep_points
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
-from runner.outcome import FALLBACK_OBJECTIVE
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study
 from runner.sweeps.launchers import check_before_sweep
@@ -261,7 +260,7 @@ def _facts(config: DictConfig, sweep: SweepConfig, sweep_dir: str) -> SweepFacts
         objective=sweep.objective,
         direction=sweep.direction,
         table=sweep.table,
-        fallback=FALLBACK_OBJECTIVE if default else None,
+        fallback=sweep.fallback_objective if default else None,
         asked=not default,
         study=find_study(sweep_dir, {}, config),
         log_keys=frozenset(log_scaled_keys(config)),

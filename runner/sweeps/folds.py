@@ -27,4 +27,4 @@ def check_folds(config: DictConfig) -> None:
 
     settings = checked_targets(validate(as_dict(job_config(config))))
     first_fold = dataclasses.replace(settings.dataset, folds=folds, fold=0)
-    load_data(first_fold, seed=settings.seed)
+    load_data(first_fold, seed=settings.seed, task=settings.task.kind)

@@ -42,7 +42,7 @@ from runner.config.schema import SWEEP_VALIDATION_FRACTION, Settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 from runner.lifeline import Process, exit_once_gone, lifeline, sweep_process
-from runner.outcome import FALLBACK_OBJECTIVE, FINISHED, KILLED, OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.outcome import FINISHED, KILLED, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
@@ -373,7 +373,7 @@ def validation_of_job(config: SweepConfig, swept: str) -> ValidationOfJob:
     fraction = config.validation_fraction
     overrides, environ = [], {}
     folds = config.sweep.folds  # then each run holds out its fold instead (train_seed)
-    fallback = FALLBACK_OBJECTIVE if config.objective_is_default and folds is None else None
+    fallback = config.fallback_objective if config.objective_is_default and folds is None else None
     if fraction is None and folds is None and config.objective.startswith("val_"):
         overrides.append(f"dataset.validation_fraction={SWEEP_VALIDATION_FRACTION}")
         fraction = SWEEP_VALIDATION_FRACTION

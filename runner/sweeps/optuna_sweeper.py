@@ -30,10 +30,10 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
 from runner.config.schema import SweepSettings
-from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings
+from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings, task_settings
 from runner.errors import RunnerError
 from runner.metric_table import DIRECTIONS
-from runner.outcome import DEFAULT_OBJECTIVE
+from runner.outcome import default_objective
 from runner.sweeps.launchers import class_path, launcher_of
 from runner.sweeps.study import (
     DUPLICATE_ATTR,
@@ -351,7 +351,7 @@ def _direction(value: Any, config: DictConfig) -> Literal["minimize", "maximize"
         )
     # A study started from a bare config (the sweeper's own tests, the bookkeeping bench) has no sweep group.
     sweep = sweep_settings(config) if OmegaConf.select(config, "sweep") is not None else SweepSettings()
-    objective = sweep.objective or DEFAULT_OBJECTIVE
+    objective = sweep.objective or default_objective(task_settings(config).objective)
     lower = metric_table_of(config).lower_is_better(objective, direction_of(name, sweep.direction))
     return "minimize" if lower else "maximize"
 

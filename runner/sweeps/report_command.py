@@ -23,10 +23,11 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import OmegaConf
 
+from runner.config.schema import TaskSettings
 from runner.config.settings import metric_table_of
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE
-from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE
+from runner.outcome import default_objective, fallback_objective
 from runner.sweeps.outputs import SweepFacts, write_outputs
 from runner.sweeps.report import find_study, given_overrides, log_scaled_keys
 from runner.sweeps.sweep_config import direction_of
@@ -153,7 +154,9 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
 def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local_dir: str) -> SweepFacts:
     """The sweep's facts from its parent run (the objective its end recorded as chosen_by; before it ends, the one
     it will choose on) and its multirun.yaml where the sweep directory is here."""
-    objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or DEFAULT_OBJECTIVE
+    # The task's score a null sweep.objective chooses on (the schema's where the sweep directory is elsewhere).
+    score = given.get("task.objective") or _select(config, "task.objective") or TaskSettings().objective
+    objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or default_objective(score)
     direction = direction_of(
         given.get("hydra.sweeper.direction", _select(config, "hydra.sweeper.direction")),
         given.get("sweep.direction", _select(config, "sweep.direction")),
@@ -166,7 +169,7 @@ def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local
         objective=objective,
         direction=direction,
         table=metric_table_of(config) if config is not None else DEFAULT_TABLE,
-        fallback=None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else FALLBACK_OBJECTIVE,
+        fallback=None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else fallback_objective(score),
         asked=asked,
         study=find_study(local_dir, given, config),
         log_keys=frozenset(log_scaled_keys(config, tags.get(OVERRIDES_TAG, ""))),

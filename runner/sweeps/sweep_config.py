@@ -17,11 +17,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.schema import MlflowSettings, SweepSettings
-from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings
+from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings, task_settings
 from runner.errors import RunnerError
 from runner.metric_table import MetricTable
+from runner.outcome import default_objective, fallback_objective
 from runner.sweeps.study import SWEEPER_TARGET
-from runner.sweeps.terms import DEFAULT_OBJECTIVE, worst_value
+from runner.sweeps.terms import worst_value
 
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
 # (runner.sweeps.grid_study).
@@ -78,6 +79,7 @@ class SweepConfig:
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
     terminate: Any  # hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.terminator), None: none
     table: MetricTable  # the jobs' metrics, from the `metrics` group: what the objective can be, and its direction
+    score: str  # task.objective: the score a null sweep.objective chooses on (val_<it>, test_<it> as the fallback)
     epochs: int  # a trial's runs continue one another's steps, epochs apart
     # A job's own values, as composed (its training process validates them).
     seed: Any
@@ -100,6 +102,7 @@ class SweepConfig:
             pruner=pruner_node(config),
             terminate=OmegaConf.select(hydra, "sweeper.terminate"),
             table=metric_table_of(config),
+            score=task_settings(config).objective,
             seed=config.get("seed"),
             epochs=int(config.epochs),
             progress=config.get("progress"),
@@ -114,8 +117,13 @@ class SweepConfig:
 
     @property
     def objective(self) -> str:
-        """The metric a job returns to the sweeper (sweep.objective; null: DEFAULT_OBJECTIVE)."""
-        return self.sweep.objective or DEFAULT_OBJECTIVE
+        """The metric a job returns to the sweeper (sweep.objective; null: the task's score on validation)."""
+        return self.sweep.objective or default_objective(self.score)
+
+    @property
+    def fallback_objective(self) -> str:
+        """What a null sweep.objective chooses on where the data cannot be split: the task's score on test."""
+        return fallback_objective(self.score)
 
     @property
     def objective_is_default(self) -> bool:

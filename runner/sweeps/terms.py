@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner.config.settings import sweep_settings
+from runner.config.settings import sweep_settings, task_settings
 from runner.metric_table import DEFAULT_TABLE, MetricTable
-from runner.outcome import DEFAULT_OBJECTIVE
+from runner.outcome import default_objective
 
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # The sweep's MLflow store, absolute (a sqlite file's path is relative to where the sweep started, so
@@ -47,8 +47,9 @@ CHOSEN_BY_TAG = "chosen_by"
 
 
 def objective_name(config: Any) -> str:
-    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated (null: DEFAULT_OBJECTIVE)."""
-    return sweep_settings(config).objective or DEFAULT_OBJECTIVE
+    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated (null: the task's score on the
+    validation split, runner.outcome.default_objective)."""
+    return sweep_settings(config).objective or default_objective(task_settings(config).objective)
 
 
 def chosen_on_test(objective: str) -> bool:

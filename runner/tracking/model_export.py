@@ -81,7 +81,7 @@ def log_run_model(
     example_images: np.ndarray,
     name: str = MODEL_NAME,
 ) -> ExportedModel:
-    """Log `classifier` (raw inputs in, probabilities out: runner.training.task.ClassificationTask.export_model
+    """Log `classifier` (raw inputs in, probabilities out: runner.training.task.Experiment.export_model
     of the trained `network`) as the run's model, linked to the run's metrics at `step` (the epoch of its weights),
     unless the run has a model of that `name` already (`checkpoint-<epoch>` for a checkpoint's); `example_images`
     are a few raw inputs, as the data holds them. A tracking server that does not answer gets no model now (MLflow

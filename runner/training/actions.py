@@ -40,6 +40,7 @@ class RestoreAndEvaluate:
         last_epoch: tf.Variable,
         build_scores: Callable[[], dict[str, Any]],
         early_stopping: EarlyStopping | None = None,
+        scored: Callable[[Any], Any] | None = None,
     ):
         self.checkpointer = checkpointer
         self.last_epoch = last_epoch  # the training state's epoch counter
@@ -48,6 +49,7 @@ class RestoreAndEvaluate:
         self.test_batches = test_batches
         self.tracker = tracker
         self.build_scores = build_scores
+        self.scored = scored  # what the scores are updated with (the task's: runner.training.task.Experiment.scored)
         self.model: tf.keras.Model | None = None
         self.scores: dict[str, float] = {}  # eval_<name>, once restored and evaluated
         self.epoch = 0  # the epoch whose weights the model holds, once restored: the step of the eval_* metrics
@@ -58,7 +60,7 @@ class RestoreAndEvaluate:
         self.model = restore_without_strategy(latest, self.build_model)
         best = self.early_stopping.restore_best_into(self.model) if self.early_stopping is not None else None
         self.epoch = best if best is not None else int(self.last_epoch.numpy())
-        scores = evaluate_scores(self.model, self.test_batches, self.build_scores())
+        scores = evaluate_scores(self.model, self.test_batches, self.build_scores(), self.scored)
         self.scores = {f"eval_{name}": value for name, value in scores.items()}
         self.tracker.log_metrics(self.scores, step=self.epoch)
         weights = f" with the weights of its best epoch, {best} (checkpoint.keep_best)" if best is not None else ""

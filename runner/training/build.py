@@ -31,7 +31,7 @@ from runner.training.parts import BatchPlan, Job, Restored
 from runner.training.reaper import IteratorReaper
 from runner.training.steps import ReplicaSteps, TrainingState
 from runner.training.strategy import build_strategy, check_model_keras
-from runner.training.task import ClassificationTask
+from runner.training.task import Experiment
 from runner.training.trainer import Trainer
 from runner.training.warm_start import warm_start
 
@@ -41,12 +41,17 @@ def build_trainer(job: Job) -> Trainer:
     settings = job.settings
     strategy = _build_strategy(settings, job.task)
     workers = _input_workers(settings, job.task)
-    data = load_data(settings.dataset, settings.seed, workers)
-    experiment = ClassificationTask.from_settings(settings, data.spec)
+    data = load_data(settings.dataset, settings.seed, workers, settings.task.kind)
+    experiment = Experiment.from_settings(settings, data.spec)
     plan = _build_plan(settings, strategy, data, workers)
     state = _build_state(settings, strategy, experiment, plan)
     steps = ReplicaSteps(
-        strategy, state, plan.global_batch, experiment.per_example_loss, jit_compile=settings.runtime.jit_compile
+        strategy,
+        state,
+        plan.global_batch,
+        experiment.per_example_loss,
+        jit_compile=settings.runtime.jit_compile,
+        scored=experiment.scored,
     )
     early_stopping = _build_early_stopping(settings, data, state)
     restored = _build_restored(job, state, early_stopping)
@@ -107,7 +112,7 @@ def _steps_per_epoch(data: TrainingData, global_batch: int) -> int:
 
 
 def _build_state(
-    settings: Settings, strategy: tf.distribute.Strategy, experiment: ClassificationTask, plan: BatchPlan
+    settings: Settings, strategy: tf.distribute.Strategy, experiment: Experiment, plan: BatchPlan
 ) -> TrainingState:
     """The model, optimizer and metrics created in the strategy's scope, seeded: same seed, same initial weights."""
     policy = settings.runtime.mixed_precision
@@ -126,6 +131,7 @@ def _build_state(
                 experiment.build_optimizer(rate), variables, loss_scaling=policy == "mixed_float16"
             ),
             experiment.build_scores,
+            experiment.spec.outputs,
         )
 
 

@@ -249,13 +249,16 @@ def restore_without_strategy(checkpoint_path: str, build_model) -> tf.keras.Mode
 
 
 def evaluate_scores(
-    model: tf.keras.Model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any]
+    model: tf.keras.Model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any], scored=None
 ) -> dict[str, float]:
-    """Each of `scores` (new Keras metrics, by name) of `model`, outside any strategy, on the test batches."""
+    """Each of `scores` (new Keras metrics, by name) of `model`, outside any strategy, on the test batches, updated
+    with `scored(outputs)` (the task's: probabilities of binary and multi-label logits; None: the outputs)."""
 
     @tf.function
     def eval_step(images, labels):
         outputs = model(images, training=False)
+        if scored is not None:
+            outputs = scored(outputs)
         for metric in scores.values():
             metric.update_state(labels, outputs)
 
@@ -265,8 +268,8 @@ def evaluate_scores(
 
 
 def evaluate_without_strategy(
-    checkpoint_path: str, build_model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any]
+    checkpoint_path: str, build_model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any], scored=None
 ) -> dict[str, float]:
     """`scores` (new Keras metrics, by name) of the checkpointed model, restored into a fresh model outside any
     strategy."""
-    return evaluate_scores(restore_without_strategy(checkpoint_path, build_model), test_dataset, scores)
+    return evaluate_scores(restore_without_strategy(checkpoint_path, build_model), test_dataset, scores, scored)

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import tensorflow as tf
 
 from runner.clusters.preemption import AgreedStop, PreemptionGuard
+from runner.compat.keras_metrics import build_for_outputs
 from runner.errors import Preempted, RunnerError
 from runner.training.checkpoints import Checkpointer
 from runner.training.early_stopping import EarlyStopping
@@ -152,16 +153,21 @@ class _StepBoundaries:
 
 class ScoreResults:
     """A score's result from its state's values (runner.training.controller.Controller._train_scores): a copy of
-    each training score, made outside any strategy, whose variables are set to the values before it computes."""
+    each training score, made outside any strategy, whose variables are set to the values before it computes.
+    `outputs`: the model's output shape for one example, for a score that makes its state on its first update
+    (runner.compat.keras_metrics)."""
 
-    def __init__(self, scores: dict[str, Any]):
+    def __init__(self, scores: dict[str, Any], outputs: tuple[int, ...] = ()):
         self._scores = scores
+        self._outputs = outputs
         self._copies: dict[str, Any] = {}
 
     def result(self, name: str, values: list[tf.Tensor]) -> float:
         if name not in self._copies:
             metric = self._scores[name]
-            self._copies[name] = type(metric).from_config(metric.get_config())
+            copy = type(metric).from_config(metric.get_config())
+            build_for_outputs(copy, self._outputs)
+            self._copies[name] = copy
         copy = self._copies[name]
         for variable, value in zip(copy.variables, values, strict=True):
             variable.assign(value)
@@ -208,7 +214,7 @@ class Controller:
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
         self.resumes_mid_epoch = passes.loop.resumes_mid_epoch
         self._boundaries: _StepBoundaries | None = None  # while an epoch's steps run
-        self._results = ScoreResults(state.train_scores)
+        self._results = ScoreResults(state.train_scores, state.outputs)
 
     def _train_scores(self, done_steps: int) -> dict[str, list[tf.Tensor]]:
         """Each training score's state over the epoch's steps: its variables now (summed over replicas and workers),

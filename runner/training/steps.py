@@ -33,9 +33,10 @@ class TrainingState:
     test_loss: tf.keras.metrics.Metric
     test_scores: dict[str, tf.keras.metrics.Metric]
     epoch: tf.Variable
+    outputs: tuple[int, ...] = ()  # the model's output shape for one example (a score made late is built for it)
 
     @classmethod
-    def create(cls, build_model, build_optimizer, build_scores=None) -> TrainingState:
+    def create(cls, build_model, build_optimizer, build_scores=None, outputs: tuple[int, ...] = ()) -> TrainingState:
         """Call inside strategy.scope(): the model first, then its optimizer over its variables, then the scores
         (`build_scores()`: a new Keras metric per name at each call; None: the tutorial's accuracy)."""
         build_scores = build_scores or tutorial_scores
@@ -48,6 +49,7 @@ class TrainingState:
             test_loss=tf.keras.metrics.Mean(name="test_loss"),
             test_scores=build_scores(),
             epoch=tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch"),
+            outputs=tuple(outputs),
         )
 
     def reset_metrics(self) -> None:
@@ -75,12 +77,15 @@ class ReplicaSteps:
         global_batch: int,
         per_example_loss,
         jit_compile: bool = False,
+        scored=None,
     ):
-        """`per_example_loss(labels, logits)`: one loss per example (the task's loss)."""
+        """`per_example_loss(labels, logits)`: one loss per example (the task's loss); `scored(logits)`: what the
+        scores are updated with (the task's: runner.training.task.Experiment.scored; None: the logits)."""
         self.strategy = strategy
         self.state = state
         self.global_batch = global_batch
         self.per_example_loss = per_example_loss
+        self.scored = scored
         self._loss_scaling = LossScaling.of(state.optimizer)  # tf_keras's or Keras 3's, None without
         # XLA compiles the per-replica maths only: apply_gradients all-reduces across replicas,
         # which must stay outside a jit-compiled function under every strategy.
@@ -117,8 +122,9 @@ class ReplicaSteps:
         # A diverged step fails here, before its gradients can reach the weights.
         with tf.control_dependencies([tf.debugging.assert_all_finite(loss, NON_FINITE_LOSS)]):
             self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables, strict=True))
+        scored = self.scored(logits) if self.scored else logits
         for score in self.state.train_scores.values():
-            score.update_state(labels, logits)
+            score.update_state(labels, scored)
         self.state.trained_examples.update_state(tf.cast(tf.shape(logits)[0], tf.float32))
         return loss
 
@@ -126,8 +132,9 @@ class ReplicaSteps:
         images, labels = inputs
         logits = self._predict(images)
         self.state.test_loss.update_state(self.per_example_loss(labels, logits))
+        scored = self.scored(logits) if self.scored else logits
         for score in self.state.test_scores.values():
-            score.update_state(labels, logits)
+            score.update_state(labels, scored)
 
     def distributed_train_step(self, inputs):
         """One global step: run on every replica, return the loss summed over replicas."""

@@ -1,5 +1,6 @@
 """What is trained, as one replica sees it (Model Garden's Task): the model, the optimizer and its learning
-rate, the per-example loss, and the model as it is exported. The components come from the config's
+rate, the per-example loss, the scores, and the model as it is exported, for the kind of prediction the run makes
+(task.kind: runner.task_kinds). The components come from the config's
 `_target_`s (runner.config.components) and the data's description (runner.data.source.DataSpec); no strategy code
 lives here: the trainer builds the model and optimizer inside strategy.scope()."""
 
@@ -10,18 +11,21 @@ from typing import Any
 import tensorflow as tf
 
 from runner.builtins import keras_lane
+from runner.compat.keras_metrics import build_for_outputs
 from runner.config.components import Component, call
 from runner.config.schema import DEFAULT_METRICS, MetricSettings, OptimizerSettings, Settings
 from runner.data.source import DataSpec
 from runner.errors import RunnerError
+from runner.task_kinds import KINDS, TaskKind
 from runner.training.lr_scaling import linear_warmup
 
 LANE_NAMES = {2: "tf_keras", 3: "Keras 3"}
 
 
-class ClassificationTask:
-    """A classifier of `spec.num_classes` classes trained on per-example losses of its logits, in the Keras its
-    model is written in (tf_keras or Keras 3: runner.builtins.keras_lane), which its optimizer and schedule follow."""
+class Experiment:
+    """A model whose outputs for one example are shaped `spec.outputs` (a classifier's logits, a regression's
+    values), trained on per-example losses of them, in the Keras it is written in (tf_keras or Keras 3:
+    runner.builtins.keras_lane), which its optimizer and schedule follow."""
 
     def __init__(
         self,
@@ -31,6 +35,7 @@ class ClassificationTask:
         loss: Component,
         spec: DataSpec,
         metrics: tuple[MetricSettings, ...] = DEFAULT_METRICS,
+        kind: TaskKind = KINDS["classification"],
     ):
         self.model = model
         self.optimizer = optimizer
@@ -38,11 +43,20 @@ class ClassificationTask:
         self.loss = loss
         self.spec = spec
         self.metrics = metrics
+        self.kind = kind
         self._loss_function = loss.resolve()
 
     @classmethod
-    def from_settings(cls, settings: Settings, spec: DataSpec) -> ClassificationTask:
-        return cls(settings.model, settings.optimizer, settings.schedule, settings.loss, spec, settings.metrics)
+    def from_settings(cls, settings: Settings, spec: DataSpec) -> Experiment:
+        return cls(
+            settings.model,
+            settings.optimizer,
+            settings.schedule,
+            settings.loss,
+            spec,
+            settings.metrics,
+            KINDS[settings.task.kind],
+        )
 
     def build_model(self):
         """The model callable's Keras model (call inside strategy.scope()), its variables created; the built-in
@@ -64,13 +78,24 @@ class ClassificationTask:
         if not model.built:  # a subclassed model makes its variables when first called
             call(key, target, lambda: model(tf.zeros((1, *self.spec.input_shape)), training=False))
         outputs = call(key, target, lambda: model.compute_output_shape((None, *self.spec.input_shape)))
-        if tuple(outputs)[-1:] != (self.spec.num_classes,):
-            raise RunnerError(
-                f"{key}={target!r} outputs shape {tuple(outputs)} for inputs {tuple(self.spec.input_shape)}, but the "
-                f"data has {self.spec.num_classes} classes. Fix: end the model with a layer of num_classes units "
-                "(the callable receives num_classes), giving logits."
-            )
+        if tuple(outputs)[1:] != self.spec.outputs:
+            raise RunnerError(self._output_refusal(tuple(outputs)))
         return model
+
+    def _output_refusal(self, outputs: tuple) -> str:
+        key, target, spec = "model._target_", self.model.target, self.spec
+        if self.kind.name == "classification":
+            wanted = f"the data has {spec.num_classes} classes"
+            fix = "end the model with a layer of num_classes units (the callable receives num_classes), giving logits"
+        else:
+            wanted = f"task={self.kind.name}'s labels are shaped {spec.outputs} per example"
+            fix = (
+                f"make the model output {spec.outputs} per example (the callable receives num_classes="
+                f"{spec.num_classes}, the labels' last size), or give labels shaped like its output"
+            )
+        return (
+            f"{key}={target!r} outputs shape {outputs} for inputs {tuple(spec.input_shape)}, but {wanted}. Fix: {fix}."
+        )
 
     def learning_rate(self, effective: float, total_steps: int, warmup_steps: int):
         """The schedule's rate (or schedule) from the effective rate, ramped up by lr_scaling's warm-up."""
@@ -109,17 +134,28 @@ class ClassificationTask:
                     "metric. Fix: name a Keras metric class (tf_keras.metrics.*, keras.metrics.*, or a subclass of "
                     "keras.metrics.Metric with update_state(y_true, y_pred) and result())."
                 )
+            build_for_outputs(metric, self.spec.outputs)
             scores[each.name] = metric
         return scores
+
+    @property
+    def scored(self):
+        """What the scores are updated with, from the model's outputs: the probabilities of binary and multi-label
+        logits (so that Keras' thresholds at 0.5 hold), None for the outputs as they are (a classifier's logits, a
+        regression's values)."""
+        if self.kind.activation != "sigmoid":
+            return None
+        return lambda logits: tf.sigmoid(tf.cast(logits, tf.float32))
 
     def per_example_loss(self, labels, logits):
         """One loss per example; the replica step averages them over the global batch."""
         return self._loss_function(labels, logits, **self.loss.arguments)
 
     def export_model(self, model):
-        """`model` (its weights shared, not copied) behind what the runner does to raw inputs, with a softmax on
-        its logits, in the model's Keras: inputs as the data holds them in (e.g. uint8 pixels, (n, 28, 28)), class
-        probabilities out.
+        """`model` (its weights shared, not copied) behind what the runner does to raw inputs, and the task's last
+        layer on its outputs (a softmax of a classifier's logits, a sigmoid of binary and multi-label logits,
+        nothing after a regression's values), in the model's Keras: inputs as the data holds them in (e.g. uint8
+        pixels, (n, 28, 28)), what the task serves out.
 
         Normalization with mean 0 and variance scale**2 computes x / sqrt(scale**2) = x / scale, the very float32
         division of runner.data.in_memory.to_model_input (Rescaling's x * (1 / 255) differs from it in the last bit
@@ -130,5 +166,12 @@ class ClassificationTask:
         scaled = keras.layers.Normalization(mean=0.0, variance=spec.scale**2, dtype="float32", name="scale")(raw)
         if tuple(spec.raw_shape) != tuple(spec.input_shape):
             scaled = keras.layers.Reshape(spec.input_shape, dtype="float32", name="channel")(scaled)
-        probabilities = keras.layers.Softmax(dtype="float32", name="probabilities")(model(scaled))
-        return keras.Model(raw, probabilities, name=f"{spec.name}_classifier")
+        outputs = model(scaled)
+        if self.kind.activation == "softmax":
+            outputs = keras.layers.Softmax(dtype="float32", name="probabilities")(outputs)
+        elif self.kind.activation == "sigmoid":
+            outputs = keras.layers.Activation("sigmoid", dtype="float32", name="probabilities")(outputs)
+        else:
+            outputs = keras.layers.Activation("linear", dtype="float32", name="predictions")(outputs)
+        role = {"regression": "regressor", "multilabel": "tagger"}.get(self.kind.name, "classifier")
+        return keras.Model(raw, outputs, name=f"{spec.name}_{role}")

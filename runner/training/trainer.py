@@ -20,7 +20,7 @@ from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
-from runner.outcome import DEFAULT_OBJECTIVE, FALLBACK_OBJECTIVE
+from runner.outcome import default_objective, fallback_objective
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
@@ -51,7 +51,7 @@ from runner.training.progress import EpochProgress
 from runner.training.run_ending import RunEnding
 from runner.training.steps import TrainingState
 from runner.training.strategy import gpu_models
-from runner.training.task import ClassificationTask
+from runner.training.task import Experiment
 
 log = logging.getLogger("runner")
 
@@ -79,7 +79,7 @@ class Trainer:
     strategy: tf.distribute.Strategy
     plan: BatchPlan
     data: TrainingData
-    experiment: ClassificationTask
+    experiment: Experiment
     state: TrainingState
     restored: Restored
     passes: EpochPasses
@@ -142,6 +142,7 @@ def _build_end_actions(
         trainer.state.epoch,
         trainer.experiment.build_scores,
         trainer.early_stopping,
+        scored=trainer.experiment.scored,
     )
     title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
     table = settings.metric_table
@@ -154,7 +155,8 @@ def _build_end_actions(
     if model_logging is not None and settings.mlflow.log_model:
         actions.append(LogModel(restored, model_logging, tracker))
     if settings.mlflow.register:
-        default = DEFAULT_OBJECTIVE if trainer.passes.validate is not None else FALLBACK_OBJECTIVE
+        score = settings.task.objective
+        default = default_objective(score) if trainer.passes.validate is not None else fallback_objective(score)
         objective = settings.sweep.objective or default
         name = settings.mlflow.registered_model_name
         lower = table.lower_is_better(objective, settings.sweep.direction)

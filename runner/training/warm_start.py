@@ -152,7 +152,7 @@ def _from_mlflow(source: str, kind: str | None, model: tf.keras.Model, tracking_
     logged_model): the logged model. The runner's
     SavedModel (runner.tracking.model_export) holds the trained network under `network`: restored by object path
     from its variables/ checkpoint. A tf_keras model logged before (the raw-input wrapper of
-    ClassificationTask.export_model): its inner trained network's variables are copied in order."""
+    Experiment.export_model): its inner trained network's variables are copied in order."""
     import mlflow.artifacts  # noqa: PLC0415  MLflow: only for a runs:/ or models:/ source
     import mlflow.tensorflow  # noqa: PLC0415  MLflow: as above
 

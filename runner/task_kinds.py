@@ -1,0 +1,99 @@
+"""The kinds of prediction a run trains (the `task` group's `task.kind`): what its labels are, what its model outputs
+and what its logged model serves. The data layer checks and shapes labels by them (runner.data.loading), the
+training task checks the model's output and adds the served model's last layer (runner.training.task).
+
+The loss, the metrics and the score a sweep chooses on by default are not here: each task's option file
+(conf/task/<kind>.yaml) sets them as config, so that a user's own option may change any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from runner.errors import RunnerError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# NumPy is imported where labels are read: the config's checks read the kinds' names before a command line is
+# accepted, in a process that must answer in well under a second.
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    name: str
+    labels: str  # what one example's label is, in the words of a refusal
+    served: str  # what the logged model outputs: probabilities, or the model's own predictions
+    activation: str | None  # the served model's last layer on the model's outputs: softmax, sigmoid, or none
+    stratified: bool  # whether validation splits and folds keep each label's share
+
+    def strata(self, labels: np.ndarray) -> np.ndarray:
+        """One key per example that a validation split or a fold keeps the shares of: its label where the labels
+        are classes, else one stratum (drawn at random)."""
+        import numpy as np  # noqa: PLC0415  see the import note above
+
+        if self.stratified:
+            return labels.reshape(len(labels)).astype(np.int64)
+        return np.zeros(len(labels), np.int64)
+
+    def prepare(self, where: str, split: str, labels: np.ndarray) -> np.ndarray:
+        """The labels of one split as the loop feeds them (int64 class indices, or float32 targets shaped like
+        the model's output for one example), or one paragraph saying what is wrong with them."""
+        import numpy as np  # noqa: PLC0415  see the import note above
+
+        if self.name == "classification":
+            if labels.ndim != 1:
+                fix = "give one class index per example (labels.argmax(axis=1) of one-hot labels)"
+                raise self._refusal(where, split, labels, fix)
+            if not np.issubdtype(labels.dtype, np.integer):
+                raise self._refusal(where, split, labels, "give integer class indices 0..num_classes-1")
+            return labels.astype(np.int64)
+        if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_) or labels.ndim < 1:
+            raise self._refusal(where, split, labels, "give numeric labels")
+        values = labels.astype(np.float32)
+        if self.name == "regression":
+            if not np.all(np.isfinite(values)):
+                raise RunnerError(
+                    f"{where}: the {split} targets hold NaN or infinite values. Fix: drop or fill those examples."
+                )
+            return values.reshape(len(values), 1) if values.ndim == 1 else values
+        if self.name == "binary":
+            if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+                raise self._refusal(where, split, labels, "give one 0/1 label per example, or use task=multilabel")
+            values = values.reshape(len(values), 1)
+        elif values.ndim != 2:
+            raise self._refusal(where, split, labels, "give each example a vector of 0/1 labels, shaped (n, labels)")
+        outside = values[(values != 0) & (values != 1)]
+        if outside.size:
+            raise RunnerError(
+                f"{where}: the {split} labels hold {outside[0]:g}, but task={self.name} takes {self.labels}. "
+                "Fix: give 0 or 1 for each label, or use task=regression for other targets."
+            )
+        return values
+
+    def output_shape(self, labels: np.ndarray, num_classes: int | None) -> tuple[int, ...]:
+        """What the model outputs for one example, given prepared labels (and the number of classes of a
+        classification)."""
+        if self.name == "classification":
+            assert num_classes is not None
+            return (num_classes,)
+        return tuple(int(size) for size in labels.shape[1:])
+
+    def _refusal(self, where: str, split: str, labels: np.ndarray, fix: str) -> RunnerError:
+        return RunnerError(
+            f"{where}: the {split} labels are {labels.dtype} shaped {labels.shape}, but task={self.name} takes "
+            f"{self.labels}. Fix: {fix}, or pick the task that matches the labels (task=classification, "
+            "regression, binary or multilabel)."
+        )
+
+
+KINDS = {
+    kind.name: kind
+    for kind in (
+        TaskKind("classification", "one integer class index per example", "probabilities", "softmax", True),
+        TaskKind("regression", "numeric targets of any shape per example", "predictions", None, False),
+        TaskKind("binary", "one 0/1 label per example", "probabilities", "sigmoid", True),
+        TaskKind("multilabel", "a vector of 0/1 labels per example", "probabilities", "sigmoid", False),
+    )
+}
