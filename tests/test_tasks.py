@@ -117,6 +117,7 @@ def test_a_regression_logs_its_errors_and_serves_the_values_it_was_scored_on(tra
     assert mean_absolute_error(targets, predictions[:, 0]) == pytest.approx(result.final["test_mae"], abs=1e-4)
 
 
+@pytest.mark.slow  # two trainings and two exports in this process: about 20 s
 def test_binary_auc_and_multilabel_f1_equal_scikit_learns_on_the_served_probabilities(train, tmp_path):
     for task, labels_of in (("binary", binary_labels), ("multilabel", multilabel_labels)):
         path = _write(tmp_path / f"{task}.npz", labels_of)
