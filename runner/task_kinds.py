@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 class TaskKind:
     name: str
     labels: str  # what one example's label is, in the words of a refusal
-    served: str  # what the logged model outputs: probabilities, or the model's own predictions
     activation: str | None  # the served model's last layer on the model's outputs: softmax, sigmoid, or none
     stratified: bool  # whether validation splits and folds keep each label's share
 
@@ -91,9 +90,9 @@ class TaskKind:
 KINDS = {
     kind.name: kind
     for kind in (
-        TaskKind("classification", "one integer class index per example", "probabilities", "softmax", True),
-        TaskKind("regression", "numeric targets of any shape per example", "predictions", None, False),
-        TaskKind("binary", "one 0/1 label per example", "probabilities", "sigmoid", True),
-        TaskKind("multilabel", "a vector of 0/1 labels per example", "probabilities", "sigmoid", False),
+        TaskKind("classification", "one integer class index per example", "softmax", True),
+        TaskKind("regression", "numeric targets of any shape per example", None, False),
+        TaskKind("binary", "one 0/1 label per example", "sigmoid", True),
+        TaskKind("multilabel", "a vector of 0/1 labels per example", "sigmoid", False),
     )
 }

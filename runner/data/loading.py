@@ -123,14 +123,7 @@ def in_memory(
     else:
         _check_label_shapes(where, labelled)
     outputs = kind.output_shape(train_y, num_classes)
-    spec = describe_spec(
-        settings.name,
-        train_x.shape[1:],
-        train_x.dtype,
-        outputs[-1],
-        settings.scale,
-        () if kind.name == "classification" else outputs,
-    )
+    spec = describe_spec(settings.name, train_x.shape[1:], train_x.dtype, outputs[-1], settings.scale, outputs)
     # Hashing the raw bytes (sha256 releases the GIL) overlaps with building the model and the first steps.
     descriptions = _DESCRIBING.submit(
         describe_arrays,

@@ -252,7 +252,7 @@ def evaluate_scores(
     model: tf.keras.Model, test_dataset: tf.data.Dataset, scores: Mapping[str, Any], scored=None
 ) -> dict[str, float]:
     """Each of `scores` (new Keras metrics, by name) of `model`, outside any strategy, on the test batches, updated
-    with `scored(outputs)` (the task's: probabilities of binary and multi-label logits; None: the outputs)."""
+    with `scored(outputs)` (the task's: runner.training.task.Experiment.scored; None: the outputs)."""
 
     @tf.function
     def eval_step(images, labels):

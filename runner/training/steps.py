@@ -67,6 +67,10 @@ class TrainingState:
         return results
 
 
+def _as_they_are(outputs):
+    return outputs
+
+
 class ReplicaSteps:
     """The train and test step on one replica, and their distributed forms for a strategy."""
 
@@ -77,10 +81,10 @@ class ReplicaSteps:
         global_batch: int,
         per_example_loss,
         jit_compile: bool = False,
-        scored=None,
+        scored=_as_they_are,
     ):
         """`per_example_loss(labels, logits)`: one loss per example (the task's loss); `scored(logits)`: what the
-        scores are updated with (the task's: runner.training.task.Experiment.scored; None: the logits)."""
+        scores are updated with (the task's: runner.training.task.Experiment.scored; by default the logits)."""
         self.strategy = strategy
         self.state = state
         self.global_batch = global_batch
@@ -122,7 +126,7 @@ class ReplicaSteps:
         # A diverged step fails here, before its gradients can reach the weights.
         with tf.control_dependencies([tf.debugging.assert_all_finite(loss, NON_FINITE_LOSS)]):
             self.state.optimizer.apply_gradients(zip(gradients, self.state.model.trainable_variables, strict=True))
-        scored = self.scored(logits) if self.scored else logits
+        scored = self.scored(logits)
         for score in self.state.train_scores.values():
             score.update_state(labels, scored)
         self.state.trained_examples.update_state(tf.cast(tf.shape(logits)[0], tf.float32))
@@ -132,7 +136,7 @@ class ReplicaSteps:
         images, labels = inputs
         logits = self._predict(images)
         self.state.test_loss.update_state(self.per_example_loss(labels, logits))
-        scored = self.scored(logits) if self.scored else logits
+        scored = self.scored(logits)
         for score in self.state.test_scores.values():
             score.update_state(labels, scored)
 

@@ -138,14 +138,13 @@ class Experiment:
             scores[each.name] = metric
         return scores
 
-    @property
-    def scored(self):
+    def scored(self, outputs):
         """What the scores are updated with, from the model's outputs: the probabilities of binary and multi-label
-        logits (so that Keras' thresholds at 0.5 hold), None for the outputs as they are (a classifier's logits, a
+        logits (so that Keras' thresholds at 0.5 hold), else the outputs as they are (a classifier's logits, a
         regression's values)."""
         if self.kind.activation != "sigmoid":
-            return None
-        return lambda logits: tf.sigmoid(tf.cast(logits, tf.float32))
+            return outputs
+        return tf.sigmoid(tf.cast(outputs, tf.float32))
 
     def per_example_loss(self, labels, logits):
         """One loss per example; the replica step averages them over the global batch."""
