@@ -3,10 +3,12 @@ by its own make_data.py, then `python -m runner hydra.searchpath=[file://conf_my
 dataset=my_digits ...` run from that directory with it on PYTHONPATH (the runner comes from the environment).
 Real processes, a real MLflow store, real serving.
 
-Each slow scenario runs once: one device (its logged model served), two mirrored replicas (replica
-invariance against the one-device run), local MultiWorkerMirrored and ParameterServer clusters, a seeded
-sweep over the model's own argument and the optimizer that registers a champion, and the example's Keras 3 model
-on one device (served) and two mirrored replicas.
+Each slow scenario runs once. The digits (classification): one device (its logged model served), two mirrored
+replicas (replica invariance against the one-device run), MultiWorkerMirrored streaming the TFRecord shards, and
+the example's Keras 3 model on one device (served) and two mirrored replicas. The diabetes data (task=regression,
+the runner's npz kind): one device (its logged model predicting at test_mae), two mirrored replicas and a local
+MultiWorkerMirrored cluster (each against the one-device run), a local ParameterServer cluster, and a seeded sweep
+over the model's own argument and the optimizer that chooses the lowest val_mae and registers a champion.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ DIGITS_TFRECORD = [
     "dataset.name=digits",
     "dataset.scale=16",
 ]
-NAME = "digits"  # the dataset option's name: the registered model's name
 TEST_EXAMPLES = 357  # make_data.py's split of scikit-learn's 1,797 digits
 EPOCHS = ["epochs=3"]
+# The regression as the example's README runs it: scikit-learn's diabetes data through the runner's npz kind, with
+# a validation split so that val_ errors are logged each epoch as train_ and test_ ones are.
+DIABETES = ["task=regression", "dataset=my_diabetes", "optimizer.lr=0.01", "dataset.validation_fraction=0.2"]
+TEST_PATIENTS = 89  # make_data.py's split of scikit-learn's 442 patients
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +80,9 @@ def runner(project: Path, *overrides: str, timeout: float = 300) -> subprocess.C
     return run_cli(*overrides, cwd=project, env=_env(project), timeout=timeout)
 
 
-def train(project: Path, name: str, *overrides: str) -> str:
-    """One run of the example in outputs/<name>; its MLflow run id."""
-    done = runner(project, *MYLAB, *DIGITS, *EPOCHS, f"hydra.run.dir=outputs/{name}", *overrides)
+def train(project: Path, name: str, *overrides: str, data: list[str] = DIGITS) -> str:
+    """One run of the example (on the digits unless `data` says otherwise) in outputs/<name>; its MLflow run id."""
+    done = runner(project, *MYLAB, *data, *EPOCHS, f"hydra.run.dir=outputs/{name}", *overrides)
     assert done.returncode == 0, done.stderr[-3000:]
     return (project / "outputs" / name / "mlflow_run_id.txt").read_text().strip()
 
@@ -90,9 +95,32 @@ def _losses(project: Path, run_id: str) -> list[float]:
     return [value for _, value in metric_history(_client(project), run_id, "train_loss")]
 
 
-def _test_split(project: Path) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(project / "data" / "digits.npz") as data:
+def _test_split(project: Path, name: str = "digits") -> tuple[np.ndarray, np.ndarray]:
+    with np.load(project / "data" / f"{name}.npz") as data:
         return data["x_test"], data["y_test"]
+
+
+def _logged_model(project: Path, uri: str):
+    """The MLflow Model at `uri` (runs:/..., models:/...) of the example's store, loaded as a user loads it."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
+    try:
+        return mlflow.pyfunc.load_model(uri)
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def assert_predicts_at_test_mae(project: Path, uri: str, test_mae: float) -> None:
+    """The logged model, given the raw test measurements, predicts values whose mean absolute error from the test
+    targets is the run's test_mae (float32 sums in another order: within 1e-5 relative)."""
+    measurements, targets = _test_split(project, "diabetes")
+    assert measurements.shape == (TEST_PATIENTS, 10) and targets.dtype == np.float32
+    predictions = np.asarray(_logged_model(project, uri).predict(measurements))
+    assert predictions.shape == (TEST_PATIENTS, 1), predictions.shape
+    mae = float(np.mean(np.abs(predictions[:, 0] - targets)))
+    assert mae == pytest.approx(test_mae, rel=1e-5), (mae, test_mae)
 
 
 def assert_same_losses(project: Path, run_id: str, reference_id: str, label: str) -> None:
@@ -109,6 +137,26 @@ def assert_same_losses(project: Path, run_id: str, reference_id: str, label: str
 def one_device_run(project) -> str:
     """The example on one device, logging its model; its run id."""
     return train(project, "one_device", "strategy=one_device")
+
+
+@pytest.fixture(scope="module")
+def regression_run(project) -> str:
+    """The regression example on one device, logging its model; its run id."""
+    return train(project, "regression_one_device", "strategy=one_device", data=DIABETES)
+
+
+def assert_errors_not_accuracy(project: Path, run_id: str, epochs: int = 3) -> None:
+    """A regression's run: train_, val_ and test_ mae and rmse at every epoch, eval_ ones after the restore, and no
+    accuracy anywhere."""
+    client = _client(project)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert not [key for key in run.data.metrics if "accuracy" in key], sorted(run.data.metrics)
+    for split in ("train", "val", "test"):
+        for error in ("mae", "rmse"):
+            steps = [step for step, _ in metric_history(client, run_id, f"{split}_{error}")]
+            assert steps == list(range(1, epochs + 1)), (split, error, steps)
+    assert {"eval_mae", "eval_rmse"} <= set(run.data.metrics)
 
 
 def test_searchpath_is_passed_on_with_file_paths_made_absolute():
@@ -245,14 +293,49 @@ def test_two_mirrored_replicas_train_the_users_model_as_one_device_does(project,
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_on_a_local_cluster_trains_the_users_model_as_one_device_does(project, one_device_run):
+def test_a_regression_on_one_device_logs_its_errors_and_its_model_predicts_at_test_mae(project, regression_run):
+    assert_errors_not_accuracy(project, regression_run)
+    run = _client(project).get_run(regression_run)
+    assert run.data.params["task.kind"] == "regression" and run.data.params["loss._target_"].endswith(
+        "mean_squared_error"
+    )
+    assert _losses(project, regression_run)[-1] < _losses(project, regression_run)[0]
+    assert_predicts_at_test_mae(project, f"runs:/{regression_run}/model", run.data.metrics["test_mae"])
+
+
+@pytest.mark.slow
+def test_a_regression_trains_on_two_mirrored_replicas_as_on_one_device(project, regression_run):
+    run_id = train(
+        project,
+        "regression_mirrored",
+        "strategy=mirrored",
+        "strategy.cpu_replicas=2",
+        "batch=32",
+        "mlflow.log_model=false",
+        data=DIABETES,
+    )
+    assert _client(project).get_run(run_id).data.params["num_replicas"] == "2"
+    assert_errors_not_accuracy(project, run_id)
+    assert_same_losses(project, run_id, regression_run, "regression, mirrored, 2 replicas")
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_on_a_local_cluster_trains_the_users_regression_as_one_device_does(
+    project, regression_run
+):
     """Two worker processes that compose the config anew (the searchpath passed on) and import mylab."""
     run_id = train(
-        project, "multi_worker", "strategy=multi_worker_mirrored", "cluster=local", "batch=32", "mlflow.log_model=false"
+        project,
+        "regression_multi_worker",
+        "strategy=multi_worker_mirrored",
+        "cluster=local",
+        "batch=32",
+        "mlflow.log_model=false",
+        data=DIABETES,
     )
-    run = _client(project).get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.params["num_replicas"] == "2"
-    assert_same_losses(project, run_id, one_device_run, "multi_worker_mirrored, 2 workers")
+    assert _client(project).get_run(run_id).data.params["num_replicas"] == "2"
+    assert_errors_not_accuracy(project, run_id)
+    assert_same_losses(project, run_id, regression_run, "regression, multi_worker_mirrored, 2 workers")
 
 
 @pytest.mark.slow
@@ -298,34 +381,40 @@ def test_multi_worker_mirrored_streams_the_tfrecord_shards(project):
 
 
 @pytest.mark.slow
-def test_parameter_server_on_a_local_cluster_trains_the_users_model(project):
+def test_parameter_server_on_a_local_cluster_trains_the_users_regression(project):
     run_id = train(
         project,
-        "parameter_server",
+        "regression_parameter_server",
         "strategy=parameter_server",
         "cluster=local",
         "loop.steps_per_epoch=20",
         "mlflow.log_model=false",
+        data=DIABETES,
     )
-    run = _client(project).get_run(run_id)
-    assert run.info.status == "FINISHED"
-    assert [step for step, _ in metric_history(_client(project), run_id, "train_loss")] == [1, 2, 3]
-    assert run.data.metrics["eval_accuracy"] > 0.5
+    assert_errors_not_accuracy(project, run_id)
+    losses = _losses(project, run_id)
+    assert losses[-1] < losses[0], losses
+    # The coordinator's restore-and-evaluate pass scores what the last epoch's test pass scored.
+    metrics = _client(project).get_run(run_id).data.metrics
+    assert metrics["eval_mae"] == pytest.approx(metrics["test_mae"], rel=1e-5)
 
 
 @pytest.mark.slow
-def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_champion(project):
+def test_a_seeded_sweep_of_the_regression_chooses_the_lowest_val_mae_and_registers_a_champion(project):
+    """The README's sweep over the model's own argument and the optimizer, two seeds per point, on the regression:
+    with no objective given it chooses on the task's, the lowest val_mae, and registers the best job as `diabetes`."""
     sweep_dir = project / "multirun" / "hidden-optimizer"
     done = runner(
         project,
         "-m",
         *MYLAB,
-        *DIGITS,
+        "task=regression",
+        "dataset=my_diabetes",
         "epochs=1",
         "model.hidden=16,64",
         "optimizer=adam,sgd",
+        "optimizer.lr=0.01",
         "sweep.seeds=2",
-        "sweep.objective=test_accuracy",  # chosen on test, as this test was written for (the default: val_accuracy)
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
         f"hydra.sweep.dir={sweep_dir.relative_to(project)}",
@@ -334,6 +423,8 @@ def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_c
     assert done.returncode == 0, done.stderr[-3000:]
     client = _client(project)
     parent_id = parent_id_of(sweep_dir)
+    parent = client.get_run(parent_id)
+    assert parent.data.tags["chosen_by"] == "val_mae"
     runs = children(client, parent_id)
     assert len(runs) == 8 and all(run.info.status == "FINISHED" for run in runs)
     grouped: dict[str, list] = {}
@@ -348,24 +439,15 @@ def test_a_seeded_sweep_over_the_models_argument_and_the_optimizer_registers_a_c
         hidden, optimizer = (part.split("=")[1] for part in run.data.tags["configuration"].split(","))
         assert run.data.params["model.hidden"] == hidden
         assert run.data.params["optimizer._target_"] == f"runner.builtins.optimizers.{optimizer}"
+        assert not [key for key in run.data.metrics if "accuracy" in key]
 
-    # The champion: the best job of the best configuration (by mean test_accuracy over its seeds).
-    means = {name: np.mean([run.data.metrics["test_accuracy"] for run in group]) for name, group in grouped.items()}
-    best = max(means, key=means.get)
-    assert client.get_run(parent_id).data.tags["best_configuration"] == best
-    champion = client.get_model_version_by_alias(NAME, "champion")
+    # The champion: the best job of the best configuration, by the lowest mean val_mae over its seeds.
+    means = {name: np.mean([run.data.metrics["val_mae"] for run in group]) for name, group in grouped.items()}
+    best = min(means, key=means.get)
+    assert parent.data.tags["best_configuration"] == best
+    champion = client.get_model_version_by_alias("diabetes", "champion")
     [winner] = [run for run in grouped[best] if run.info.run_id == champion.run_id]
-    assert winner.data.metrics["test_accuracy"] == max(run.data.metrics["test_accuracy"] for run in grouped[best])
+    assert winner.data.metrics["val_mae"] == min(run.data.metrics["val_mae"] for run in grouped[best])
 
-    # The champion loads from the registry and serves the raw digits at its run's eval_accuracy.
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlflow.db'}")
-    try:
-        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
-    finally:
-        mlflow.set_tracking_uri(previous)
-    images, labels = _test_split(project)
-    correct = int(np.sum(np.asarray(model.predict(images)).argmax(axis=1) == labels))
-    assert correct == round(winner.data.metrics["eval_accuracy"] * TEST_EXAMPLES)
+    # The champion loads from the registry and predicts the raw test measurements at its run's test_mae.
+    assert_predicts_at_test_mae(project, "models:/diabetes@champion", winner.data.metrics["test_mae"])

@@ -1,8 +1,10 @@
 """Write the example's data into data/: scikit-learn's 1,797 handwritten digits (8x8 images, values 0-16,
 10 classes; shipped with scikit-learn, so no download), split once with a fixed seed into 1,440 training
-and 357 test images.
+and 357 test images; and scikit-learn's diabetes data (442 patients, 10 measurements each, the disease's progression
+a year later to predict), split the same way into 353 training and 89 test patients.
 
     data/digits.npz                              x_train, y_train, x_test, y_test (uint8)
+    data/diabetes.npz                            x_train (n, 10), y_train (n,), x_test, y_test (float32)
     data/tfrecord/train-0000K-of-00004.tfrecord  the same training images in 4 shards of 360
     data/tfrecord/test-00000-of-00001.tfrecord   the test images
 
@@ -16,10 +18,11 @@ import os
 from pathlib import Path
 
 import numpy as np
-from sklearn.datasets import load_digits
+from sklearn.datasets import load_diabetes, load_digits
 
 TRAIN_EXAMPLES = 1440
 TRAIN_SHARDS = 4
+TRAIN_PATIENTS = 353
 
 
 def main(out: Path = Path("data")) -> None:
@@ -33,6 +36,7 @@ def main(out: Path = Path("data")) -> None:
         out / "digits.npz", x_train=images[train], y_train=labels[train], x_test=images[test], y_test=labels[test]
     )
     print(f"{out / 'digits.npz'}: {len(train)} training and {len(test)} test images of 8x8, values 0-16")
+    write_diabetes(out / "diabetes.npz")
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # only to write TFRecord files
@@ -52,6 +56,26 @@ def main(out: Path = Path("data")) -> None:
         write(records / f"train-{shard:05d}-of-{TRAIN_SHARDS:05d}.tfrecord", indices)
     write(records / "test-00000-of-00001.tfrecord", test)
     print(f"{records}/: {TRAIN_SHARDS} training shards of {len(train) // TRAIN_SHARDS} and 1 test shard")
+
+
+def write_diabetes(path: Path) -> None:
+    """The regression example's data (task=regression dataset=my_diabetes): the ten measurements standardized
+    (mean 0, variance 1 over all patients), the target in hundreds of points of the progression score (0.25-3.46),
+    so that the default optimizer's learning rate suits both."""
+    diabetes = load_diabetes(scaled=False)
+    measurements = diabetes.data.astype(np.float64)
+    measurements = ((measurements - measurements.mean(axis=0)) / measurements.std(axis=0)).astype(np.float32)
+    targets = (diabetes.target / 100).astype(np.float32)
+    order = np.random.default_rng(0).permutation(len(targets))
+    train, test = order[:TRAIN_PATIENTS], order[TRAIN_PATIENTS:]
+    np.savez_compressed(
+        path,
+        x_train=measurements[train],
+        y_train=targets[train],
+        x_test=measurements[test],
+        y_test=targets[test],
+    )
+    print(f"{path}: {len(train)} training and {len(test)} test patients of 10 measurements, a float target each")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """mylab's models. The runner calls a model option's `_target_` as
 build(input_shape=..., num_classes=..., **the option's other keys) inside strategy.scope(), and trains
 the tf_keras model it returns, which must output logits (no softmax: the runner's loss takes logits, and
-the logged model adds the softmax itself).
+the logged model adds the softmax itself); under task=regression it outputs the values, num_classes of them
+(the target's size per example, 1 for the diabetes data).
 """
 
 from __future__ import annotations
