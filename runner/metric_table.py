@@ -191,6 +191,17 @@ class MetricTable:
     def lower_is_better(self, key: str, override: Any = None) -> bool:
         return self.direction(key, override) == MINIMIZE
 
+    def as_text(self) -> str:
+        """The scores and their directions in one line (`mae:minimize,rmse:minimize`): what a sweep's parent run
+        records, so that its report can be written where its config is not (MetricTable.from_text)."""
+        return ",".join(f"{metric.name}:{metric.direction}" for metric in self.scores)
+
+    @classmethod
+    def from_text(cls, text: str) -> MetricTable:
+        """The table as_text wrote."""
+        pairs = [item.partition(":") for item in text.split(",") if item]
+        return cls.of(Metric(name, direction) for name, _, direction in pairs)
+
 
 # The runner's own experiment: loss and accuracy (the tutorial's).
 DEFAULT_TABLE = MetricTable()

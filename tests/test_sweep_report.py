@@ -11,6 +11,7 @@ import html
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from runner.sweeps import summary as sweep_summary
 from runner.sweeps.histories import UI_BULK_ENDPOINT, _BulkReader
 from runner.sweeps.report import REPORT_FILE, curves_figure, log_scaled_keys, parallel_figure
 from runner.sweeps.summary import CSV_FILE, CURVE_METRICS, MARKDOWN_FILE, REPORT_CURVE_METRICS
-from runner.sweeps.terms import PARENT_RUN_ID_FILE, TRACKING_URI_FILE
+from runner.sweeps.terms import PARENT_RUN_ID_FILE, SCORES_TAG, TASK_OBJECTIVE_TAG, TRACKING_URI_FILE
 
 # Two configurations with the same values (different job numbers), one much worse, one with a failed fold, one
 # pruned after its first epoch, and one whose three values all lie below the best's lowest (the case: a
@@ -417,3 +418,26 @@ def test_a_sweep_on_a_metric_of_its_own_chooses_by_its_direction_and_shows_it_in
     assert 'id="curves-val_mae"' in page and 'id="curves-val_accuracy"' not in page
     assert "lower is better" in page
     assert {os.path.basename(path) for path in paths} >= {CSV_FILE, MARKDOWN_FILE, REPORT_FILE, "sweep_curves.png"}
+
+    # By its parent run id where its directory is not: a task=regression sweep's start records its scores and the
+    # task's score on the parent run (here the resumed parent, as a re-run's start does), and the report reads them.
+    from runner.sweeps.callback import start_parent_run
+    from runner.sweeps.sweep_config import SweepConfig
+
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    (sweep_dir / PARENT_RUN_ID_FILE).write_text(parent_id + "\n")
+    config = sweep_config(
+        str(sweep_dir), store, "task=regression", "optimizer.lr=0.1,0.2,0.3", composed_with=["task=regression"]
+    )
+    assert start_parent_run(config, SweepConfig.read(config)) == parent_id
+    tags = client.get_run(parent_id).data.tags
+    assert (tags[SCORES_TAG], tags[TASK_OBJECTIVE_TAG]) == ("mae:minimize,rmse:minimize", "mae")
+    shutil.rmtree(sweep_dir)
+    assert report_main([parent_id, "--tracking-uri", store, "--out", str(tmp_path / "by_id")]) == 0
+    with open(tmp_path / "by_id" / CSV_FILE) as handle:
+        columns = next(csv.reader(handle))
+    assert {"val_mae_mean", "val_rmse_mean", "eval_mae_mean"} <= set(columns), columns
+    assert not [column for column in columns if "accuracy" in column], columns
+    page = (tmp_path / "by_id" / REPORT_FILE).read_text()
+    assert 'id="curves-val_mae"' in page and "lower is better" in page

@@ -36,8 +36,10 @@ from runner.sweeps.terms import (
     OVERRIDES_TAG,
     PARENT_RUN_ID_FILE,
     REGISTERED_VERSION_TAG,
+    SCORES_TAG,
     SWEEP_DIR_TAG,
     SWEPT_KEYS_TAG,
+    TASK_OBJECTIVE_TAG,
     read_parent_run_id,
     record_tracking_uri,
     run_name_for,
@@ -151,6 +153,8 @@ def start_parent_run(config: DictConfig, sweep: SweepConfig) -> str:
         OVERRIDES_TAG: " ".join(config.hydra.overrides.task),
         SWEPT_KEYS_TAG: ",".join(swept_keys(config)),
         SWEEP_DIR_TAG: sweep_dir,
+        SCORES_TAG: sweep.table.as_text(),
+        TASK_OBJECTIVE_TAG: sweep.score,
     }
     try:
         client = open_client(sweep.tracking_uri)  # the store, created before any job runs

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from runner.config.schema import TaskSettings
 from runner.config.settings import metric_table_of
 from runner.errors import RunnerError
-from runner.metric_table import DEFAULT_TABLE
+from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import default_objective, fallback_objective
 from runner.sweeps.outputs import SweepFacts, write_outputs
 from runner.sweeps.report import find_study, given_overrides, log_scaled_keys
@@ -35,7 +35,9 @@ from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     OVERRIDES_TAG,
     PARENT_RUN_ID_FILE,
+    SCORES_TAG,
     SWEEP_DIR_TAG,
+    TASK_OBJECTIVE_TAG,
     TRACKING_URI_FILE,
     read_parent_run_id,
     read_tracking_uri,
@@ -154,8 +156,18 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
 def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local_dir: str) -> SweepFacts:
     """The sweep's facts from its parent run (the objective its end recorded as chosen_by; before it ends, the one
     it will choose on) and its multirun.yaml where the sweep directory is here."""
-    # The task's score a null sweep.objective chooses on (the schema's where the sweep directory is elsewhere).
-    score = given.get("task.objective") or _select(config, "task.objective") or TaskSettings().objective
+    # The task's score a null sweep.objective chooses on, and the jobs' scores: the sweep's config where its directory
+    # is here, else what its parent run recorded (the schema's defaults for a sweep that recorded neither).
+    score = (
+        given.get("task.objective")
+        or _select(config, "task.objective")
+        or tags.get(TASK_OBJECTIVE_TAG)
+        or TaskSettings().objective
+    )
+    if config is not None:
+        table = metric_table_of(config)
+    else:
+        table = MetricTable.from_text(tags[SCORES_TAG]) if SCORES_TAG in tags else DEFAULT_TABLE
     objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or default_objective(score)
     direction = direction_of(
         given.get("hydra.sweeper.direction", _select(config, "hydra.sweeper.direction")),
@@ -168,7 +180,7 @@ def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local
     return SweepFacts(
         objective=objective,
         direction=direction,
-        table=metric_table_of(config) if config is not None else DEFAULT_TABLE,
+        table=table,
         fallback=None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else fallback_objective(score),
         asked=asked,
         study=find_study(local_dir, given, config),

@@ -39,6 +39,11 @@ WALL_SECONDS = "wall_seconds"
 REGISTERED_VERSION_TAG = "registered_model_version"
 # On an Optuna sweep's parent run whose terminator ended its study before n_trials: why (runner.sweeps.terminator).
 STOPPED_EARLY_TAG = "study_stopped_early"
+# On the parent: the jobs' scores with their directions (MetricTable.as_text) and the task's score a null
+# sweep.objective chooses on, so that `python -m runner.report <parent run id>` reads them where the sweep's
+# directory (its multirun.yaml) is not.
+SCORES_TAG = "scores"
+TASK_OBJECTIVE_TAG = "task_objective"
 
 
 # ---- what chooses the winner (a validation split unless told otherwise) ----

@@ -84,15 +84,15 @@ def simulate_sweep(
     return parent_id
 
 
-def sweep_config(sweep_dir: str, tracking_uri: str, *task: str):
-    """The composed config of a sweep with `mlflow.tracking_uri`, and Hydra's node as the sweep's callback sees it:
-    the sweep directory, the command line's overrides `task` (e.g. `optimizer.lr=0.1,0.2`, recorded, not composed)
-    and Hydra's basic sweeper."""
+def sweep_config(sweep_dir: str, tracking_uri: str, *task: str, composed_with: Sequence[str] = ()):
+    """The composed config of a sweep with `mlflow.tracking_uri` (and `composed_with`, e.g. `task=regression`), and
+    Hydra's node as the sweep's callback sees it: the sweep directory, the command line's overrides `task` (e.g.
+    `optimizer.lr=0.1,0.2`, recorded, not composed) and Hydra's basic sweeper."""
     from omegaconf import OmegaConf
 
     from helpers.config import compose
     from runner.sweeps.sweep_config import BASIC_SWEEPER
 
-    composed = OmegaConf.to_container(compose([f"mlflow.tracking_uri={tracking_uri}"]), resolve=True)
+    composed = OmegaConf.to_container(compose([f"mlflow.tracking_uri={tracking_uri}", *composed_with]), resolve=True)
     hydra = {"sweep": {"dir": sweep_dir}, "overrides": {"task": list(task)}, "sweeper": {"_target_": BASIC_SWEEPER}}
     return OmegaConf.create({**composed, "hydra": hydra})
