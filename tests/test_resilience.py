@@ -230,14 +230,17 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
         process = start_cli(*args, cwd=tmp_path)
         wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
         time.sleep(1.0)
-        before = len(_checkpoints(tmp_path / "run"))
+        before = _checkpoints(tmp_path / "run")
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
         assert time.monotonic() - sent < 30
     assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "preempted:" in stderr and "Traceback" not in stderr
-    assert len(_checkpoints(tmp_path / "run")) == before + 1  # saved at the step boundary
+    # Saved at the step boundary: one checkpoint newer than any before the signal (the manager may have let the
+    # oldest go: it keeps checkpoint.max_to_keep, and a quiet machine trains three epochs in the second above).
+    after = _checkpoints(tmp_path / "run")
+    assert [path for path in after if path not in before] == after[-1:], (before, after)
     # Whoever started it reads the same paragraph from its outcome file.
     ended = outcome.read(str(tmp_path / "run" / OUTCOME_FILE), None)
     [said] = [line for line in stderr.splitlines() if line.startswith("preempted: ")]
