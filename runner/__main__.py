@@ -28,7 +28,7 @@ from runner.config.checks import refuse_credentials_in_uri
 from runner.config.help import register_help
 from runner.config.plain import as_dict
 from runner.config.schema import register
-from runner.config.settings import checked_targets, validate
+from runner.config.settings import checked_metric_targets, checked_targets, validate
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.lifeline import record_sweep_process, watch
@@ -119,14 +119,18 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
     verbose = is_verbose(settings.verbose, hydra_config.verbose)
     configure(verbose)  # before MLflow and TensorFlow load, here and in the processes started below
     # The `_target_`s import and take their arguments (the built-ins are checked without TensorFlow; a
-    # user's module may import it at its top, so its loading lines are filtered here too).
+    # user's module may import it at its top, so its loading lines are filtered here too). The metrics' Keras
+    # classes import TensorFlow: they are checked once it has loaded, below.
     with loading_tensorflow(verbose):
-        settings = checked_targets(settings)
+        settings = checked_targets(settings, metrics=False)
     # Before TensorFlow loads and before any run exists: a server that is down, or that refuses this
     # user's credentials (401) or run (403), stops the job in a fraction of a second.
     check_server(settings.mlflow, registers=settings.mlflow.register)
     if settings.cluster.kind == "local":
         # This process starts and watches the cluster's tasks; its chief trains and says how the job ended.
+        # A bad metric is refused here, once, not by each task.
+        with loading_tensorflow(verbose):
+            settings = checked_metric_targets(settings)
         return launch(settings, hydra_config)
     # Before TensorFlow is imported: MLflow's import and store open on the other core meanwhile. In a cluster
     # only the chief tracks, and its workers train in step with it: none of them waits for MLflow.
@@ -137,6 +141,8 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
     with opened_tracker(settings.mlflow, tracks=chief) as tracker:
         # Imported after validation: a mistyped override fails before TensorFlow loads.
         load_tensorflow(verbose)
+        # Before any run exists (the tracker's process creates nothing until the run starts).
+        settings = checked_metric_targets(settings)
         run_dir = hydra_config.runtime.output_dir
         task = resolve(settings)
         ending.joined(task.type, task.index, run_dir)

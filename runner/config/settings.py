@@ -35,7 +35,15 @@ from runner.outcome import default_objective
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
 MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
-__all__ = ["Settings", "MlflowSettings", "SweepSettings", "InitSettings", "validate", "checked_targets"]
+__all__ = [
+    "Settings",
+    "MlflowSettings",
+    "SweepSettings",
+    "InitSettings",
+    "validate",
+    "checked_targets",
+    "checked_metric_targets",
+]
 
 
 class Rule(NamedTuple):
@@ -269,14 +277,21 @@ def target_components(config: Mapping[str, Any], groups: tuple[str, ...] = TARGE
     return [each for each in found if each is not None]
 
 
-def checked_targets(settings: Settings) -> Settings:
+def checked_targets(settings: Settings, metrics: bool = True) -> Settings:
     """Settings whose `_target_` callables import and take the arguments their config gives (one paragraph
     otherwise). A null argument the callable does not take is left out: an option's `dir: null` does not stick
-    to a `_target_` given on the command line."""
+    to a `_target_` given on the command line. `metrics=False` leaves the metrics' for checked_metric_targets:
+    their Keras classes import TensorFlow, which `python -m runner` loads only once its tracker's process is
+    opening MLflow on the other core."""
     paths = REQUIRED_TARGET_PATHS
     checked = check_targets([operator.attrgetter(path)(settings) for path in paths], TARGET_ARGUMENTS)
     for path, component in zip(paths, checked, strict=True):
         settings = _replaced(settings, path, component)
+    return checked_metric_targets(settings) if metrics else settings
+
+
+def checked_metric_targets(settings: Settings) -> Settings:
+    """Settings whose metrics' `_target_` classes import and take the arguments their config gives."""
     metrics = [each.component for each in settings.metrics]
     scores = check_targets(metrics, {each.group: ((), 0) for each in metrics})  # the runner supplies no argument
     return dataclasses.replace(
