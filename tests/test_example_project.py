@@ -304,38 +304,21 @@ def test_a_regression_on_one_device_logs_its_errors_and_its_model_predicts_at_te
 
 
 @pytest.mark.slow
-def test_a_regression_trains_on_two_mirrored_replicas_as_on_one_device(project, regression_run):
-    run_id = train(
-        project,
-        "regression_mirrored",
-        "strategy=mirrored",
-        "strategy.cpu_replicas=2",
-        "batch=32",
-        "mlflow.log_model=false",
-        data=DIABETES,
-    )
+@pytest.mark.parametrize(
+    ("name", "strategy"),
+    [
+        ("mirrored, 2 replicas", ["strategy=mirrored", "strategy.cpu_replicas=2"]),
+        # Two worker processes that compose the config anew (the searchpath passed on) and import mylab.
+        ("multi_worker_mirrored, 2 workers", ["strategy=multi_worker_mirrored", "cluster=local"]),
+    ],
+    ids=["mirrored", "multi_worker_mirrored"],
+)
+def test_a_regression_trains_on_two_replicas_as_on_one_device(project, regression_run, name, strategy):
+    run_dir = "regression_" + name.split(",")[0]
+    run_id = train(project, run_dir, *strategy, "batch=32", "mlflow.log_model=false", data=DIABETES)
     assert _client(project).get_run(run_id).data.params["num_replicas"] == "2"
     assert_errors_not_accuracy(project, run_id)
-    assert_same_losses(project, run_id, regression_run, "regression, mirrored, 2 replicas")
-
-
-@pytest.mark.slow
-def test_multi_worker_mirrored_on_a_local_cluster_trains_the_users_regression_as_one_device_does(
-    project, regression_run
-):
-    """Two worker processes that compose the config anew (the searchpath passed on) and import mylab."""
-    run_id = train(
-        project,
-        "regression_multi_worker",
-        "strategy=multi_worker_mirrored",
-        "cluster=local",
-        "batch=32",
-        "mlflow.log_model=false",
-        data=DIABETES,
-    )
-    assert _client(project).get_run(run_id).data.params["num_replicas"] == "2"
-    assert_errors_not_accuracy(project, run_id)
-    assert_same_losses(project, run_id, regression_run, "regression, multi_worker_mirrored, 2 workers")
+    assert_same_losses(project, run_id, regression_run, f"regression, {name}")
 
 
 @pytest.mark.slow
