@@ -4,14 +4,13 @@ processes against one real store."""
 
 from __future__ import annotations
 
-import mlflow
 import numpy as np
 import pytest
 
 from helpers.presets import WITH_MODEL
 from helpers.registry import assert_parallel_registrations_settled, make_runs_with_models, register_in_parallel
 from helpers.sweeps import sweep
-from helpers.tracking import mlflow_client
+from helpers.tracking import load_model, mlflow_client
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.registry import CHAMPION, champion_version, register_run_model
 
@@ -69,12 +68,7 @@ def test_a_sweep_with_a_failed_job_registers_no_model(tmp_path):
 @pytest.mark.slow
 def test_the_champion_loads_from_the_registry(two_sweeps):
     workdir, _, _ = two_sweeps
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(f"sqlite:///{workdir}/mlflow.db")  # where models:/ URIs are looked up
-    try:
-        model = mlflow.pyfunc.load_model(f"models:/{NAME}@{CHAMPION}")
-    finally:
-        mlflow.set_tracking_uri(previous)
+    model = load_model(f"sqlite:///{workdir}/mlflow.db", f"models:/{NAME}@{CHAMPION}")
     images = np.random.default_rng(0).integers(0, 256, (4, 28, 28)).astype(np.uint8)
     probabilities = np.asarray(model.predict(images))
     assert probabilities.shape == (4, 10)

@@ -25,12 +25,17 @@ TRAIN_SHARDS = 4
 TRAIN_PATIENTS = 353
 
 
+def split(count: int, train_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of a fixed random split of `count` examples: `train_count` for training, the rest for testing."""
+    order = np.random.default_rng(0).permutation(count)
+    return order[:train_count], order[train_count:]
+
+
 def main(out: Path = Path("data")) -> None:
     digits = load_digits()
     images = digits.images.astype(np.uint8)  # integers 0-16: the runner divides them by dataset.scale=16
     labels = digits.target.astype(np.uint8)
-    order = np.random.default_rng(0).permutation(len(labels))
-    train, test = order[:TRAIN_EXAMPLES], order[TRAIN_EXAMPLES:]
+    train, test = split(len(labels), TRAIN_EXAMPLES)
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
         out / "digits.npz", x_train=images[train], y_train=labels[train], x_test=images[test], y_test=labels[test]
@@ -66,8 +71,7 @@ def write_diabetes(path: Path) -> None:
     measurements = diabetes.data.astype(np.float64)
     measurements = ((measurements - measurements.mean(axis=0)) / measurements.std(axis=0)).astype(np.float32)
     targets = (diabetes.target / 100).astype(np.float32)
-    order = np.random.default_rng(0).permutation(len(targets))
-    train, test = order[:TRAIN_PATIENTS], order[TRAIN_PATIENTS:]
+    train, test = split(len(targets), TRAIN_PATIENTS)
     np.savez_compressed(
         path,
         x_train=measurements[train],

@@ -18,6 +18,19 @@ def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+def load_model(tracking_uri: str, model_uri: str):
+    """The MLflow Model at `model_uri` (runs:/..., models:/...) of the store at `tracking_uri`, loaded as a user
+    loads it (mlflow.pyfunc; a models:/ URI is looked up in the tracking store), the tracking URI restored after."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        return mlflow.pyfunc.load_model(model_uri)
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
 def only_run(tmp_path):
     """The client of `sqlite:///<tmp_path>/mlflow.db` and the one run it holds (fails unless exactly one)."""
     client = mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
