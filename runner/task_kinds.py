@@ -79,6 +79,26 @@ class TaskKind:
             return (num_classes,)
         return tuple(int(size) for size in labels.shape[1:])
 
+    def stream_outputs(self, where: str, label_shape: tuple[int, ...], numeric: bool) -> tuple[int, ...]:
+        """What the model outputs for one example of a stream (files or a tf.data dataset) whose labels are
+        `label_shape` per example, of a numeric dtype or not, for the tasks other than classification (a
+        stream's classes come from its num_classes); or one paragraph saying what is wrong with them. A stream's
+        values are checked where the runner reads them ahead (dataset=tfrecord's scan), not here."""
+        assert self.name != "classification", "a classification's stream outputs are its num_classes"
+        described = f"{'numeric' if numeric else 'non-numeric'} labels shaped {list(label_shape)} per example"
+        if not numeric:
+            fix = "give numeric labels (integers or floats)"
+        elif self.name == "binary" and label_shape not in ((), (1,)):
+            fix = "give one 0/1 label per example, or use task=multilabel"
+        elif self.name == "multilabel" and len(label_shape) != 1:
+            fix = "give each example a vector of 0/1 labels, shaped [labels]"
+        else:
+            return label_shape if len(label_shape) else (1,)
+        raise RunnerError(
+            f"{where}: the stream gives {described}, but task={self.name} takes {self.labels}. Fix: {fix}, or "
+            "pick the task that matches the labels (task=classification, regression, binary or multilabel)."
+        )
+
     def _refusal(self, where: str, split: str, labels: np.ndarray, fix: str) -> RunnerError:
         return RunnerError(
             f"{where}: the {split} labels are {labels.dtype} shaped {labels.shape}, but task={self.name} takes "

@@ -13,112 +13,19 @@ from tensorflow.python.distribute import input_ops
 
 from helpers.cli import run_cli
 from helpers.config import dataset_settings
+from helpers.data import (
+    SHAPE,
+    images,
+    origin,
+    tfrecord_data,
+    tfrecord_options,
+    write_image_folder,
+    write_npz,
+    write_tfrecords,
+)
 from helpers.tracking import mlflow_client
 from runner.data.loading import load_data
-from runner.data.source import DataSplits
 from runner.errors import RunnerError
-
-SHAPE = (16, 16)
-
-
-def images(count: int, shape=SHAPE, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (count, *shape), dtype=np.uint8)
-
-
-def write_tfrecords(
-    directory,
-    prefix: str,
-    files: int,
-    per_file: int,
-    shape=SHAPE,
-    encoding: str = "raw",
-    classes: int = 3,
-    label_offset: int = 0,
-) -> list[np.ndarray]:
-    """Files prefix-0.tfrecord, ...; the first two pixels of every image are (file index, record index), so
-    a test can tell which file an example came from. Returns each file's images."""
-    written = []
-    for index in range(files):
-        pixels = images(per_file, shape, seed=index)
-        flat = pixels.reshape(per_file, -1)
-        flat[:, 0], flat[:, 1] = index, np.arange(per_file)
-        with tf.io.TFRecordWriter(str(directory / f"{prefix}-{index}.tfrecord")) as writer:
-            for number, image in enumerate(pixels):
-                data = (
-                    image.tobytes()
-                    if encoding == "raw"
-                    else tf.io.encode_png(image if image.ndim == 3 else image[..., None]).numpy()
-                )
-                feature = {
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                    "label": tf.train.Feature(
-                        int64_list=tf.train.Int64List(value=[(number + index) % classes + label_offset])
-                    ),
-                }
-                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-        written.append(pixels)
-    return written
-
-
-def tfrecord_options(directory, **keys) -> list[str]:
-    options = {
-        "train_files": f"'{directory}/train-*.tfrecord'",
-        "test_files": f"'{directory}/test-*.tfrecord'",
-        "image_shape": f"[{','.join(map(str, SHAPE))}]",
-        **keys,
-    }
-    return ["dataset=tfrecord", *(f"dataset.{key}={value}" for key, value in options.items())]
-
-
-def tfrecord_data(directory, workers: int = 1, **keys):
-    options = {
-        "train_files": f"'{directory}/train-*.tfrecord'",
-        "test_files": f"'{directory}/test-*.tfrecord'",
-        "image_shape": f"[{','.join(map(str, SHAPE))}]",
-        **keys,
-    }
-    return load_data(dataset_settings("tfrecord", **options), seed=0, workers=workers)
-
-
-def write_image_folder(root, per_class: int = 4, classes=("cat", "dog"), size=(16, 12), channels: int = 3) -> None:
-    for split in ("train", "test"):
-        for label, name in enumerate(classes):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for number, image in enumerate(images(per_class, (*size, channels), seed=label)):
-                (folder / f"{number}.png").write_bytes(tf.io.encode_png(image).numpy())
-
-
-def write_npz(path, train: int = 40, test: int = 12, **replace) -> None:
-    rng = np.random.default_rng(1)
-    arrays = {
-        "x_train": images(train),
-        "y_train": rng.integers(0, 4, train),
-        "x_test": images(test, seed=2),
-        "y_test": rng.integers(0, 4, test),
-        **replace,
-    }
-    np.savez(path, **arrays)
-
-
-def origin(batch) -> list[tuple[int, int]]:
-    """(file, record) of each example of a training batch (inputs scaled by 1/255)."""
-    raw = np.rint(batch.numpy().reshape(len(batch), -1) * 255).astype(int)
-    return [(int(row[0]), int(row[1])) for row in raw]
-
-
-def stream_of_examples(count: int = 64, seed: int = 0) -> DataSplits:
-    """A callable's own tf.data datasets of unknown length (a generator), as a user might write."""
-
-    def split(size: int, offset: int):
-        pixels, labels = images(size, seed=seed + offset), np.arange(size) % 3
-        return tf.data.Dataset.from_generator(
-            lambda: iter(zip(pixels, labels, strict=True)),
-            output_signature=(tf.TensorSpec(SHAPE, tf.uint8), tf.TensorSpec((), tf.int64)),
-        )
-
-    return DataSplits(split(count, 0), split(count // 2, 1), num_classes=3)
-
 
 # ---- every kind trains ----------------------------------------------------------------------------------
 
@@ -176,7 +83,7 @@ def test_image_folder_trains_and_its_model_takes_uint8_images(tmp_path, train, t
 
 @pytest.mark.slow  # trains three runs in this process: about 10 s
 def test_a_callables_stream_of_unknown_length_needs_steps_per_epoch(train):
-    stream = ["dataset._target_=test_data_kinds.stream_of_examples", "dataset.name=stream", "strategy=one_device"]
+    stream = ["dataset._target_=helpers.data.stream_of_examples", "dataset.name=stream", "strategy=one_device"]
     with pytest.raises(RunnerError, match="^dataset.name='stream' streams examples.*Fix: pass loop.steps_per_epoch"):
         train(*stream)
     result = train(*stream, "loop.steps_per_epoch=3")
@@ -287,6 +194,138 @@ def test_a_bad_file_exits_2_through_the_command(tmp_path):
     assert finished.returncode == 2, finished.stderr[-2000:]
     paragraph = [line for line in finished.stderr.splitlines() if "dataset.label_key='class'" in line]
     assert len(paragraph) == 1 and "Fix:" in paragraph[0], finished.stderr[-2000:]
+
+
+# ---- the other tasks' labels, streamed ------------------------------------------------------------------
+
+
+def _two_targets(image: np.ndarray) -> list[float]:
+    """Two float targets per example (for task=regression, dataset.label_shape=[2])."""
+    pixels = image.reshape(-1).astype(np.float64) / 255
+    return [float(pixels.mean()), float(pixels.std())]
+
+
+def _one_bit(image: np.ndarray) -> list[int]:
+    return [int(image.reshape(-1)[2] > 127)]
+
+
+def _three_bits(image: np.ndarray) -> list[int]:
+    return [int(value > 127) for value in image.reshape(-1)[2:5]]
+
+
+@pytest.mark.parametrize(
+    ("task", "labels_of", "label_shape", "outputs"),
+    [
+        ("regression", _two_targets, "[2]", (2,)),
+        ("regression", lambda image: _two_targets(image)[:1], None, (1,)),
+        ("binary", _one_bit, None, (1,)),
+        ("multilabel", _three_bits, "[3]", (3,)),
+    ],
+    ids=["regression-2", "regression-1", "binary", "multilabel"],
+)
+def test_tfrecord_labels_are_fed_as_the_task_takes_them(tmp_path, task, labels_of, label_shape, outputs):
+    """int64s or floats under dataset.label_key, label_shape of them: float32 batches shaped like the model's
+    output, in the files' order and value for value (the test split is read in order)."""
+    write_tfrecords(tmp_path, "train", files=2, per_file=6, labels=labels_of)
+    [test_images] = write_tfrecords(tmp_path, "test", files=1, per_file=5, labels=labels_of)
+    data = tfrecord_data(tmp_path, task=task, **({"label_shape": label_shape} if label_shape else {}))
+    assert data.spec.outputs == outputs and data.spec.num_classes == outputs[-1]
+    [(_, labels)] = list(data.test_dataset(8))
+    assert labels.dtype == tf.float32 and tuple(labels.shape) == (5, *outputs)
+    expected = np.array([labels_of(image) for image in test_images], np.float32).reshape(5, *outputs)
+    np.testing.assert_array_equal(labels.numpy(), expected)
+    [(_, training)] = list(data.train_dataset(12, seed=1))
+    assert tuple(training.shape) == (12, *outputs)
+
+
+def test_a_callables_stream_of_float_targets_trains_a_regression(tmp_path):
+    """A tf.data dataset of (image, float) pairs: the regression's targets, shaped (batch, 1)."""
+    settings = dataset_settings("synthetic", _target_="helpers.data.stream_of_examples", name="stream", targets=True)
+    data = load_data(settings, seed=0, task="regression")
+    assert data.spec.outputs == (1,)
+    [(inputs, labels)] = list(data.test_dataset(32).take(1))
+    expected = inputs.numpy().reshape(len(inputs), -1).mean(axis=1)  # the image's mean pixel, scaled by 1/255
+    assert labels.dtype == tf.float32 and tuple(labels.shape) == (32, 1)
+    np.testing.assert_allclose(labels.numpy()[:, 0] / 255, expected, rtol=1e-5)
+
+
+def _not_binary(tmp_path):
+    write_tfrecords(tmp_path, "train", 1, 4, labels=lambda image: [2 * _one_bit(image)[0]])
+    write_tfrecords(tmp_path, "test", 1, 4, labels=_one_bit)
+    return "binary", "dataset.train_files=", "not 0/1 labels", {}
+
+
+def _not_finite(tmp_path):
+    write_tfrecords(tmp_path, "train", 1, 4, labels=lambda image: [float("nan")])
+    write_tfrecords(tmp_path, "test", 1, 4, labels=lambda image: _two_targets(image)[:1])
+    return "regression", "dataset.train_files=", "not finite targets", {}
+
+
+def _label_shape_not_the_files(tmp_path):
+    write_tfrecords(tmp_path, "train", 1, 4, labels=_three_bits)
+    write_tfrecords(tmp_path, "test", 1, 4, labels=_three_bits)
+    return "multilabel", "dataset.label_shape=[2]", "holds 3 label value(s)", {"label_shape": "[2]"}
+
+
+def _float_classes(tmp_path):
+    write_tfrecords(tmp_path, "train", 1, 4, labels=_two_targets)
+    write_tfrecords(tmp_path, "test", 1, 4, labels=_two_targets)
+    return "classification", "dataset.label_key='label'", "or use task=regression", {}
+
+
+def _label_shape_of_classes(tmp_path):
+    write_tfrecords(tmp_path, "train", 1, 4)
+    write_tfrecords(tmp_path, "test", 1, 4)
+    return "classification", "dataset.label_shape=[2] is for", "task=classification", {"label_shape": "[2]"}
+
+
+def _one_value_for_many_tags(tmp_path):
+    write_tfrecords(tmp_path, "train", 1, 4, labels=_one_bit)
+    write_tfrecords(tmp_path, "test", 1, 4, labels=_one_bit)
+    return "multilabel", "task=multilabel with dataset._target_=", "a vector of 0/1 labels", {}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        _not_binary,
+        _not_finite,
+        _label_shape_not_the_files,
+        _float_classes,
+        _label_shape_of_classes,
+        _one_value_for_many_tags,
+    ],
+)
+def test_streamed_labels_that_do_not_fit_the_task_are_one_paragraph(tmp_path, case):
+    task, key, says, options = case(tmp_path)
+    with pytest.raises(RunnerError) as raised:
+        tfrecord_data(tmp_path, task=task, **options)
+    message = str(raised.value)
+    assert message.startswith(key) and says in message, message
+    assert "Fix:" in message and "\n" not in message, message
+
+
+def test_an_image_folders_classes_train_a_classification_only(tmp_path):
+    write_image_folder(tmp_path / "images")
+    with pytest.raises(RunnerError) as raised:
+        load_data(dataset_settings("image_folder", dir=tmp_path / "images"), seed=0, task="regression")
+    message = str(raised.value)
+    assert message.startswith("task=regression with dataset._target_=") and "class index" in message, message
+    assert "Fix: use task=classification" in message and "\n" not in message, message
+
+
+@pytest.mark.slow  # one training in this process: about 8 s
+def test_a_regression_on_tfrecord_files_logs_its_errors_and_no_accuracy(tmp_path, train):
+    write_tfrecords(tmp_path, "train", files=4, per_file=16, labels=lambda image: _two_targets(image)[:1])
+    write_tfrecords(tmp_path, "test", files=1, per_file=16, labels=lambda image: _two_targets(image)[:1])
+    result = train(
+        "strategy=one_device", "task=regression", *tfrecord_options(tmp_path), "dataset.validation_fraction=0.25"
+    )
+    keys = set(result.final.metrics())
+    assert {"train_mae", "val_mae", "test_mae", "train_rmse", "val_rmse", "test_rmse"} <= keys
+    assert not any("accuracy" in key for key in (*keys, *result.final_metrics, *result.eval_scores))
+    assert result.eval_scores["eval_mae"] == pytest.approx(result.final["test_mae"], abs=1e-6)
+    assert result.final["test_loss"] == pytest.approx(result.final["test_rmse"] ** 2, rel=1e-4)
 
 
 # ---- streaming: order, resume, prefixes -------------------------------------------------------------------

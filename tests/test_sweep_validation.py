@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.config import compose
+from helpers.data import tfrecord_options, write_tfrecords
 from helpers.presets import SWEEP_JOB
 from helpers.sweeps import all_runs, children, client_for, parent_id_of, without_generated_line
 from runner.data.validation import OPTIONAL_VARIABLE
@@ -118,7 +119,7 @@ def test_a_sweep_chooses_on_one_validation_split_and_says_so(tmp_path):
 
 @pytest.mark.slow
 def test_a_sweep_over_data_it_cannot_split_chooses_on_test_and_says_so(tmp_path):
-    stream = ["dataset._target_=test_validation_split.stream_with_validation", "dataset.name=stream"]
+    stream = ["dataset._target_=helpers.data.stream_with_validation", "dataset.name=stream"]
     result = _sweep(tmp_path, *stream, "dataset.with_validation=false", "optimizer.lr=0.001")
     assert result.returncode == 0, result.stderr[-3000:]
     client = client_for(tmp_path)
@@ -234,15 +235,13 @@ def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinish
 def test_data_that_cannot_be_cut_into_the_folds_is_refused_before_the_sweep_starts(tmp_path):
     """The sweep loads its data once before its parent run: 3 TFRecord files cannot make 5 folds, and a tf.data
     callable cannot be folded at all. Each is one paragraph, exit 2, and no MLflow run."""
-    from test_data_kinds import tfrecord_options, write_tfrecords
-
     write_tfrecords(tmp_path, "train", files=3, per_file=10)
     write_tfrecords(tmp_path, "test", files=1, per_file=4)
     cases = {
         "files": ([*tfrecord_options(tmp_path), "dataset.name=records", "sweep.folds=5"], "3 files"),
         "stream": (
             [
-                "dataset._target_=test_validation_split.stream_with_validation",
+                "dataset._target_=helpers.data.stream_with_validation",
                 "dataset.name=stream",
                 "sweep.folds=2",
             ],

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from test_data_kinds import SHAPE, images, origin, tfrecord_data, write_npz, write_tfrecords
 
 from helpers.config import dataset_settings
+from helpers.data import SHAPE, origin, tfrecord_data, write_image_folder, write_npz, write_tfrecords
 from helpers.tracking import metric_history, mlflow_client
 from runner.data.loading import load_data
-from runner.data.source import DataSplits
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 
@@ -76,19 +74,8 @@ def test_file_data_is_split_by_whole_files_and_refused_when_a_split_would_be_emp
         tfrecord_data(one, validation_fraction=0.5)
 
 
-def stream_with_validation(count: int = 48, with_validation: bool = True) -> DataSplits:
-    """A callable's own tf.data datasets, with (or without) its own validation split."""
-
-    def split(size: int, offset: int):
-        return tf.data.Dataset.from_tensor_slices((images(size, seed=offset), np.arange(size) % 3))
-
-    return DataSplits(
-        split(count, 0), split(count // 2, 1), num_classes=3, validation=split(12, 2) if with_validation else None
-    )
-
-
 def test_a_stream_is_refused_unless_it_brings_its_own_validation_split(monkeypatch):
-    target = ["_target_=test_validation_split.stream_with_validation", "name=stream"]
+    target = ["_target_=helpers.data.stream_with_validation", "name=stream"]
     keys = dict(item.split("=") for item in target)
     own = load_data(dataset_settings("synthetic", **keys, validation_fraction=0.1, with_validation=True), seed=0)
     assert sum(len(labels) for _, labels in own.validation_dataset(5)) == 12
@@ -155,16 +142,12 @@ def test_file_data_folds_by_whole_files_and_too_few_files_or_a_stream_is_one_par
     message = str(raised.value)
     assert message.startswith("dataset.folds=5 (sweep.folds) is not valid for dataset._target_=")
     assert "3 files" in message and "Fix: use sweep.folds=3 or fewer" in message and "\n" not in message
-    stream = dataset_settings(
-        "synthetic", _target_="test_validation_split.stream_with_validation", name="stream", folds=2
-    )
+    stream = dataset_settings("synthetic", _target_="helpers.data.stream_with_validation", name="stream", folds=2)
     with pytest.raises(RunnerError, match=r"^dataset.folds=2 \(sweep.folds\) is not valid .* cannot split into folds"):
         load_data(stream, seed=0)
 
 
 def test_an_image_folder_is_split_by_whole_files_stratified_by_class(tmp_path):
-    from test_data_kinds import write_image_folder
-
     write_image_folder(tmp_path / "images", per_class=4, classes=("cat", "dog"))
     data = load_data(dataset_settings("image_folder", dir=tmp_path / "images", validation_fraction=0.25), seed=0)
     held = data.validation_split()["files"]

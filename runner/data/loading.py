@@ -43,14 +43,7 @@ def load_data(settings: DatasetSettings, seed: int, workers: int = 1, task: str 
             f"{key}={settings.component.target!r} returned arrays for one split and a dataset for the "
             "other. Fix: return both splits the same way: (inputs, labels) arrays, or tf.data datasets."
         )
-    if kind.name != "classification":
-        raise RunnerError(
-            f"task={kind.name} is not valid with {key}={settings.component.target!r}: it streams its examples "
-            "(files or tf.data datasets), whose labels the runner reads as class indices only. Fix: return the "
-            "data as NumPy arrays (dataset=npz, or a callable returning (inputs, labels) arrays), or use "
-            "task=classification."
-        )
-    return streamed(settings, splits, seed, workers)
+    return streamed(settings, splits, seed, workers, kind)
 
 
 def _accepted(function) -> set[str]:

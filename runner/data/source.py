@@ -63,6 +63,9 @@ class FileRecords:
     decode_record: Callable[..., Any] | None = None
     decode_batch: Callable[[Any], Any] | None = None
     shuffle_buffer: int = 10_000  # records held for the per-example shuffle
+    # One example's label as the decoders give it: () one value (a class index, a target, a 0/1 label); (n,) n
+    # values (multi-label tags, several regression targets).
+    label_shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from runner.data.validation import (
     validation_optional,
 )
 from runner.errors import RunnerError
+from runner.task_kinds import KINDS, TaskKind
 
 # Files read at once by one input pipeline: a fixed number (not AUTOTUNE, which follows the machine's cores),
 # so the order of the records, and with it every batch, is the same on any machine.
@@ -94,8 +95,10 @@ class StreamingData:
         descriptions: list[dict[str, Any]],
         workers: int = 1,
         validation: Split | None = None,
+        kind: TaskKind = KINDS["classification"],
     ):
         self.spec = spec
+        self.kind = kind
         self.train = train
         self.test = test
         self.validation = validation
@@ -180,7 +183,7 @@ class StreamingData:
         decode_batch = split.records.decode_batch if split.records is not None else None
         if decode_record is not None:
             records = records.map(decode_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        spec = self.spec
+        spec, classes = self.spec, self.kind.name == "classification"
 
         def finish(*batch):  # a batch of records, or of (inputs, labels)
             inputs, labels = decode_batch(*batch) if decode_batch is not None else batch
@@ -190,7 +193,11 @@ class StreamingData:
                 inputs = tf.reshape(
                     tf.cast(inputs, tf.float32) / tf.constant(spec.scale, tf.float32), (-1, *spec.input_shape)
                 )
-            return inputs, tf.cast(labels, tf.int64)
+            if classes:
+                return inputs, tf.cast(labels, tf.int64)
+            # Targets as the in-memory path feeds them (runner.task_kinds.TaskKind.prepare): float32, shaped like
+            # the model's output for one example.
+            return inputs, tf.reshape(tf.cast(labels, tf.float32), (-1, *spec.output_shape))
 
         if decode_batch is None:
             batches = records.batch(batch_size).map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -226,8 +233,11 @@ def sharding_line(name: str, training_data: Any, workers: int) -> str:
     )
 
 
-def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> StreamingData:
-    """DataSplits whose splits are FileRecords or tf.data datasets, with the configured prefixes."""
+def streamed(
+    settings, splits: DataSplits, seed: int, workers: int = 1, kind: TaskKind = KINDS["classification"]
+) -> StreamingData:
+    """DataSplits whose splits are FileRecords or tf.data datasets, with the configured prefixes, their labels
+    read as `kind` takes them."""
     target = settings.component.target
     train = _split("training", splits.train, settings.train_examples, target, "train_examples")
     test = _split("test", splits.test, settings.test_examples, target, "test_examples")
@@ -236,28 +246,21 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
     if splits.test_examples is not None and test.records is None and test.examples is None:
         test = Split(None, test.dataset, examples=_prefixed(splits.test_examples, settings.test_examples))
     train, validation = _validation_split(settings, splits, train, seed)
-    (train_shape, train_dtype), (test_shape, _) = _example(train, target), _example(test, target)
-    shapes = [test_shape, *([_example(validation, target)[0]] if validation is not None else [])]
+    classes = kind.name == "classification"
+    (train_shape, train_dtype), (test_shape, _) = _example(train, target, classes), _example(test, target, classes)
+    shapes = [test_shape, *([_example(validation, target, classes)[0]] if validation is not None else [])]
     if any(shape != train_shape for shape in shapes):
         raise RunnerError(
             f"dataset._target_={target!r}: training inputs are shaped {train_shape} and test (or validation) "
             f"inputs {', '.join(map(str, shapes))}. Fix: give every split examples of one shape."
         )
-    num_classes = splits.num_classes
-    if num_classes is None:
-        labels = [
-            label
-            for split in (train, test, *((validation,) if validation is not None else ()))
-            if split.records is not None and not split.by_file
-            for label in split.per_file
-        ]
-        if not labels:
-            raise RunnerError(
-                f"dataset._target_={target!r} returned streamed data without num_classes, which the "
-                "runner cannot read off a stream. Fix: return DataSplits(..., num_classes=N)."
-            )
-        num_classes = max(labels) + 1
-    spec = describe_spec(settings.name, train_shape, train_dtype, num_classes, settings.scale)
+    splits_read = (train, test, *((validation,) if validation is not None else ()))
+    if not classes:
+        outputs = _stream_outputs(kind, splits_read, target)
+        spec = describe_spec(settings.name, train_shape, train_dtype, outputs[-1], settings.scale, outputs)
+    else:
+        classes_count = _num_classes(splits, splits_read, target)
+        spec = describe_spec(settings.name, train_shape, train_dtype, classes_count, settings.scale)
     source_type, source = source_of(splits.source, target, seed)
     descriptions = [
         describe_stream(
@@ -276,7 +279,53 @@ def streamed(settings, splits: DataSplits, seed: int, workers: int = 1) -> Strea
             *((("validation", "validation", validation),) if validation is not None else ()),
         )
     ]
-    return StreamingData(spec, train, test, descriptions, workers, validation)
+    return StreamingData(spec, train, test, descriptions, workers, validation, kind)
+
+
+def _num_classes(splits: DataSplits, read: tuple[Split, ...], target: str) -> int:
+    """A classification's classes: the callable's num_classes, or an image folder's largest label + 1."""
+    if splits.num_classes is not None:
+        return int(splits.num_classes)
+    labels = [label for split in read if split.records is not None and not split.by_file for label in split.per_file]
+    if not labels:
+        raise RunnerError(
+            f"dataset._target_={target!r} returned streamed data without num_classes, which the "
+            "runner cannot read off a stream. Fix: return DataSplits(..., num_classes=N)."
+        )
+    return max(labels) + 1
+
+
+def _stream_outputs(kind: TaskKind, read: tuple[Split, ...], target: str) -> tuple[int, ...]:
+    """The model's output for one example of a regression, binary or multi-label stream: its labels' shape, the
+    same in every split, as `kind` takes it."""
+    where = f"task={kind.name} with dataset._target_={target!r}"
+    if any(split.records is not None and not split.by_file for split in read):
+        raise RunnerError(
+            f"{where}: the files' labels are the class index of each file's folder (an image folder), which only "
+            "task=classification reads. Fix: use task=classification, or give the labels as NumPy arrays "
+            "(dataset=npz) or as a feature of TFRecord files (dataset=tfrecord with dataset.label_shape)."
+        )
+    shapes = {_labels_of(split, target) for split in read}
+    if len(shapes) > 1:
+        raise RunnerError(
+            f"{where}: the splits' labels differ ({', '.join(str(list(shape)) for shape, _ in sorted(shapes))} per "
+            "example). Fix: give every split labels of one shape."
+        )
+    [(shape, numeric)] = shapes
+    return kind.stream_outputs(where, shape, numeric)
+
+
+def _labels_of(split: Split, target: str) -> tuple[tuple[int, ...], bool]:
+    """(one example's label shape, whether its dtype is numeric) of a split."""
+    if split.records is not None:
+        return tuple(int(size) for size in split.records.label_shape), True
+    labels = split.dataset.element_spec[1]
+    if not labels.shape.is_fully_defined():
+        raise RunnerError(
+            f"dataset._target_={target!r} returned a dataset of labels shaped {labels.shape}. Fix: give each "
+            "example's label one known shape (dataset.map(lambda x, y: (x, tf.ensure_shape(y, SHAPE))))."
+        )
+    return tuple(labels.shape.as_list()), labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype.is_bool
 
 
 def _validation_split(settings, splits: DataSplits, train: Split, seed: int) -> tuple[Split, Split | None]:
@@ -376,7 +425,8 @@ def _prefixed(count: int, prefix: int | None) -> int:
     return count if prefix is None else min(count, prefix)
 
 
-def _example(split: Split, target: str) -> tuple[tuple[int, ...], str]:
+def _example(split: Split, target: str, classes: bool = True) -> tuple[tuple[int, ...], str]:
+    """One example's input shape and dtype; a dataset's labels one class index each where `classes`."""
     if split.records is not None:
         return tuple(int(d) for d in split.records.example_shape), np.dtype(split.records.dtype).name
     element = split.dataset.element_spec
@@ -386,11 +436,13 @@ def _example(split: Split, target: str) -> tuple[tuple[int, ...], str]:
             "pairs. Fix: map it to (input, label) pairs of single examples (unbatched)."
         )
     inputs, labels = element
-    if not inputs.shape.is_fully_defined() or labels.shape.rank != 0 or not labels.dtype.is_integer:
+    one_class = labels.shape.rank == 0 and labels.dtype.is_integer
+    if not inputs.shape.is_fully_defined() or (classes and not one_class):
         raise RunnerError(
             f"dataset._target_={target!r} returned a dataset of inputs {inputs.shape} {inputs.dtype.name} "
             f"and labels {labels.shape} {labels.dtype.name}. Fix: give unbatched examples of one known "
-            "shape, each with one integer label (dataset.map(lambda x, y: (tf.ensure_shape(x, "
+            f"shape, each with {'one integer label' if classes else 'its label'} (dataset.map(lambda x, y: "
+            "(tf.ensure_shape(x, "
             "SHAPE), y)))."
         )
     return tuple(inputs.shape.as_list()), inputs.dtype.name

@@ -1,8 +1,10 @@
 """The `tfrecord` dataset kind: tf.train.Example records in TFRecord files, streamed from disk.
 
-Each record holds an image (raw uint8 bytes, or a PNG or JPEG file) and an integer label. The files are
-checked and counted once, streaming (a label-only pass: how many examples each file holds, the labels' range,
-the raw images' sizes), so a run knows its steps per epoch and a bad file is one paragraph before training.
+Each record holds an image (raw uint8 bytes, or a PNG or JPEG file) and its label: a class index (int64) for
+task=classification; for the other tasks int64s or floats, dataset.label_shape of them (a regression's targets,
+a binary's 0/1 label, a multi-label's 0/1 vector). The files are checked and counted once, streaming (a label-only
+pass: how many examples each file holds, the labels' range and how many are not finite or not 0/1, the raw images'
+sizes), so a run knows its steps per epoch and a bad file or label is one paragraph before training.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import glob as globbing
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,10 +23,24 @@ from runner.errors import RunnerError
 ENCODINGS = ("raw", "png", "jpeg")
 READ_BUFFER_BYTES = 4 << 20  # per file: large sequential reads
 _SCAN_BATCH = 1024  # records parsed at once per file: bounded memory, whatever the file size
-# A file's summary is five int64s: its records, its lowest and highest label, and its smallest and largest image
-# in bytes (raw images only; 0 otherwise). _NO_RECORDS is an empty file's: where each file's sum starts.
-_BIG = np.iinfo(np.int64).max
-_NO_RECORDS = (0, _BIG, -_BIG, _BIG, -_BIG)
+# A file's summary is seven float64s (exact for counts and labels below 2**53): its records, its lowest and highest
+# label value, its smallest and largest image in bytes (raw images only; 0 otherwise), and how many label values are
+# not finite and how many are neither 0 nor 1. _NO_RECORDS is an empty file's: where each file's sum starts.
+_NO_RECORDS = (0.0, np.inf, -np.inf, np.inf, -np.inf, 0.0, 0.0)
+RECORDS, LOW, HIGH, SMALLEST, LARGEST, NOT_FINITE, NOT_BINARY = range(7)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """How the records hold their labels: the feature's key, its values per example, int64s or floats."""
+
+    key: str
+    shape: tuple[int, ...] = ()  # () one value
+    floats: bool = False
+
+    @property
+    def values(self) -> int:
+        return int(np.prod(self.shape))
 
 
 def tfrecord(
@@ -35,20 +52,30 @@ def tfrecord(
     image_encoding: str = "raw",
     num_classes: int | None = None,
     shuffle_buffer: int = 10_000,
+    label_shape: Sequence[int] | None = None,
+    task: str = "classification",
 ) -> DataSplits:
     """The files the two globs match (sorted); image_shape: (height, width) or (height, width, channels);
-    num_classes: null = the largest label + 1."""
+    num_classes: null = the largest label + 1 (task=classification); label_shape: the label's values per example
+    for the other tasks (null: one value); task: the run's task.kind, which the runner supplies."""
     shape = _shape(image_shape)
     _check_encoding(image_encoding)
     _check_shuffle_buffer(shuffle_buffer)
     train, test = _glob("train_files", train_files), _glob("test_files", test_files)
     train_where, test_where = f"dataset.train_files={train_files!r}", f"dataset.test_files={test_files!r}"
+    labels = Labels(label_key, _label_shape(label_shape, task))
     for where, files in ((train_where, train), (test_where, test)):
-        _check_first_record(where, files[0], image_key, label_key, shape, image_encoding)
-    train_counts, train_labels = _scan(train_where, train, image_key, label_key, shape, image_encoding)
-    test_counts, test_labels = _scan(test_where, test, image_key, label_key, shape, image_encoding)
-    classes = _classes(num_classes, ((train_where, train_labels), (test_where, test_labels)))
-    record_decoder, batch_decoder = _decoders(image_key, label_key, shape, image_encoding)
+        labels = _check_first_record(where, files[0], image_key, labels, shape, image_encoding, task)
+    train_counts, train_rows = _scan(train_where, train, image_key, labels, shape, image_encoding)
+    test_counts, test_rows = _scan(test_where, test, image_key, labels, shape, image_encoding)
+    classes = None
+    if task == "classification":
+        ranges = ((train_where, _label_range(train, train_rows)), (test_where, _label_range(test, test_rows)))
+        classes = _classes(num_classes, ranges)
+    else:
+        for where, files, rows in ((train_where, train, train_rows), (test_where, test, test_rows)):
+            _check_label_values(where, files, rows, task)
+    record_decoder, batch_decoder = _decoders(image_key, labels, shape, image_encoding)
     splits = [
         FileRecords(
             files,
@@ -59,6 +86,7 @@ def tfrecord(
             shuffle_buffer=shuffle_buffer,
             decode_record=record_decoder,
             decode_batch=batch_decoder,
+            label_shape=labels.shape,
         )
         for files, counts in ((train, train_counts), (test, test_counts))
     ]
@@ -106,6 +134,41 @@ def _classes(num_classes: int | None, splits: tuple[tuple[str, tuple[int, int, s
     return classes
 
 
+def _label_shape(label_shape: Sequence[int] | None, task: str) -> tuple[int, ...]:
+    """dataset.label_shape as a shape: () for null; a classification's labels are one class index."""
+    if label_shape is None:
+        return ()
+    if task == "classification":
+        raise RunnerError(
+            f"dataset.label_shape={label_shape!r} is for a regression's or a multi-label's labels, but task="
+            "classification reads one class index per example. Fix: leave dataset.label_shape null, or pick the "
+            "task that matches the labels (task=regression, binary or multilabel)."
+        )
+    try:
+        shape = tuple(int(size) for size in label_shape)
+    except (TypeError, ValueError):
+        shape = (0,)
+    if not shape or min(shape) < 1:
+        raise RunnerError(
+            f"dataset.label_shape={label_shape!r} is not a label's shape. Fix: give the label's sizes, e.g. "
+            "dataset.label_shape=[3] for three tags or targets per example, or null for one value."
+        )
+    return shape
+
+
+def _check_label_values(where: str, files: list[str], rows: list[list[float]], task: str) -> None:
+    """A regression's targets are finite; a binary's or a multi-label's labels are 0 or 1."""
+    column, takes = (NOT_FINITE, "finite targets") if task == "regression" else (NOT_BINARY, "0/1 labels")
+    for file, row in zip(files, rows, strict=True):
+        if row[column]:
+            fix = "drop or fill those examples" if task == "regression" else "store 0 or 1 for each label"
+            raise RunnerError(
+                f"{where}: {file} holds {int(row[column])} label value(s) that are not {takes} (its labels run "
+                f"from {row[LOW]:g} to {row[HIGH]:g}), but task={task} takes {takes}. Fix: {fix}, or pick the task "
+                "that matches the labels (task=regression for other targets)."
+            )
+
+
 def _read(file: Any) -> Any:
     """A file's records (FileRecords.read)."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
@@ -113,49 +176,50 @@ def _read(file: Any) -> Any:
     return tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES)
 
 
-def _features(image_key: str, label_key: str) -> dict[str, Any]:
-    """What parsing a record reads: the image's bytes and the label."""
+def _features(image_key: str | None, labels: Labels) -> dict[str, Any]:
+    """What parsing a record reads: the image's bytes (without None) and the label."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    return {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
+    label = tf.io.FixedLenFeature(list(labels.shape), tf.float32 if labels.floats else tf.int64)
+    return {labels.key: label, **({image_key: tf.io.FixedLenFeature([], tf.string)} if image_key else {})}
 
 
 def _decoders(
-    image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
+    image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str
 ) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any] | None]:
     """FileRecords' (decode_record, decode_batch): raw images are decoded a batch at once, after batching;
     PNG and JPEG files one record at a time, before it."""
     if encoding == "raw":
-        return None, _raw_batch_decoder(image_key, label_key, shape)
-    return _encoded_record_decoder(image_key, label_key, shape, encoding), None
+        return None, _raw_batch_decoder(image_key, labels, shape)
+    return _encoded_record_decoder(image_key, labels, shape, encoding), None
 
 
-def _raw_batch_decoder(image_key: str, label_key: str, shape: tuple[int, ...]) -> Callable[[Any], Any]:
+def _raw_batch_decoder(image_key: str, labels: Labels, shape: tuple[int, ...]) -> Callable[[Any], Any]:
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    features = _features(image_key, label_key)
+    features = _features(image_key, labels)
 
     def decode_batch(records):
         parsed = tf.io.parse_example(records, features)
         images = tf.reshape(tf.io.decode_raw(parsed[image_key], tf.uint8), (-1, *shape))
-        return images, parsed[label_key]
+        return images, parsed[labels.key]
 
     return decode_batch
 
 
 def _encoded_record_decoder(
-    image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
+    image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str
 ) -> Callable[[Any], Any]:
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    features = _features(image_key, label_key)
+    features = _features(image_key, labels)
     channels = shape[2] if len(shape) == 3 else 1
     decode = tf.io.decode_png if encoding == "png" else tf.io.decode_jpeg
 
     def decode_record(record):
         parsed = tf.io.parse_single_example(record, features)
         image = decode(parsed[image_key], channels=channels)
-        return tf.ensure_shape(tf.reshape(image, shape), shape), parsed[label_key]
+        return tf.ensure_shape(tf.reshape(image, shape), shape), parsed[labels.key]
 
     return decode_record
 
@@ -192,19 +256,21 @@ def _glob(key: str, patterns) -> list[str]:
 
 
 def _check_first_record(
-    where: str, file: str, image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
-) -> None:
-    """The first record has both keys, of the right kinds, and an image of the configured shape."""
+    where: str, file: str, image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str, task: str
+) -> Labels:
+    """The first record has both keys, of the right kinds, an image of the configured shape and the label's values;
+    the labels as the records hold them (floats where its label is a float_list)."""
     example = _first_example(where, file)
     if example is None:
-        return  # an empty file: the scan counts 0 records in it
+        return labels  # an empty file: the scan counts 0 records in it
     feature = example.features.feature
-    _check_feature_kinds(file, feature, image_key, label_key)
+    labels = _check_feature_kinds(file, feature, image_key, labels, task)
     data = feature[image_key].bytes_list.value[0] if feature[image_key].bytes_list.value else b""
     if encoding == "raw":
         _check_raw_size(file, data, shape)
     else:
         _check_encoded_size(file, data, shape, encoding)
+    return labels
 
 
 def _first_example(where: str, file: str) -> Any:
@@ -230,22 +296,38 @@ def _first_example(where: str, file: str) -> Any:
         ) from None
 
 
-def _check_feature_kinds(file: str, feature: Any, image_key: str, label_key: str) -> None:
-    """The record has the image as bytes and the label as int64s, under the configured keys."""
+def _check_feature_kinds(file: str, feature: Any, image_key: str, labels: Labels, task: str) -> Labels:
+    """The record has the image as bytes and the label under the configured keys: int64s for a classification,
+    int64s or floats for the other tasks, dataset.label_shape's count of them."""
     found = ", ".join(sorted(feature)) or "none"
-    for option, name, kind in (("image_key", image_key, "bytes_list"), ("label_key", label_key, "int64_list")):
+    label_kinds = ("int64_list",) if task == "classification" else ("int64_list", "float_list")
+    if labels.key in feature and feature[labels.key].WhichOneof("kind") in label_kinds:
+        label_kinds = (feature[labels.key].WhichOneof("kind"),)  # the first file's, which every file must share
+    for option, name, kinds in (("image_key", image_key, ("bytes_list",)), ("label_key", labels.key, label_kinds)):
+        kind = kinds[0]
         if name not in feature:
             raise RunnerError(
                 f"dataset.{option}={name!r}: the records of {file} have no feature {name!r} (their "
                 f"features: {found}). Fix: set dataset.{option} to the feature holding the "
                 f"{option.split('_')[0]}."
             )
-        if feature[name].WhichOneof("kind") != kind:
+        if feature[name].WhichOneof("kind") not in kinds:
+            label = "label as an int64" if len(kinds) == 1 else "label as int64s or floats"
             raise RunnerError(
                 f"dataset.{option}={name!r}: in {file} that feature is a "
-                f"{feature[name].WhichOneof('kind')}, not a {kind}. Fix: store the "
-                f"{'image as bytes' if kind == 'bytes_list' else 'label as an int64'} under it."
+                f"{feature[name].WhichOneof('kind')}, not a {' or '.join(kinds)}. Fix: store the "
+                f"{'image as bytes' if kind == 'bytes_list' else label} under it"
+                + (", or use task=regression for float targets." if option == "label_key" and len(kinds) == 1 else ".")
             )
+    values = len(getattr(feature[labels.key], label_kinds[0]).value)
+    if values != labels.values:
+        shape = list(labels.shape) if labels.shape else "null"
+        raise RunnerError(
+            f"dataset.label_shape={shape}: the first record of {file} holds {values} label "
+            f"value(s) under {labels.key!r}, not the {labels.values} of that shape. Fix: give the labels' real shape "
+            "as dataset.label_shape (null for one value, [3] for three), or rewrite the file."
+        )
+    return Labels(labels.key, labels.shape, floats=label_kinds[0] == "float_list")
 
 
 def _check_raw_size(file: str, data: bytes, shape: tuple[int, ...]) -> None:
@@ -278,13 +360,13 @@ def _check_encoded_size(file: str, data: bytes, shape: tuple[int, ...], encoding
 
 
 def _scan(
-    where: str, files: list[str], image_key: str, label_key: str, shape: tuple[int, ...], encoding: str
-) -> tuple[list[int], tuple[int, int, str]]:
-    """Each file's record count and the labels' range (with a file holding the extreme), in one streaming
-    pass that parses only the label (and, for raw images, the image's byte count)."""
+    where: str, files: list[str], image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str
+) -> tuple[list[int], list[list[float]]]:
+    """Each file's record count and summary, in one streaming pass that parses only the label (and, for raw
+    images, the image's byte count)."""
     raw = encoding == "raw"
-    rows = _summaries(where, files, image_key, label_key, raw)
-    counts = [row[0] for row in rows]
+    rows = _summaries(where, files, image_key, labels, raw)
+    counts = [int(row[RECORDS]) for row in rows]
     if not sum(counts):
         raise RunnerError(
             f"{where}: the {len(files)} file(s) hold no records. Fix: point "
@@ -292,14 +374,14 @@ def _scan(
         )
     if raw:
         _check_raw_sizes(files, rows, shape)
-    return counts, _label_range(files, rows)
+    return counts, rows
 
 
-def _summaries(where: str, files: list[str], image_key: str, label_key: str, raw: bool) -> list[list[int]]:
+def _summaries(where: str, files: list[str], image_key: str, labels: Labels, raw: bool) -> list[list[float]]:
     """Each file's summary, two files read at once."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    summarise = _file_summariser(image_key, label_key, raw)
+    summarise = _file_summariser(image_key, labels, raw)
     summaries = tf.data.Dataset.from_tensor_slices(files).map(summarise, num_parallel_calls=2, deterministic=True)
     try:
         return [row.numpy().tolist() for row in summaries]
@@ -307,43 +389,44 @@ def _summaries(where: str, files: list[str], image_key: str, label_key: str, raw
         raise RunnerError(
             f"{where}: reading the files failed ({type(error).__name__}: "
             f"{' '.join(error.message.split())[:300]}). Fix: every record must be a tf.train.Example "
-            f"with an int64 {label_key!r} and a bytes {image_key!r} (dataset.label_key, "
-            "dataset.image_key); rewrite or leave out the file that is not."
+            f"with {labels.values} {'float' if labels.floats else 'int64'}(s) under {labels.key!r} and a bytes "
+            f"{image_key!r} (dataset.label_key, dataset.label_shape, dataset.image_key); rewrite or leave out the "
+            "file that is not."
         ) from None
 
 
-def _file_summariser(image_key: str, label_key: str, raw: bool) -> Callable[[Any], Any]:
+def _file_summariser(image_key: str, labels: Labels, raw: bool) -> Callable[[Any], Any]:
     """A file name -> its summary, summed up batch by batch."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    summarise_batch = _batch_summariser(image_key, label_key, raw)
+    summarise_batch = _batch_summariser(image_key, labels, raw)
 
     def summarise(file):
         batches = tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES).batch(_SCAN_BATCH)
-        return batches.map(summarise_batch).reduce(tf.constant(_NO_RECORDS, tf.int64), _summed)
+        return batches.map(summarise_batch).reduce(tf.constant(_NO_RECORDS, tf.float64), _summed)
 
     return summarise
 
 
-def _batch_summariser(image_key: str, label_key: str, raw: bool) -> Callable[[Any], Any]:
+def _batch_summariser(image_key: str, labels: Labels, raw: bool) -> Callable[[Any], Any]:
     """A batch of records -> its summary, parsing only the label (and a raw image's bytes, for their count)."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    features = {label_key: tf.io.FixedLenFeature([], tf.int64)}
-    if raw:
-        features[image_key] = tf.io.FixedLenFeature([], tf.string)
+    features = _features(image_key if raw else None, labels)
 
     def summarise_batch(records):
         parsed = tf.io.parse_example(records, features)
-        labels = parsed[label_key]
-        sizes = tf.strings.length(parsed[image_key]) if raw else tf.zeros_like(labels, tf.int32)
+        values = tf.cast(parsed[labels.key], tf.float64)
+        sizes = tf.strings.length(parsed[image_key]) if raw else tf.zeros_like(records, tf.int32)
         return tf.stack(
             [
-                tf.size(labels, tf.int64),
-                tf.reduce_min(labels),
-                tf.reduce_max(labels),
-                tf.cast(tf.reduce_min(sizes), tf.int64),
-                tf.cast(tf.reduce_max(sizes), tf.int64),
+                tf.cast(tf.size(records), tf.float64),
+                tf.reduce_min(values),
+                tf.reduce_max(values),
+                tf.cast(tf.reduce_min(sizes), tf.float64),
+                tf.cast(tf.reduce_max(sizes), tf.float64),
+                tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(values)), tf.float64)),
+                tf.reduce_sum(tf.cast((values != 0) & (values != 1), tf.float64)),
             ]
         )
 
@@ -356,31 +439,36 @@ def _summed(total: Any, part: Any) -> Any:
 
     return tf.stack(
         [
-            total[0] + part[0],
-            tf.minimum(total[1], part[1]),
-            tf.maximum(total[2], part[2]),
-            tf.minimum(total[3], part[3]),
-            tf.maximum(total[4], part[4]),
+            total[RECORDS] + part[RECORDS],
+            tf.minimum(total[LOW], part[LOW]),
+            tf.maximum(total[HIGH], part[HIGH]),
+            tf.minimum(total[SMALLEST], part[SMALLEST]),
+            tf.maximum(total[LARGEST], part[LARGEST]),
+            total[NOT_FINITE] + part[NOT_FINITE],
+            total[NOT_BINARY] + part[NOT_BINARY],
         ]
     )
 
 
-def _check_raw_sizes(files: list[str], rows: list[list[int]], shape: tuple[int, ...]) -> None:
+def _check_raw_sizes(files: list[str], rows: list[list[float]], shape: tuple[int, ...]) -> None:
     """Every raw image of every file holds the bytes of the configured shape."""
     size = int(np.prod(shape))
     for file, row in zip(files, rows, strict=True):
-        if row[0] and (row[3] != size or row[4] != size):
+        if not row[RECORDS]:
+            continue  # an empty file
+        smallest, largest = int(row[SMALLEST]), int(row[LARGEST])
+        if smallest != size or largest != size:
             raise RunnerError(
-                f"dataset.image_shape={list(shape)}: {file} holds images of {row[3]} to {row[4]} "
+                f"dataset.image_shape={list(shape)}: {file} holds images of {smallest} to {largest} "
                 f"bytes, not the {size} of that shape. Fix: give the images' real shape as "
                 "dataset.image_shape, or rewrite the file."
             )
 
 
-def _label_range(files: list[str], rows: list[list[int]]) -> tuple[int, int, str]:
+def _label_range(files: list[str], rows: list[list[float]]) -> tuple[int, int, str]:
     """The lowest and the highest label of the files, and the file holding the lowest where it is negative,
     else the one holding the highest (the one a label outside the classes is reported in)."""
-    filled = [(file, row) for file, row in zip(files, rows, strict=True) if row[0]]
-    low_file, low = min(((file, row[1]) for file, row in filled), key=lambda item: item[1])
-    high_file, high = max(((file, row[2]) for file, row in filled), key=lambda item: item[1])
+    filled = [(file, row) for file, row in zip(files, rows, strict=True) if row[RECORDS]]
+    low_file, low = min(((file, row[LOW]) for file, row in filled), key=lambda item: item[1])
+    high_file, high = max(((file, row[HIGH]) for file, row in filled), key=lambda item: item[1])
     return int(low), int(high), low_file if low < 0 else high_file

@@ -7,7 +7,7 @@ A test imports what it uses from the module that holds it (tests/ is on sys.path
     from helpers.cli import run_cli, start_cli, wait_for       # `python -m runner ...` in a fresh process
     from helpers.tracking import metric_history, mlflow_client
     from helpers.sweeps import children, parent_id_of, sweep   # `python -m runner -m ...` and its runs
-    from helpers.data import write_fashion_mnist               # IDX files of random images
+    from helpers.data import write_fashion_mnist, write_tfrecords  # IDX, TFRecord, .npz, image folders, tf.data
     from helpers.requires import requires                      # @requires("postgresql"): skip (fail under CI=true)
     from helpers.processes import stop_group                   # process groups, children, waiting
     from helpers.servers import MlflowServer, Postgres, free_port
