@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TaskKind:
+    """A kind of target: numeric labels (float32 targets shaped like the model's output for one example), checked
+    by each kind's `_checked`; the classification overrides what differs for class indices."""
+
     name: str
     labels: str  # what one example's label is, in the words of a refusal
     activation: str | None  # the served model's last layer on the model's outputs: softmax, sigmoid, or none
@@ -37,67 +40,40 @@ class TaskKind:
         return np.zeros(len(labels), np.int64)
 
     def prepare(self, where: str, split: str, labels: np.ndarray) -> np.ndarray:
-        """The labels of one split as the loop feeds them (int64 class indices, or float32 targets shaped like
-        the model's output for one example), or one paragraph saying what is wrong with them."""
+        """The labels of one split as the loop feeds them (float32 targets shaped like the model's output for one
+        example), or one paragraph saying what is wrong with them."""
         import numpy as np  # noqa: PLC0415  see the import note above
 
-        if self.name == "classification":
-            if labels.ndim != 1:
-                fix = "give one class index per example (labels.argmax(axis=1) of one-hot labels)"
-                raise self._refusal(where, split, labels, fix)
-            if not np.issubdtype(labels.dtype, np.integer):
-                raise self._refusal(where, split, labels, "give integer class indices 0..num_classes-1")
-            return labels.astype(np.int64)
         if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_) or labels.ndim < 1:
             raise self._refusal(where, split, labels, "give numeric labels")
-        values = labels.astype(np.float32)
-        if self.name == "regression":
-            if not np.all(np.isfinite(values)):
-                raise RunnerError(
-                    f"{where}: the {split} targets hold NaN or infinite values. Fix: drop or fill those examples."
-                )
-            return values.reshape(len(values), 1) if values.ndim == 1 else values
-        if self.name == "binary":
-            if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
-                raise self._refusal(where, split, labels, "give one 0/1 label per example, or use task=multilabel")
-            values = values.reshape(len(values), 1)
-        elif values.ndim != 2:
-            raise self._refusal(where, split, labels, "give each example a vector of 0/1 labels, shaped (n, labels)")
-        outside = values[(values != 0) & (values != 1)]
-        if outside.size:
-            raise RunnerError(
-                f"{where}: the {split} labels hold {outside[0]:g}, but task={self.name} takes {self.labels}. "
-                "Fix: give 0 or 1 for each label, or use task=regression for other targets."
-            )
-        return values
+        return self._checked(where, split, labels, labels.astype(np.float32))
 
     def output_shape(self, labels: np.ndarray, num_classes: int | None) -> tuple[int, ...]:
         """What the model outputs for one example, given prepared labels (and the number of classes of a
         classification)."""
-        if self.name == "classification":
-            assert num_classes is not None
-            return (num_classes,)
         return tuple(int(size) for size in labels.shape[1:])
 
     def stream_outputs(self, where: str, label_shape: tuple[int, ...], numeric: bool) -> tuple[int, ...]:
         """What the model outputs for one example of a stream (files or a tf.data dataset) whose labels are
-        `label_shape` per example, of a numeric dtype or not, for the tasks other than classification (a
-        stream's classes come from its num_classes); or one paragraph saying what is wrong with them. A stream's
-        values are checked where the runner reads them ahead (dataset=tfrecord's scan), not here."""
-        assert self.name != "classification", "a classification's stream outputs are its num_classes"
-        described = f"{'numeric' if numeric else 'non-numeric'} labels shaped {list(label_shape)} per example"
-        if not numeric:
-            fix = "give numeric labels (integers or floats)"
-        elif self.name == "binary" and label_shape not in ((), (1,)):
-            fix = "give one 0/1 label per example, or use task=multilabel"
-        elif self.name == "multilabel" and len(label_shape) != 1:
-            fix = "give each example a vector of 0/1 labels, shaped [labels]"
-        else:
+        `label_shape` per example, of a numeric dtype or not (a classification's stream outputs are its
+        num_classes); or one paragraph saying what is wrong with them. A stream's values are checked where the
+        runner reads them ahead (dataset=tfrecord's scan), not here."""
+        fix = self._shape_fix(label_shape) if numeric else "give numeric labels (integers or floats)"
+        if fix is None:
             return label_shape if len(label_shape) else (1,)
+        described = f"{'numeric' if numeric else 'non-numeric'} labels shaped {list(label_shape)} per example"
         raise RunnerError(
             f"{where}: the stream gives {described}, but task={self.name} takes {self.labels}. Fix: {fix}, or "
             "pick the task that matches the labels (task=classification, regression, binary or multilabel)."
         )
+
+    def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """`values` (the labels as float32) checked and shaped for this kind."""
+        raise NotImplementedError
+
+    def _shape_fix(self, label_shape: tuple[int, ...]) -> str | None:
+        """What to do about labels of this shape per example; None: they fit."""
+        return None
 
     def _refusal(self, where: str, split: str, labels: np.ndarray, fix: str) -> RunnerError:
         return RunnerError(
@@ -107,12 +83,81 @@ class TaskKind:
         )
 
 
-KINDS = {
+class Classification(TaskKind):
+    """One integer class index per example; the model outputs num_classes logits."""
+
+    def prepare(self, where: str, split: str, labels: np.ndarray) -> np.ndarray:
+        """int64 class indices (their range is checked against num_classes by the data layer)."""
+        import numpy as np  # noqa: PLC0415  see the import note above
+
+        if labels.ndim != 1:
+            fix = "give one class index per example (labels.argmax(axis=1) of one-hot labels)"
+            raise self._refusal(where, split, labels, fix)
+        if not np.issubdtype(labels.dtype, np.integer):
+            raise self._refusal(where, split, labels, "give integer class indices 0..num_classes-1")
+        return labels.astype(np.int64)
+
+    def output_shape(self, labels: np.ndarray, num_classes: int | None) -> tuple[int, ...]:
+        assert num_classes is not None
+        return (num_classes,)
+
+    def stream_outputs(self, where: str, label_shape: tuple[int, ...], numeric: bool) -> tuple[int, ...]:
+        raise AssertionError("a classification's stream outputs are its num_classes")
+
+
+class Regression(TaskKind):
+    """Finite numbers of any shape per example (a scalar becomes (1,))."""
+
+    def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+        import numpy as np  # noqa: PLC0415  see the import note above
+
+        if not np.all(np.isfinite(values)):
+            raise RunnerError(
+                f"{where}: the {split} targets hold NaN or infinite values. Fix: drop or fill those examples."
+            )
+        return values.reshape(len(values), 1) if values.ndim == 1 else values
+
+
+class Binary(TaskKind):
+    """One 0/1 label per example, shaped (1,)."""
+
+    def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+        if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+            raise self._refusal(where, split, labels, "give one 0/1 label per example, or use task=multilabel")
+        return _zero_or_one(self, where, split, values.reshape(len(values), 1))
+
+    def _shape_fix(self, label_shape: tuple[int, ...]) -> str | None:
+        return None if label_shape in ((), (1,)) else "give one 0/1 label per example, or use task=multilabel"
+
+
+class Multilabel(TaskKind):
+    """A vector of 0/1 labels per example."""
+
+    def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+        if values.ndim != 2:
+            raise self._refusal(where, split, labels, "give each example a vector of 0/1 labels, shaped (n, labels)")
+        return _zero_or_one(self, where, split, values)
+
+    def _shape_fix(self, label_shape: tuple[int, ...]) -> str | None:
+        return None if len(label_shape) == 1 else "give each example a vector of 0/1 labels, shaped [labels]"
+
+
+def _zero_or_one(kind: TaskKind, where: str, split: str, values: np.ndarray) -> np.ndarray:
+    outside = values[(values != 0) & (values != 1)]
+    if outside.size:
+        raise RunnerError(
+            f"{where}: the {split} labels hold {outside[0]:g}, but task={kind.name} takes {kind.labels}. "
+            "Fix: give 0 or 1 for each label, or use task=regression for other targets."
+        )
+    return values
+
+
+KINDS: dict[str, TaskKind] = {
     kind.name: kind
     for kind in (
-        TaskKind("classification", "one integer class index per example", "softmax", True),
-        TaskKind("regression", "numeric targets of any shape per example", None, False),
-        TaskKind("binary", "one 0/1 label per example", "sigmoid", True),
-        TaskKind("multilabel", "a vector of 0/1 labels per example", "sigmoid", False),
+        Classification("classification", "one integer class index per example", "softmax", True),
+        Regression("regression", "numeric targets of any shape per example", None, False),
+        Binary("binary", "one 0/1 label per example", "sigmoid", True),
+        Multilabel("multilabel", "a vector of 0/1 labels per example", "sigmoid", False),
     )
 }
