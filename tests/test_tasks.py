@@ -189,6 +189,23 @@ def test_labels_that_do_not_fit_the_task_are_one_paragraph(tmp_path, task, label
     assert "\n" not in str(raised.value)
 
 
+def test_only_the_labels_within_the_prefixes_are_checked(tmp_path):
+    """dataset.train_examples keeps the first examples: a bad target after them is not the run's to refuse."""
+
+    def targets_with_a_bad_tail(images):
+        targets = regression_targets(images)
+        targets[200:] = np.nan
+        return targets
+
+    path = _write(tmp_path / "data.npz", targets_with_a_bad_tail)  # 256 training and 128 test examples
+    prefixed = _settings(path, "regression", "dataset.train_examples=200")
+    data = load_data(prefixed.dataset, prefixed.seed, task="regression")
+    assert data.train_examples == 200 and np.all(np.isfinite(data.train_labels))
+    whole = _settings(path, "regression")
+    with pytest.raises(RunnerError, match="the training targets hold NaN or infinite values"):
+        load_data(whole.dataset, whole.seed, task="regression")
+
+
 def dense_of_5(input_shape, num_classes):
     """A model of five outputs whatever the data (model._target_=test_tasks.dense_of_5)."""
     import tf_keras

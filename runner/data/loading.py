@@ -95,14 +95,15 @@ def in_memory(
                 f"shape {labels.shape}; expected (n, ...) inputs and n labels, n > 0. Fix: return one label per "
                 "example."
             )
-    train_y, test_y = kind.prepare(where, "training", train_y), kind.prepare(where, "test", test_y)
     if train_x.shape[1:] != test_x.shape[1:]:
         raise RunnerError(
             f"dataset._target_={target!r}: training inputs are shaped {train_x.shape[1:]} and test "
             f"inputs {test_x.shape[1:]}. Fix: give both splits examples of one shape."
         )
+    # The prefixes first: only the labels a run trains and scores on are checked and converted.
     train_x, train_y = train_x[: settings.train_examples], train_y[: settings.train_examples]
     test_x, test_y = test_x[: settings.test_examples], test_y[: settings.test_examples]
+    train_y, test_y = kind.prepare(where, "training", train_y), kind.prepare(where, "test", test_y)
     validation, held_out = _validation_arrays(settings, splits, train_x, train_y, seed, kind)
     if held_out is not None:
         train_x, train_y = train_x[held_out[0]], train_y[held_out[0]]
