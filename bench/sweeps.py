@@ -10,7 +10,7 @@ sweep in a fresh directory. Read back from its MLflow runs and its study:
     python -m bench.sweeps --trials 4 --epochs 2 --train-examples 2000    # a quick look
     python -m bench.sweeps --studies "successive_halving, serial" --json docs/performance-sweeps-sha.json
     python -m bench.sweeps --seed 1 2 3 --studies "none, serial" "median, serial"    # the spread over sampler seeds
-    python -m bench.sweeps --replicates --folds 5 --seed 1 2 3 4 5 --trials 8 --epochs 2 --train-examples 2000 \
+    python -m bench.sweeps --replicates --folds 5 --seed 1 2 3 4 5 --trials 6 --epochs 1 --train-examples 1000 \
         --json docs/performance-sweeps-replicates.json    # pruning and stopping on folds, over 5 sampler seeds
 
 With several seeds, every study runs once per seed, and a last table sets each pruned study against the unpruned
