@@ -18,6 +18,7 @@ from helpers.data import (
     images,
     origin,
     tfrecord_data,
+    tfrecord_keys,
     tfrecord_options,
     write_image_folder,
     write_npz,
@@ -121,13 +122,7 @@ def _empty_glob(tmp_path):
 def _tfrecords(tmp_path, **keys):
     write_tfrecords(tmp_path, "train", 2, 5)
     write_tfrecords(tmp_path, "test", 1, 5)
-    return dict(
-        kind="tfrecord",
-        train_files=f"'{tmp_path}/train-*.tfrecord'",
-        test_files=f"'{tmp_path}/test-*.tfrecord'",
-        image_shape="[16,16]",
-        **keys,
-    )
+    return dict(kind="tfrecord", **tfrecord_keys(tmp_path, **keys))
 
 
 def _wrong_key(tmp_path):

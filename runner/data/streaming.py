@@ -442,8 +442,7 @@ def _example(split: Split, target: str, classes: bool = True) -> tuple[tuple[int
             f"dataset._target_={target!r} returned a dataset of inputs {inputs.shape} {inputs.dtype.name} "
             f"and labels {labels.shape} {labels.dtype.name}. Fix: give unbatched examples of one known "
             f"shape, each with {'one integer label' if classes else 'its label'} (dataset.map(lambda x, y: "
-            "(tf.ensure_shape(x, "
-            "SHAPE), y)))."
+            "(tf.ensure_shape(x, SHAPE), y)))."
         )
     return tuple(inputs.shape.as_list()), inputs.dtype.name
 

@@ -91,15 +91,19 @@ def _label_feature(values: list):
     return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
 
-def tfrecord_options(directory, **keys) -> list[str]:
-    """The command line's dataset=tfrecord overrides for the files write_tfrecords wrote in `directory`."""
-    options = {
+def tfrecord_keys(directory, **keys) -> dict[str, str]:
+    """dataset=tfrecord's keys for the files write_tfrecords wrote in `directory`, and `keys`."""
+    return {
         "train_files": f"'{directory}/train-*.tfrecord'",
         "test_files": f"'{directory}/test-*.tfrecord'",
         "image_shape": f"[{','.join(map(str, SHAPE))}]",
         **keys,
     }
-    return ["dataset=tfrecord", *(f"dataset.{key}={value}" for key, value in options.items())]
+
+
+def tfrecord_options(directory, **keys) -> list[str]:
+    """The command line's dataset=tfrecord overrides for the files write_tfrecords wrote in `directory`."""
+    return ["dataset=tfrecord", *(f"dataset.{key}={value}" for key, value in tfrecord_keys(directory, **keys).items())]
 
 
 def tfrecord_data(directory, workers: int = 1, task: str = "classification", **keys):
@@ -107,13 +111,8 @@ def tfrecord_data(directory, workers: int = 1, task: str = "classification", **k
     from helpers.config import dataset_settings
     from runner.data.loading import load_data
 
-    options = {
-        "train_files": f"'{directory}/train-*.tfrecord'",
-        "test_files": f"'{directory}/test-*.tfrecord'",
-        "image_shape": f"[{','.join(map(str, SHAPE))}]",
-        **keys,
-    }
-    return load_data(dataset_settings("tfrecord", **options), seed=0, workers=workers, task=task)
+    settings = dataset_settings("tfrecord", **tfrecord_keys(directory, **keys))
+    return load_data(settings, seed=0, workers=workers, task=task)
 
 
 def write_image_folder(root, per_class: int = 4, classes=("cat", "dog"), size=(16, 12), channels: int = 3) -> None:
