@@ -3,12 +3,15 @@
 With `-m` (a sweep), each job trains in its own process instead: see runner.sweeps.job.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -32,6 +35,7 @@ from runner.config.settings import checked_metric_targets, checked_targets, vali
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.lifeline import record_sweep_process, watch
+from runner.metric_table import MetricTable
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
 from runner.sweeps.pruning import trial_reporter
@@ -40,6 +44,9 @@ from runner.tracking.opening import opened_tracker
 from runner.tracking.run_id_file import read_run_id
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, load_tensorflow, loading_tensorflow
+
+if TYPE_CHECKING:
+    from runner.training.trainer import RunResult
 
 log = logging.getLogger("runner")
 
@@ -111,6 +118,16 @@ class _Ending:
             ended = replace(ended, run_id=read_run_id(self.run_dir))
         outcome.write(self.file, ended)
 
+    def early(self, table: MetricTable) -> Callable[[RunResult], None]:
+        """What tells the run's outcome before its ending (runner.outcome.listen_early): written, then told."""
+
+        def tell(result: RunResult) -> None:
+            ended = outcome.finished(result, table, task=self.task)
+            self.write(ended)
+            outcome.tell_early(ended)
+
+        return tell
+
 
 def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcome:
     """Check the config, train (or launch the local cluster that trains), and say how it ended."""
@@ -151,7 +168,8 @@ def _train(cfg: DictConfig, hydra_config: DictConfig, ending: _Ending) -> Outcom
 
         with telling_servers_the_end(task, settings, run_dir):
             listeners = [reporter] if reporter is not None else []
-            result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task, listeners)
+            early = ending.early(settings.metric_table) if outcome.heard_early() else None
+            result = run(settings, run_dir, tracker, list(hydra_config.overrides.task), task, listeners, early)
     if not task.chief:
         return Outcome(FINISHED, task=ending.task)
     table = settings.metric_table
@@ -196,6 +214,7 @@ def _compose_and_run(arguments: list[str]) -> None:
     a value of the wrong type) is explained as the runner's paragraph, with the closest valid key or option."""
     # Hydra then raises what it refuses instead of printing it and exiting 1 (hydra/_internal/utils.py).
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    _task.started = False  # a warm sweep worker composes one command line after another (runner.warm_worker)
     options = parse_command_line(arguments)
     if options is not None and options.multirun and options.cfg:
         # Hydra refuses --cfg with -m before it composes anything; the runner checks the sweep's every point first,

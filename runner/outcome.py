@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,6 +49,26 @@ class Outcome:
         """The paragraph without its `error: ` or `preempted: ` (an MLflow run's `error` tag)."""
         kind, separator, rest = self.paragraph.partition(": ")
         return rest if separator and kind in ("error", "preempted") else self.paragraph
+
+
+# Told of this process's outcome as soon as the run's result is known, before its model's export and its MLflow
+# run's end (a warm sweep worker, which answers its job then: runner.warm_worker). Empty in any other process.
+_early_listeners: list[Callable[[Outcome], None]] = []
+
+
+def listen_early(listener: Callable[[Outcome], None]) -> None:
+    """Have `listener` told of the outcome of each run this process trains as soon as it is known."""
+    _early_listeners.append(listener)
+
+
+def heard_early() -> bool:
+    """Whether anyone listens for the outcome before the run has ended (listen_early)."""
+    return bool(_early_listeners)
+
+
+def tell_early(outcome: Outcome) -> None:
+    for listener in _early_listeners:
+        listener(outcome)
 
 
 def finished(result: Any, table: MetricTable = DEFAULT_TABLE, task: str | None = None) -> Outcome:

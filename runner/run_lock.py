@@ -49,6 +49,12 @@ def hold(run_dir: str) -> None:
     _held.append(descriptor)
 
 
+def release() -> None:
+    """Let go of every run directory this process holds: a warm sweep worker's, once its trial has ended."""
+    while _held:
+        os.close(_held.pop())  # and the lock with it
+
+
 def wait_while_held(run_dir: str, waiting: Callable[[int | None], None]) -> bool:
     """Block while another process holds run_dir, calling `waiting(its pid)` once first; return whether it did
     wait. The lock is let go at once: the process started next takes it."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from runner.clusters.roles import SINGLE_PROCESS, Task
 from runner.config.schema import Settings
@@ -22,14 +22,16 @@ def run(
     overrides: Sequence[str] = (),
     task: Task = SINGLE_PROCESS,
     listeners: Sequence[Listener] = (),
+    on_result: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
     """Train as configured, outputs in run_dir, tracked by `tracker` (runner.tracking.opening.open_tracker: the
     chief's MLflow run, a NullTracker elsewhere); `overrides` are the command line's, logged with the run;
-    `listeners` hear of each epoch besides the tracker (an Optuna trial's reporter, which may stop training).
+    `listeners` hear of each epoch besides the tracker (an Optuna trial's reporter, which may stop training);
+    `on_result` hears the result before the model's export and the run's end (runner.training.trainer.Trainer.run).
 
     A run_dir that holds checkpoints resumes from the newest one and continues the same MLflow run. In a cluster
     every MultiWorkerMirrored worker trains, and only the chief tracks, keeps checkpoints and evaluates the
     restored model; a non-chief's result has no run id.
     """
     os.makedirs(run_dir, exist_ok=True)
-    return build_trainer(Job(settings, run_dir, task)).run(tracker, overrides, listeners)
+    return build_trainer(Job(settings, run_dir, task)).run(tracker, overrides, listeners, on_result)

@@ -114,3 +114,24 @@ def test_mlflows_rest_helpers_and_the_uis_bulk_history_route_are_where_the_runne
         "mlflow", f"the UI's route {mlflow_internals.UI_BULK_HISTORY_ENDPOINT}", "mlflow_internals.py"
     )
     assert mlflow_internals.ServerRequests("http://127.0.0.1:1").credentials.host == "http://127.0.0.1:1"
+
+
+def test_tensorflows_retracing_counts_are_where_the_runner_forgets_them():
+    import tensorflow as tf
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    from runner.compat.tf_internals import forget_tracing_counts
+
+    manager = getattr(polymorphic_function, "_frequent_tracing_detector_manager", None)
+    assert manager is not None and hasattr(manager, "_detectors") and hasattr(manager, "_lock"), _changed(
+        "tensorflow", "its retracing counter (_frequent_tracing_detector_manager)", "tf_internals.py"
+    )
+
+    @tf.function
+    def double(x):
+        return 2 * x
+
+    double(tf.constant(1.0))
+    assert len(manager._detectors) > 0, _changed("tensorflow", "how it counts traces", "tf_internals.py")
+    forget_tracing_counts()
+    assert len(manager._detectors) == 0

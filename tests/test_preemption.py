@@ -52,3 +52,19 @@ def test_a_sigterm_inside_a_deferred_block_is_raised_when_the_block_ends():
                 guard.check()  # inside the block the request waits
                 written.append("checkpoint")
     assert written == ["checkpoint"]
+
+
+def test_a_settled_run_finishes_its_ending_whatever_sigterm_comes():
+    """Once a warm worker has answered its job with the run's result (settle), a SIGTERM no longer stops the run: its
+    ending (the model's export, the run's end) finishes, so that no trial the sweep has counted is left unfinished."""
+    guard = PreemptionGuard()
+    ended = []
+    with guard.installed():
+        guard.settle()
+        with guard.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            _wait_until(lambda: guard.requested)
+            ended.append("model exported")
+        guard.check()  # a safe point after it: still no stop
+        ended.append("run ended")
+    assert ended == ["model exported", "run ended"]

@@ -187,3 +187,31 @@ def test_runs_with_one_seed_get_different_names_and_the_seeded_sequence_goes_on(
     assert len(set(names)) == 3, names
     random.seed(42)
     assert draws == [random.random()] * 3
+
+
+def test_a_spare_tracker_started_ahead_tracks_the_next_run_and_ends_with_its_owner(tmp_path):
+    """A warm sweep worker starts its next run's tracker child while it waits (start_spare): the next TrackerProcess
+    takes that child, which has imported MLflow already, hands it its settings and tracks as usual; a spare nobody took
+    ends when discarded."""
+    from runner.tracking.tracker_process import TrackerProcess, discard_spare, start_spare
+
+    start_spare()
+    from runner.tracking import tracker_process
+
+    [(spare, _)] = tracker_process._spare
+    tracker = TrackerProcess(mlflow_settings(f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    try:
+        assert tracker.pid == spare.pid and not tracker_process._spare
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        run_id = tracker.start(str(run_dir), {"batch": 64})
+        tracker.on_epoch_end(_Epoch(1, 0.7))
+        assert tracker.metric_histories() == {"train_loss": [(1, 0.7)]}
+        tracker.finish(None)
+    finally:
+        tracker.close()
+    assert mlflow_client(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id).info.status == "FINISHED"
+    start_spare()
+    [(unused, _)] = tracker_process._spare
+    discard_spare()
+    assert not tracker_process._spare and not is_running(unused.pid)

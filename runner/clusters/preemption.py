@@ -24,6 +24,7 @@ EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by 
 class PreemptionGuard:
     def __init__(self):
         self.requested = False
+        self.settled = False  # the run's result is reported: its ending runs to completion whatever comes
         self._critical = 0
         self._previous = None
 
@@ -43,9 +44,15 @@ class PreemptionGuard:
             signal.signal(signal.SIGTERM, self._previous)
 
     def check(self) -> None:
-        """A safe point: raise Preempted if SIGTERM has arrived, unless inside a deferred() block."""
-        if self.requested and not self._critical:
+        """A safe point: raise Preempted if SIGTERM has arrived, unless inside a deferred() block or settled."""
+        if self.requested and not self._critical and not self.settled:
             raise Preempted("received SIGTERM")
+
+    def settle(self) -> None:
+        """The run's result has been reported (a warm sweep worker answered its job): a SIGTERM from now on lets the
+        rest of its ending (the model's export, the run's end: seconds) finish, rather than leaving a trial the
+        sweep has counted with a run that is not FINISHED."""
+        self.settled = True
 
     def at_step_boundary(self) -> None:
         """Where training may stop: after a step (or a call of steps)."""

@@ -67,6 +67,7 @@ from runner.sweeps.terms import (
     WALL_SECONDS,
     read_parent_run_id,
 )
+from runner.sweeps.warm_pool import POOL, worker_kind
 from runner.tracking.lifecycle import ERROR_TAG
 from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
 from runner.tracking.run_writer import end_failed
@@ -79,6 +80,8 @@ _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
 STOP_GRACE_SECONDS = 60.0
 SCHEMA_SEED = Settings.seed  # the schema's default seed
+# The command of a run's fresh training process; a warm worker is handed what follows it.
+_RUNNER = (sys.executable, "-m", "runner")
 
 
 def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
@@ -199,7 +202,11 @@ class _Job:
         self.interrupted = False  # one of its runs was stopped, resumable: a re-run of the sweep continues it
         self.link: TrialLink | None = None  # the trial its last trained run reported to
         self.run_ids: list[str] = []  # its runs so far, trained or found FINISHED
-        self.lifeline = lifeline_of(where_it_runs(hydra_config)[LAUNCHER_TAG])
+        launcher = where_it_runs(hydra_config)[LAUNCHER_TAG]
+        self.lifeline = lifeline_of(launcher)
+        # The warm workers its runs train in (runner.sweeps.warm_pool), or None: a fresh process each.
+        warm = launcher in LAUNCHERS and LAUNCHERS[launcher].keeps_warm_workers
+        self.worker_kind = worker_kind(config) if warm else None
 
     def train_seed(
         self,
@@ -238,12 +245,23 @@ class _Job:
         link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
         self.link = replace(link, first_step=first_step) if link is not None else None
         self.run_ids.append(run_id)
-        environ = {**self.validation.environ, **(self.link.to_environment() if self.link else {}), **self.lifeline}
+        environ = {**self.validation.environ, **(self.link.to_environment() if self.link else {})}
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        returncode = _train(command, cwd=self.cwd, outcome_file=outcome_file, environ=environ)
+        returncode = self._train(command, outcome_file, environ)
         self.client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
         return self._ended(outcome.read(outcome_file, returncode, who="the training process"), run_id, label)
+
+    def _train(self, command: list[str], outcome_file: str, environ: dict[str, str]) -> int:
+        """Train one run: in a warm worker of the pool where its kind allows (runner.sweeps.warm_pool), else in a
+        fresh process; its exit status."""
+        if self.worker_kind is None:
+            return _train(command, cwd=self.cwd, outcome_file=outcome_file, environ={**environ, **self.lifeline})
+        outcome.forget(outcome_file)
+        arguments = command[len(_RUNNER) :]
+        environ = {**environ, OUTCOME_VARIABLE: outcome_file}
+        limit = self.config.sweep.worker_memory_mb
+        return POOL.train(self.worker_kind, arguments, self.cwd, environ, self.lifeline, limit)
 
     def _finished_before(self, run: Run, label: str) -> float:
         """A run an earlier attempt finished: not trained again; its objective as it was chosen."""
@@ -257,9 +275,7 @@ class _Job:
     def _command(self, run_dir: str, overrides: list[str], fold: tuple[int, int] | None) -> list[str]:
         """The training process's command line: `python -m runner` with the job's overrides in run_dir."""
         return [
-            sys.executable,
-            "-m",
-            "runner",
+            *_RUNNER,
             *searchpath_overrides(self.hydra_config),
             *overrides,
             *self.validation.overrides,

@@ -86,6 +86,11 @@ class SweepConfig:
     progress: Any
     validation_fraction: Any
     split_seed: Any
+    # What decides the process a job's runs may train in (runner.sweeps.warm_pool.worker_kind), as composed.
+    strategy: Any
+    cpu_replicas: Any
+    deterministic: Any
+    cluster_kind: Any
 
     @classmethod
     def read(cls, config: DictConfig, hydra: DictConfig | None = None) -> SweepConfig:
@@ -108,6 +113,10 @@ class SweepConfig:
             progress=config.get("progress"),
             validation_fraction=OmegaConf.select(config, "dataset.validation_fraction"),
             split_seed=OmegaConf.select(config, "dataset.split_seed"),
+            strategy=OmegaConf.select(config, "strategy.name"),
+            cpu_replicas=OmegaConf.select(config, "strategy.cpu_replicas"),
+            deterministic=OmegaConf.select(config, "runtime.deterministic"),
+            cluster_kind=OmegaConf.select(config, "cluster.kind"),
         )
 
     @property

@@ -50,12 +50,22 @@ REQUEST_TIMEOUT_SECONDS = "30"
 START_TRIES = 4
 
 
-def serve(connection: Connection, settings: MlflowSettings) -> None:
-    """The child process: answers calls one at a time, journals records as they come, delivers them on a thread."""
+def serve(connection: Connection, settings: MlflowSettings | None) -> None:
+    """The child process: answers calls one at a time, journals records as they come, delivers them on a thread.
+    Started ahead of its run (`settings` None: runner.tracking.tracker_process.start_spare), it imports MLflow first
+    and then waits for the settings of the run it tracks (or returns once its pipe closes)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", REQUEST_TIMEOUT_SECONDS)
+    if settings is None:
+        import runner.tracking.mlflow_tracker  # noqa: F401, PLC0415  MLflow: the import a spare child takes ahead
+
+        try:
+            settings = connection.recv()
+        except (EOFError, OSError):  # never needed: its process is ending
+            return
+    assert settings is not None
     Child(connection, settings).serve()
 
 

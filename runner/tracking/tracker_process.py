@@ -37,6 +37,8 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from runner.config.schema import MlflowSettings
@@ -67,15 +69,58 @@ CLOSE_SECONDS = 30.0
 QUEUE_SIZE = 10_000
 
 
+def _spawn(settings: MlflowSettings | None) -> tuple[BaseProcess, Connection]:
+    """A tracker child and this process's end of its pipe; `settings` None: it imports MLflow and waits for them."""
+    # spawn, not fork: safe whatever this process already runs (TensorFlow's threads, in tests).
+    context = multiprocessing.get_context("spawn")
+    connection, child_end = context.Pipe()
+    process = context.Process(target=serve, args=(child_end, settings), name="runner-mlflow-tracker")
+    process.start()
+    child_end.close()
+    return process, connection
+
+
+# A tracker child started ahead of the next run (start_spare): at most one per process.
+_spare: list[tuple[BaseProcess, Connection]] = []
+
+
+def start_spare() -> None:
+    """Start a tracker child for the next run now (a warm sweep worker between two trials), so that it has imported
+    MLflow by the time that run starts: the next TrackerProcess hands it its settings instead of starting one."""
+    if not _spare:
+        _spare.append(_spawn(None))
+
+
+def discard_spare() -> None:
+    """End the spare tracker child, if any (its pipe closed, it returns): before this process exits."""
+    while _spare:
+        process, connection = _spare.pop()
+        connection.close()
+        process.join(timeout=CLOSE_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _take_spare(settings: MlflowSettings) -> tuple[BaseProcess, Connection] | None:
+    """The spare child, handed `settings`, if one is alive."""
+    while _spare:
+        process, connection = _spare.pop()
+        try:
+            if process.is_alive():
+                connection.send(settings)
+                return process, connection
+        except (OSError, ValueError):
+            pass
+        connection.close()
+        process.join(timeout=1)
+    return None
+
+
 class TrackerProcess(TrackedRun):
     def __init__(self, settings: MlflowSettings):
         super().__init__(settings.checkpoints)
-        # spawn, not fork: safe whatever this process already runs (TensorFlow's threads, in tests).
-        context = multiprocessing.get_context("spawn")
-        self._connection, child_end = context.Pipe()
-        self._process = context.Process(target=serve, args=(child_end, settings), name="runner-mlflow-tracker")
-        self._process.start()
-        child_end.close()
+        self._process, self._connection = _take_spare(settings) or _spawn(settings)
         self._settings = settings
         # Only these two threads touch the pipe: a signal handler that raises in the main thread (SIGTERM's
         # Preempted, Ctrl-C) never leaves a message half-sent or a reply half-read.

@@ -35,6 +35,22 @@ def seconds_since_process_start() -> float | None:
     return booted_seconds - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
+# When a warm sweep worker took the run it trains now (runner.warm_worker): its first step is timed from then.
+_run_taken: list[float] = []
+
+
+def mark_run_taken() -> None:
+    """In a warm worker, as it takes a run: the first step's log line counts from now, not from the process's start."""
+    _run_taken[:] = [time.monotonic()]
+
+
+def _since_start() -> tuple[float | None, str]:
+    """Seconds since this run's process started (or its warm worker took it), and those words."""
+    if _run_taken:
+        return time.monotonic() - _run_taken[0], "the warm worker took the run"
+    return seconds_since_process_start(), "the process started"
+
+
 def bar_enabled(setting: bool | None, stream=None) -> bool:
     """The `progress` setting for this process: true and false as given, null when `stream` (stderr) is a
     terminal."""
@@ -76,14 +92,14 @@ class EpochProgress:
         # Reading the loss waits for the step itself, not only its dispatch; once per run, so it is free.
         float(loss)
         self._first_step_done = True
-        since_start = seconds_since_process_start()
+        since_start, start = _since_start()
         # Written through tqdm while the bar is on screen, so that the line does not run on from the bar.
         with logging_redirect_tqdm() if self._bar is not None else nullcontext():
             log.info(
                 "%s%s%s",
                 FIRST_STEP_MESSAGE,
                 f" ({steps} steps in the first call)" if steps > 1 else "",
-                "" if since_start is None else f", {since_start:.1f} s after the process started",
+                "" if since_start is None else f", {since_start:.1f} s after {start}",
             )
 
     def end_epoch(self, result) -> None:

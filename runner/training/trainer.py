@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import tensorflow as tf
 from omegaconf import OmegaConf
@@ -87,8 +87,16 @@ class Trainer:
     origin_tags: dict[str, str]  # where the model's weights came from (init.from), as tags of the run
     early_stopping: EarlyStopping | None = None  # early_stopping.patience's state (None: off)
 
-    def run(self, tracker: Tracker, overrides: Sequence[str], listeners: Sequence[Listener] = ()) -> RunResult:
-        """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run."""
+    def run(
+        self,
+        tracker: Tracker,
+        overrides: Sequence[str],
+        listeners: Sequence[Listener] = (),
+        on_result: Callable[[RunResult], None] | None = None,
+    ) -> RunResult:
+        """Start (or continue) the MLflow run, train the remaining epochs, run the end-of-run actions, end the run.
+        `on_result` hears the run's result as soon as it is known, before the model's export and the run's end (a
+        warm sweep worker answers its job then: runner.warm_worker); a SIGTERM after that lets the ending finish."""
         stopping = _build_stopping(self.job, self.strategy)
         guard = stopping.guard
         with guard.installed():
@@ -102,6 +110,8 @@ class Trainer:
                 tracker.on_checkpoint_saved(self.restored.done_epochs, checkpointer.files(checkpointer.latest))
             model_logging = _model_logging(self, tracker, run_id)
             end = _build_end_actions(self, tracker, run_id, model_logging)
+            if on_result is not None and self.job.task.chief:
+                end = _announcing(end, _Announce(self, tracker, run_id, guard, on_result))
             controller = _build_controller(
                 self, [tracker, *_checkpoint_models(self, tracker, model_logging), *listeners], stopping, end
             )
@@ -162,6 +172,31 @@ def _build_end_actions(
         lower = table.lower_is_better(objective, settings.sweep.direction)
         actions.append(RegisterModel(name, objective, lower, tracker, tracking_uri, run_id))
     return EndActions(finished=actions, stopped=[curves])
+
+
+@dataclass(frozen=True)
+class _Announce:
+    """The end action that reports the run's result (as `Trainer.run` returns it) once every number of it is known."""
+
+    trainer: Trainer
+    tracker: Tracker
+    run_id: str | None
+    guard: PreemptionGuard
+    on_result: Callable[[RunResult], None]
+    end: EndActions = EndActions()
+
+    def __call__(self, history: list[EpochResult]) -> None:
+        histories = self.tracker.metric_histories()
+        self.guard.settle()
+        self.on_result(_result(self.trainer, self.run_id, history, histories, self.end))
+
+
+def _announcing(end: EndActions, announce: _Announce) -> EndActions:
+    """`end` with `announce` after what decides the run's numbers and before what only records them (the model)."""
+    finished = list(end.finished)
+    first_record = next((i for i, action in enumerate(finished) if isinstance(action, LogModel)), len(finished))
+    finished.insert(first_record, replace(announce, end=end))
+    return EndActions(finished=finished, stopped=end.stopped)
 
 
 def _checkpoint_models(trainer: Trainer, tracker: Tracker, model_logging: ModelLogging | None) -> list[Listener]:
