@@ -217,7 +217,8 @@ def test_a_jobs_paragraph_reaches_its_run_from_the_outcome_file_with_stderr_gone
 
 def test_a_training_process_killed_outright_fails_its_job_as_one_that_wrote_no_outcome(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    process = start_sweep(tmp_path, sweep_dir, ("epochs=50",))
+    # A fresh process per run (tests/test_warm_workers.py kills a warm worker the same way).
+    process = start_sweep(tmp_path, sweep_dir, ("epochs=50", "sweep.warm_workers=false"))
     try:
         wait_until_training(process, sweep_dir / "0" / "runner.log", "its job")
         [training] = [pid for pid in child_processes(process.pid) if "hydra.mode=RUN" in _command_line(pid)]

@@ -24,10 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.check import check_sweep_points
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
-from runner.lifeline import Process, lifeline
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study
-from runner.sweeps.launchers import check_before_sweep, launcher_of
+from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.pruning import check_sweep
 from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
 from runner.sweeps.sweep_config import SweepConfig
@@ -45,7 +44,7 @@ from runner.sweeps.terms import (
     record_tracking_uri,
     run_name_for,
 )
-from runner.sweeps.warm_pool import POOL, worker_kind
+from runner.sweeps.warm_pool import POOL
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, loading_tensorflow
 
@@ -100,7 +99,6 @@ class SweepCallback(Callback):
             parent_id = start_parent_run(config, sweep)
         except RunnerError as error:
             _exit_with(error, 2)
-        start_warm_worker(config, sweep)
         log.info(
             "sweep %s: MLflow parent run %s; MLflow UI: %s",
             run_name_for(sweep_dir_of(config)),
@@ -114,14 +112,6 @@ class SweepCallback(Callback):
             finish_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 1)
-
-
-def start_warm_worker(config: DictConfig, sweep: SweepConfig) -> None:
-    """A sweep whose jobs run in this process with warm workers (runner.sweeps.warm_pool): the first worker imports
-    while the sweeper sets itself up."""
-    launcher = launcher_of(str(OmegaConf.select(config, "hydra.launcher._target_") or ""))
-    if launcher is not None and launcher.runs_jobs_in_the_sweeps_process and worker_kind(sweep) is not None:
-        POOL.start_spare(lifeline([Process.this()]))
 
 
 def check_optuna_sweep(config: DictConfig) -> None:

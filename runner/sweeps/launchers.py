@@ -70,8 +70,6 @@ class Launcher:
     # Its jobs run in long-lived processes on the sweep's machine (the sweep's own, joblib's workers), whose warm
     # training workers train run after run (runner.sweeps.warm_pool). submitit runs a job per process: none.
     keeps_warm_workers: bool = False
-    # Its jobs run in the sweep's own process (Hydra's basic launcher): a warm worker can start with the sweep.
-    runs_jobs_in_the_sweeps_process: bool = False
     parallelism: Callable[[Any], int] = _one_at_a_time  # jobs at once, read off the launcher
     check: Callable[[Any, Mapping[str, str]], None] = _no_check  # before the sweep's parent run exists
 
@@ -87,7 +85,6 @@ LAUNCHERS = {
             ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",),
             on_the_sweeps_machine=True,
             keeps_warm_workers=True,
-            runs_jobs_in_the_sweeps_process=True,
         ),
         Launcher(
             "joblib",

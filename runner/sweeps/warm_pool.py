@@ -221,12 +221,6 @@ class WorkerPool:
                 self._workers.append(worker)
         return code
 
-    def start_spare(self, lifeline: dict[str, str]) -> None:
-        """Start a worker of no kind yet, to import while the sweep sets itself up: its first run decides its kind."""
-        with self._lock:
-            if not self._workers:
-                self._workers.append(WarmWorker(lifeline))
-
     def _spare_ahead(self, kind: WorkerKind, lifeline: dict[str, str]) -> None:
         """Where runs' endings overlap the next run, a worker for that run starts importing while this one trains
         (until PER_KIND workers of `kind` exist), so that the next run does not wait for a fresh process."""
@@ -241,6 +235,8 @@ class WorkerPool:
         with self._lock:
             workers, self._workers = self._workers, []
         for worker in workers:
+            if worker.kind is None:  # started ahead for a run that never came: it holds nothing
+                worker.process.terminate()
             worker.wait_done()
             worker.close()
 
