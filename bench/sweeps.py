@@ -51,7 +51,7 @@ STUDIES = (
 )
 REPLICATE_STUDIES = [name for name, _ in STUDIES if name.endswith(", folds")]
 DEFAULT_STUDIES = [name for name, _ in STUDIES[:4]]
-FIRST_STEP = re.compile(r"first training step done, ([0-9.]+) s after the process started")
+FIRST_STEP = re.compile(r"first training step done, ([0-9.]+) s after the (?:process started|warm worker took the run)")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import optuna
 import pytest
@@ -45,9 +47,10 @@ def test_a_worker_kind_is_what_tensorflow_fixes_for_a_process_and_clusters_get_n
     assert worker_kind(SweepConfig.read(compose(overrides))) == kind
 
 
-def _run_sweep(tmp_path, name: str, *overrides: str) -> tuple[subprocess.CompletedProcess, list]:
-    """The sweep `name` in its own session; nothing it started may be left once it has ended."""
-    sweep_dir = tmp_path / name
+@contextmanager
+def _sweep_in_session(tmp_path, sweep_dir, overrides) -> Iterator[subprocess.Popen]:
+    """The sweep in its own session, tests/helpers on its PYTHONPATH; once the block ends, nothing it started may be
+    left (within 20 s), and whatever is left then is killed."""
     process = subprocess.Popen(
         sweep_command(tmp_path, sweep_dir, overrides),
         cwd=tmp_path,
@@ -58,11 +61,17 @@ def _run_sweep(tmp_path, name: str, *overrides: str) -> tuple[subprocess.Complet
         text=True,
     )
     try:
-        output, _ = process.communicate(timeout=400)
+        yield process
         assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived the sweep"
     finally:
         if live_members(process.pid):
             os.killpg(process.pid, signal.SIGKILL)
+
+
+def _run_sweep(tmp_path, name: str, *overrides: str) -> tuple[subprocess.CompletedProcess, list]:
+    sweep_dir = tmp_path / name
+    with _sweep_in_session(tmp_path, sweep_dir, overrides) as process:
+        output, _ = process.communicate(timeout=400)
     done = subprocess.CompletedProcess(process.args, process.returncode, output, "")
     return done, children(client_for(tmp_path), parent_id_of(sweep_dir))
 
@@ -138,22 +147,9 @@ def test_a_raising_model_a_diverging_run_and_a_killed_worker_fail_alone_and_the_
         "hydra.sweeper.enqueue=[" + ",".join(f'"{item}"' for item in queued) + "]",
         "sweep.worker_memory_mb=1",
     )
-    process = subprocess.Popen(
-        sweep_command(tmp_path, sweep_dir, overrides),
-        cwd=tmp_path,
-        env=cli_env({"PYTHONPATH": TESTS_PATH}),
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with _sweep_in_session(tmp_path, sweep_dir, overrides) as process:
         killed = _kill_when_training(sweep_dir / "3", process)
         output, _ = process.communicate(timeout=400)
-        assert wait_group(process, 20), f"processes {live_members(process.pid)} outlived the sweep"
-    finally:
-        if live_members(process.pid):
-            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode != 0, output[-3000:]  # a sweep with failed jobs says so
 
     runs = children(client_for(tmp_path), parent_id_of(sweep_dir))
