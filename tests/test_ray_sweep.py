@@ -25,6 +25,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from helpers.presets import TINY
 from helpers.requires import requires
+from runner.run_lock import LOCK_FILE
 from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 
@@ -222,8 +223,14 @@ def test_without_an_address_the_sweep_starts_its_own_ray(ray_session):
     assert read(work / "local.rc").strip() == "0", read(work / "local.err")[-4000:]
     parent, folds = sweep_runs(work, "local.db", "local")
     assert parent.info.status == "FINISHED"
-    # sweep.folds=2: the job, one Ray task, trains its two folds as two child runs.
+    # sweep.folds=2: the job, one Ray task, trains its two folds as two child runs, one after the other in the one
+    # warm worker of that Ray worker process (the pid that held each fold's directory).
     assert sorted(run.data.tags["fold"] for run in folds) == ["0", "1"]
+    holders = {read(work / "local" / "0" / f"fold-{fold}" / LOCK_FILE).strip() for fold in (0, 1)}
+    assert len(holders) == 1 and holders.pop().isdigit()
+    for fold in (0, 1):
+        log = read(work / "local" / "0" / f"fold-{fold}" / "runner.log")
+        assert "s after the warm worker took the run" in log
     for run in folds:
         assert run.info.status == "FINISHED" and run.data.tags["launcher"] == "ray"
         assert re.fullmatch(r"[0-9a-f]{56}", run.data.tags["ray_node_id"])

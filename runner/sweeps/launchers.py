@@ -67,8 +67,9 @@ class Launcher:
     launches_from_threads: bool = False
     # Its jobs run on the sweep's machine: their training processes watch the sweep's process (runner.lifeline).
     on_the_sweeps_machine: bool = False
-    # Its jobs run in long-lived processes on the sweep's machine (the sweep's own, joblib's workers), whose warm
-    # training workers train run after run (runner.sweeps.warm_pool). submitit runs a job per process: none.
+    # Its jobs run in long-lived processes (the sweep's own, joblib's workers, Ray's worker processes, which Ray
+    # reuses from task to task), whose warm training workers train run after run (runner.sweeps.warm_pool).
+    # submitit runs each job as a process of its own that ends with it: nothing to keep warm.
     keeps_warm_workers: bool = False
     parallelism: Callable[[Any], int] = _one_at_a_time  # jobs at once, read off the launcher
     check: Callable[[Any, Mapping[str, str]], None] = _no_check  # before the sweep's parent run exists
@@ -100,6 +101,7 @@ LAUNCHERS = {
             extra="ray",
             modules=("hydra_plugins.hydra_ray_launcher", "ray"),
             schema_module="hydra_plugins.hydra_ray_launcher._config",
+            keeps_warm_workers=True,
             check=_check_ray,
         ),
         Launcher(

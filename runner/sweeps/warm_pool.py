@@ -1,8 +1,9 @@
 """Warm workers: a sweep job's runs trained in long-lived processes instead of a fresh `python -m runner` each.
 
 A fresh process pays for Python, TensorFlow, MLflow, the runner and the tracker's start on every run: seconds a
-small trial does not train. On the launchers that run jobs on the sweep's machine (basic, joblib), a job hands its
-runs to the pool of its process instead: a warm worker (runner.warm_worker) that has imported all of that once trains
+small trial does not train. On the launchers whose jobs run in long-lived processes (basic: the sweep's own; joblib:
+its workers; Ray: its worker processes, which Ray reuses from task to task), a job hands its runs to the pool of its
+process instead: a warm worker (runner.warm_worker) that has imported all of that once trains
 them one after another, each with a fresh Keras session, strategy, data pipeline, model and optimizer, seeded as
 the run asks. The pool is Ray Tune's `reuse_actors` on one machine: a worker is a Trainable that rebuilds itself
 from each trial's config.
@@ -12,8 +13,8 @@ determinism) is a worker's identity, set by its first run: a run goes to an idle
 one. A worker is retired after a run that did not finish (its exit status not 0: a Python error, a refused config, a
 stop), when it was killed (the OS's out-of-memory killer: its run FAILED with the signal that killed it, as for a
 cold process), and when its resident memory grows past sweep.worker_memory_mb. The cluster strategies
-(MultiWorkerMirrored, ParameterServer, TPU), cluster=local/tf_config/slurm, the other launchers (submitit, Ray) and
-sweep.warm_workers=false keep a process per run (worker_kind is None).
+(MultiWorkerMirrored, ParameterServer, TPU), cluster=local/tf_config/slurm, submitit's launchers (a process per
+job) and sweep.warm_workers=false keep a process per run (worker_kind is None).
 
 A worker's lifeline is its job's (runner.lifeline): once the sweep is gone it stops its run as on preemption
 (KILLED, resumable) and exits; it also exits once its standard input closes, which happens when the job's process
@@ -178,12 +179,12 @@ class WarmWorker:
 
 
 class WorkerPool:
-    """The warm workers of one process (a job's: the sweep's own under the basic launcher, a joblib worker's).
+    """The warm workers of one process (a job's: the sweep's own under the basic launcher, a joblib or Ray worker's).
 
     In the sweep's own process a run's ending (its model's export, its MLflow run's end) overlaps the next run, which
     takes another worker of its kind (at most PER_KIND of them, so two alternate); on_multirun_end waits for every
-    ending (close) before the summary and the registry read the runs. Elsewhere (a joblib worker, whose jobs the
-    sweep's process cannot wait for) a job returns once its run has ended."""
+    ending (close) before the summary and the registry read the runs. Elsewhere (a joblib or Ray worker, whose jobs
+    the sweep's process cannot wait for) a job returns once its run has ended."""
 
     def __init__(self) -> None:
         self._workers: list[WarmWorker] = []  # idle or ending; a worker training a run is out of the list

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -50,27 +51,51 @@ REQUEST_TIMEOUT_SECONDS = "30"
 START_TRIES = 4
 
 
-def serve(connection: Connection, settings: MlflowSettings | None) -> None:
+@dataclass(frozen=True)
+class Ahead:
+    """A run's MLflow settings and its process's working directory (where a relative sqlite:/// store lies)."""
+
+    settings: MlflowSettings
+    cwd: str
+
+
+def serve(connection: Connection, settings: MlflowSettings | None, ahead: Ahead | None = None) -> None:
     """The child process: answers calls one at a time, journals records as they come, delivers them on a thread.
-    Started ahead of its run (`settings` None: runner.tracking.tracker_process.start_spare), it imports MLflow first
-    and then waits for the settings of the run it tracks (or returns once its pipe closes)."""
+    Started ahead of its run (`settings` None: runner.tracking.tracker_process.start_spare), it imports MLflow and
+    opens the store `ahead` names (the last run's, where it exists), then waits for its own run's settings and
+    working directory (or returns once its pipe closes); the store opened ahead serves if they are the same."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", REQUEST_TIMEOUT_SECONDS)
-    if settings is None:
-        import runner.tracking.mlflow_tracker  # noqa: F401, PLC0415  MLflow: the import a spare child takes ahead
+    if settings is not None:
+        Child(connection, settings).serve()
+        return
+    opened = _opened_ahead(ahead)
+    try:
+        wanted: Ahead = connection.recv()
+    except (EOFError, OSError):  # never needed: its process is ending
+        return
+    os.chdir(wanted.cwd)
+    Child(connection, wanted.settings, opened if wanted == ahead else None).serve()
 
-        try:
-            settings = connection.recv()
-        except (EOFError, OSError):  # never needed: its process is ending
-            return
-    assert settings is not None
-    Child(connection, settings).serve()
+
+def _opened_ahead(ahead: Ahead | None) -> MlflowTracker | None:
+    """MLflow imported and, for `ahead`, its existing store opened (nothing is created ahead of a run)."""
+    from runner.tracking.mlflow_tracker import MlflowTracker  # noqa: PLC0415  MLflow: the import a spare takes ahead
+
+    if ahead is None:
+        return None
+    os.chdir(ahead.cwd)
+    if not _store_exists(ahead.settings):
+        return None
+    tracker = MlflowTracker(ahead.settings)
+    tracker.client.get_experiment_by_name(ahead.settings.experiment_name)  # open the store now
+    return tracker
 
 
 class Child:
-    def __init__(self, connection: Connection, settings: MlflowSettings):
+    def __init__(self, connection: Connection, settings: MlflowSettings, opened: MlflowTracker | None = None):
         self.connection, self.settings = connection, settings
         self._send_lock = threading.Lock()
         handler = _ToTrainingProcess(self.send)
@@ -82,8 +107,9 @@ class Child:
         from runner.tracking.mlflow_tracker import MlflowTracker  # noqa: PLC0415  MLflow: in the child only
 
         self.tracker_class = MlflowTracker
-        self.tracker: MlflowTracker | None = MlflowTracker(settings) if _store_exists(settings) else None
-        if self.tracker is not None:
+        self.tracker: MlflowTracker | None = opened
+        if self.tracker is None and _store_exists(settings):
+            self.tracker = MlflowTracker(settings)
             self.tracker.client.get_experiment_by_name(settings.experiment_name)  # open the store now
         self.journal: journal.Journal | None = None
         self.delivery: Delivery | None = None

@@ -46,7 +46,7 @@ from runner.errors import RunnerError
 from runner.tracking import journal
 from runner.tracking.operations import Operation
 from runner.tracking.session import TrackedRun
-from runner.tracking.tracker_child import serve
+from runner.tracking.tracker_child import Ahead, serve
 from runner.tracking.tracker_messages import (
     Answer,
     Call,
@@ -69,12 +69,13 @@ CLOSE_SECONDS = 30.0
 QUEUE_SIZE = 10_000
 
 
-def _spawn(settings: MlflowSettings | None) -> tuple[BaseProcess, Connection]:
-    """A tracker child and this process's end of its pipe; `settings` None: it imports MLflow and waits for them."""
+def _spawn(settings: MlflowSettings | None, ahead: Ahead | None = None) -> tuple[BaseProcess, Connection]:
+    """A tracker child and this process's end of its pipe; `settings` None: it imports MLflow (and opens the store of
+    `ahead`, the last run's) and waits for its run's settings and working directory."""
     # spawn, not fork: safe whatever this process already runs (TensorFlow's threads, in tests).
     context = multiprocessing.get_context("spawn")
     connection, child_end = context.Pipe()
-    process = context.Process(target=serve, args=(child_end, settings), name="runner-mlflow-tracker")
+    process = context.Process(target=serve, args=(child_end, settings, ahead), name="runner-mlflow-tracker")
     process.start()
     child_end.close()
     return process, connection
@@ -82,13 +83,16 @@ def _spawn(settings: MlflowSettings | None) -> tuple[BaseProcess, Connection]:
 
 # A tracker child started ahead of the next run (start_spare): at most one per process.
 _spare: list[tuple[BaseProcess, Connection]] = []
+# The settings and working directory of the last run tracked from this process: the store a spare opens ahead.
+_last: list[Ahead] = []
 
 
 def start_spare() -> None:
     """Start a tracker child for the next run now (a warm sweep worker between two trials), so that it has imported
-    MLflow by the time that run starts: the next TrackerProcess hands it its settings instead of starting one."""
+    MLflow, and opened the last run's store, by the time that run starts: the next TrackerProcess hands it its
+    settings instead of starting one."""
     if not _spare:
-        _spare.append(_spawn(None))
+        _spare.append(_spawn(None, _last[-1] if _last else None))
 
 
 def discard_spare() -> None:
@@ -103,12 +107,12 @@ def discard_spare() -> None:
 
 
 def _take_spare(settings: MlflowSettings) -> tuple[BaseProcess, Connection] | None:
-    """The spare child, handed `settings`, if one is alive."""
+    """The spare child, handed `settings` and this process's working directory, if one is alive."""
     while _spare:
         process, connection = _spare.pop()
         try:
             if process.is_alive():
-                connection.send(settings)
+                connection.send(Ahead(settings, os.getcwd()))
                 return process, connection
         except (OSError, ValueError):
             pass
@@ -121,6 +125,7 @@ class TrackerProcess(TrackedRun):
     def __init__(self, settings: MlflowSettings):
         super().__init__(settings.checkpoints)
         self._process, self._connection = _take_spare(settings) or _spawn(settings)
+        _last[:] = [Ahead(settings, os.getcwd())]
         self._settings = settings
         # Only these two threads touch the pipe: a signal handler that raises in the main thread (SIGTERM's
         # Preempted, Ctrl-C) never leaves a message half-sent or a reply half-read.
