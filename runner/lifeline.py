@@ -87,13 +87,17 @@ def record_sweep_process(environ=os.environ) -> None:
     environ[SWEEP_PROCESS_VARIABLE] = json.dumps(asdict(Process.this()))
 
 
-def watch(environ: Mapping[str, str] = os.environ, period: float = WATCH_SECONDS) -> threading.Thread | None:
+def watch(
+    environ: Mapping[str, str] = os.environ,
+    period: float = WATCH_SECONDS,
+    then: Callable[[Process], None] | None = None,
+) -> threading.Thread | None:
     """Start the watch over the lifeline this process was given, if any (a daemon thread): once a process of it is
-    gone, SIGTERM to this process."""
+    gone, SIGTERM to this process (stop_as_preempted), or `then`."""
     text = environ.get(LIFELINE_VARIABLE)
     if not text:
         return None
-    return _watching([Process(**item) for item in json.loads(text)], _stop_as_preempted, period)
+    return _watching([Process(**item) for item in json.loads(text)], then or stop_as_preempted, period)
 
 
 def exit_once_gone(process: Process, period: float = WATCH_SECONDS) -> None:
@@ -122,7 +126,7 @@ def _watch(processes: Sequence[Process], then: Callable[[Process], None], period
             return
 
 
-def _stop_as_preempted(gone: Process) -> None:
+def stop_as_preempted(gone: Process) -> None:
     log.warning(
         "the sweep that started this training is gone (pid %d ended): stopping as on SIGTERM, so that the run "
         "saves a checkpoint, ends KILLED and resumable, and a re-run of the sweep continues it",

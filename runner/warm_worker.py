@@ -28,7 +28,7 @@ import traceback
 from typing import IO, Any
 
 from runner.entry import prepare_for_tensorflow
-from runner.lifeline import LIFELINE_VARIABLE, watch
+from runner.lifeline import LIFELINE_VARIABLE, Process, stop_as_preempted, watch
 from runner.outcome import FINISHED, Outcome, listen_early
 
 log = logging.getLogger("runner")
@@ -36,7 +36,7 @@ log = logging.getLogger("runner")
 
 def main(argv: list[str]) -> None:
     prepare_for_tensorflow()
-    watch()  # once: the sweep (and the job's process) this worker serves; each run's lifeline is the worker's
+    watch(then=_when_gone)  # once: the sweep (and the job's process) this worker serves; each run's is the worker's
     os.environ.pop(LIFELINE_VARIABLE, None)
     replies = os.fdopen(int(argv[0]), "w", buffering=1)
     _load()
@@ -89,6 +89,19 @@ class _Answer:
             pass
 
 
+# Whether a run is being trained now (between taking it and its end).
+_training: list[bool] = [False]
+
+
+def _when_gone(gone: Process) -> None:
+    """The sweep or the job's process is gone: a run in training stops as on preemption (then the worker exits, its
+    standard input closed); an idle worker exits at once, its last run long ended."""
+    if _training[0]:
+        stop_as_preempted(gone)
+    else:
+        os._exit(0)
+
+
 def _load() -> None:
     """Import what every run needs, TensorFlow's loading lines filtered as a run filters them."""
     from runner.verbosity import load_tensorflow  # noqa: PLC0415  after prepare_for_tensorflow
@@ -106,6 +119,7 @@ def _train(arguments: list[str], cwd: str, environ: dict[str, str]) -> int:
     from runner.training.progress import mark_run_taken  # noqa: PLC0415  loaded by _load
 
     mark_run_taken()
+    _training[0] = True
     saved_environ, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     os.environ.update(environ)
     os.chdir(cwd)
@@ -121,6 +135,7 @@ def _train(arguments: list[str], cwd: str, environ: dict[str, str]) -> int:
         traceback.print_exc()
         code = 1
     finally:
+        _training[0] = False
         sys.argv = saved_argv
         os.chdir(saved_cwd)
         os.environ.clear()

@@ -206,7 +206,13 @@ def test_a_rerun_waits_for_a_frozen_orphan_and_a_small_space_trains_no_configura
     assert all(run.info.status == "FINISHED" for run in runs)  # nothing FAILED, the orphan's run continued
     assert len({run.data.tags["configuration"] for run in runs}) == len(runs)
     assert [row["n"] for row in summary_rows(sweep_dir, CSV_FILE)] == ["1"] * len(runs)
-    assert "resuming after epoch" in (sweep_dir / "2" / "runner.log").read_text()
+    log = (sweep_dir / "2" / "runner.log").read_text()
+    # Frozen once it started training: let go, it may stop before its first step (nothing to save: the re-run trains
+    # its run afresh) or after it (the re-run resumes from the checkpoint it saved).
+    if "preempted: stopped by SIGTERM before its first step" in log:
+        assert "resuming after epoch" not in log and log.count("epoch 1/2: ") == 1
+    else:
+        assert "resuming after epoch" in log
 
 
 @pytest.mark.slow
