@@ -451,9 +451,9 @@ class SweepSettings:
     seeds: int = key(
         1, Int(), "pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)"
     )
-    # Train the jobs of a sweep on the local launchers (basic, joblib) in warm worker processes that have imported
-    # TensorFlow, MLflow and the runner once and train trial after trial (runner.sweeps.warm_pool); false: every
-    # run in a fresh `python -m runner` process. Cluster strategies and other launchers always start their own.
+    # Train a sweep's runs on the basic, joblib and Ray launchers in warm worker processes that have imported
+    # TensorFlow, MLflow and the runner once and train run after run (runner.sweeps.warm_pool); false: every run in
+    # a fresh `python -m runner` process. Cluster strategies and submitit's launchers always start their own.
     warm_workers: bool = key(True, BOOL, "pass sweep.warm_workers=true (warm workers) or false (a process per run)")
     # A warm worker whose resident memory exceeds this many MiB after a trial is replaced by a fresh one.
     worker_memory_mb: int = key(

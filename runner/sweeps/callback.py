@@ -107,7 +107,9 @@ class SweepCallback(Callback):
         )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        POOL.close()  # the warm workers of this process (the basic launcher's), idle since its last job
+        # The warm workers of this process (the basic launcher's): the runs still ending finish first, so that the
+        # summary and the registry below read every run FINISHED with its model.
+        POOL.close()
         try:
             finish_parent_run(config)
         except RunnerError as error:

@@ -80,7 +80,7 @@ _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 # time-out hydra.launcher.signal_delay_s, 120 s by default, before SLURM's time limit).
 STOP_GRACE_SECONDS = 60.0
 SCHEMA_SEED = Settings.seed  # the schema's default seed
-# The command of a run's fresh training process; a warm worker is handed what follows it.
+# A run's fresh training process is this command and the run's arguments (_Job._arguments); a warm worker gets those.
 _RUNNER = (sys.executable, "-m", "runner")
 
 
@@ -226,13 +226,14 @@ class _Job:
         run = _existing_child(self.client, run_dir, self.parent.info.run_id, ",".join(overrides))
         if run is not None and run.info.status == _FINISHED:
             return self._finished_before(run, label)
-        command = self._command(run_dir, overrides, fold)
+        arguments = self._arguments(run_dir, overrides, fold)
         rank = other_task_rank()
         if rank is not None:
             # Another task of a job of several (hydra.launcher.tasks_per_node=2 with cluster=slurm): it trains
             # beside the chief, task 0, which alone records the job and returns its result.
             log.info("%s: task %d trains beside task 0, which records the job", label, rank)
-            _train(command, cwd=self.cwd, outcome_file=os.path.join(run_dir, f"outcome-task-{rank}.json"))
+            outcome_file = os.path.join(run_dir, f"outcome-task-{rank}.json")
+            _train([*_RUNNER, *arguments], cwd=self.cwd, outcome_file=outcome_file)
             return float("nan")
         tags = {
             CONFIGURATION_TAG: self.configuration,
@@ -248,17 +249,17 @@ class _Job:
         environ = {**self.validation.environ, **(self.link.to_environment() if self.link else {})}
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
-        returncode = self._train(command, outcome_file, environ)
+        returncode = self._train(arguments, outcome_file, environ)
         self.client.log_metric(run_id, WALL_SECONDS, time.monotonic() - started)
         return self._ended(outcome.read(outcome_file, returncode, who="the training process"), run_id, label)
 
-    def _train(self, command: list[str], outcome_file: str, environ: dict[str, str]) -> int:
-        """Train one run: in a warm worker of the pool where its kind allows (runner.sweeps.warm_pool), else in a
-        fresh process; its exit status."""
+    def _train(self, arguments: list[str], outcome_file: str, environ: dict[str, str]) -> int:
+        """Train one run of `python -m runner <arguments>`: in a warm worker of the pool where its kind allows
+        (runner.sweeps.warm_pool), else in a fresh process; its exit status."""
         if self.worker_kind is None:
+            command = [*_RUNNER, *arguments]
             return _train(command, cwd=self.cwd, outcome_file=outcome_file, environ={**environ, **self.lifeline})
         outcome.forget(outcome_file)
-        arguments = command[len(_RUNNER) :]
         environ = {**environ, OUTCOME_VARIABLE: outcome_file}
         limit = self.config.sweep.worker_memory_mb
         return POOL.train(self.worker_kind, arguments, self.cwd, environ, self.lifeline, limit)
@@ -272,10 +273,9 @@ class _Job:
         chosen_by = self.validation.chosen_by(self.objective, run.data.metrics)
         return float(run.data.metrics[chosen_by]) if chosen_by else self.worst
 
-    def _command(self, run_dir: str, overrides: list[str], fold: tuple[int, int] | None) -> list[str]:
-        """The training process's command line: `python -m runner` with the job's overrides in run_dir."""
+    def _arguments(self, run_dir: str, overrides: list[str], fold: tuple[int, int] | None) -> list[str]:
+        """What follows `python -m runner` for a run: the job's overrides, in run_dir."""
         return [
-            *_RUNNER,
             *searchpath_overrides(self.hydra_config),
             *overrides,
             *self.validation.overrides,

@@ -53,9 +53,6 @@ class WorkerKind:
     cpu_devices: int  # the logical CPU devices (strategy.cpu_replicas; 1 without a split)
     deterministic: bool  # runtime.deterministic: op determinism, on for the rest of the process once on
 
-    def __str__(self) -> str:
-        return f"{self.cpu_devices} CPU device(s){', deterministic' if self.deterministic else ''}"
-
 
 def worker_kind(config: SweepConfig) -> WorkerKind | None:
     """The kind of warm worker a job's runs may train in, or None: a fresh process per run (the key is off, a
@@ -91,7 +88,6 @@ class WarmWorker:
         self.kind: WorkerKind | None = None  # set by its first run
         self.runs = 0
         self.ending = False  # its last run has answered but not yet ended (wait_done)
-        self.memory_limit_mb = 0  # sweep.worker_memory_mb of its runs
         self._closed = False
         log.info("started warm training worker pid %d", self.process.pid)
 
@@ -204,7 +200,6 @@ class WorkerPool:
         with self._lock:
             worker = self._worker_for(kind, memory_limit_mb) or WarmWorker(lifeline)
         worker.kind = kind
-        worker.memory_limit_mb = memory_limit_mb
         self._spare_ahead(kind, lifeline)
         try:
             code = worker.train(arguments, cwd, environ)
@@ -217,7 +212,7 @@ class WorkerPool:
         if _overlaps_endings():
             with self._lock:
                 self._workers.append(worker)
-        elif self._keeps(worker, worker.wait_done()):
+        elif self._keeps(worker, worker.wait_done(), memory_limit_mb):
             with self._lock:
                 self._workers.append(worker)
         return code
@@ -247,7 +242,7 @@ class WorkerPool:
         for worker in list(self._workers):  # the endings that are over: kept, or retired
             if worker.ending:
                 code = worker.wait_done(timeout=0)
-                if code is not None and not self._keeps(worker, code):
+                if code is not None and not self._keeps(worker, code, memory_limit_mb):
                     self._workers.remove(worker)
         for wanted in (kind, None):
             idle = [worker for worker in self._workers if worker.kind == wanted and not worker.ending]
@@ -259,14 +254,15 @@ class WorkerPool:
             return None
         worker = ending[0]
         self._workers.remove(worker)
-        return worker if self._keeps(worker, worker.wait_done()) else None
+        return worker if self._keeps(worker, worker.wait_done(), memory_limit_mb) else None
 
     @staticmethod
-    def _keeps(worker: WarmWorker, code: int | None) -> bool:
-        """Whether `worker`, whose run ended with `code`, may train another run; retired otherwise."""
+    def _keeps(worker: WarmWorker, code: int | None, memory_limit_mb: int) -> bool:
+        """Whether `worker`, whose run ended with `code`, may train another run (it is alive and within
+        memory_limit_mb); retired otherwise."""
         if code == 0 and worker.alive():
             memory = worker.memory_mb()
-            if memory <= worker.memory_limit_mb:
+            if memory <= memory_limit_mb:
                 return True
             log.info(
                 "warm training worker pid %d holds %.0f MiB after %d run(s), more than sweep.worker_memory_mb=%d: "
@@ -274,7 +270,7 @@ class WorkerPool:
                 worker.process.pid,
                 memory,
                 worker.runs,
-                worker.memory_limit_mb,
+                memory_limit_mb,
             )
         worker.close()
         return False
