@@ -25,7 +25,7 @@ from runner.clusters.local import launch
 from runner.clusters.preemption import EXIT_CODE as PREEMPTED_EXIT_CODE
 from runner.clusters.roles import resolve, tracks_the_run
 from runner.clusters.serving import serve_if_a_server
-from runner.compat.hydra_internals import parse_command_line
+from runner.compat.hydra_internals import mode_from_command_line, parse_command_line
 from runner.config.check import COMPOSITION_ERRORS, CONF_DIR, check_command_line, explain, refuse_unknown_keys
 from runner.config.checks import refuse_credentials_in_uri
 from runner.config.help import register_help
@@ -221,7 +221,8 @@ def _compose_and_run(arguments: list[str]) -> None:
         # so that `python -m runner -m ... --cfg job` says whether the sweep would start.
         check_command_line(arguments)
     try:
-        main()
+        with mode_from_command_line(arguments):
+            main()
     except COMPOSITION_ERRORS as error:
         if _task.started:
             raise

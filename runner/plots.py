@@ -14,6 +14,11 @@ def _pyplot():
     return plt
 
 
+def import_pyplot() -> None:
+    """Import matplotlib's pyplot now, where a process has time to spare before it draws (runner.sweeps.outputs)."""
+    _pyplot()
+
+
 def integer_epochs(axis, epochs) -> None:
     """Ticks on whole epochs only: each epoch where there are 20 or fewer (matplotlib would put a lone epoch 1
     between ticks 0.94 ... 1.06), else whole numbers matplotlib picks."""

@@ -40,10 +40,10 @@ def main(argv: list[str]) -> None:
     watch(then=_when_gone)  # once: the sweep (and the job's process) this worker serves; each run's is the worker's
     os.environ.pop(LIFELINE_VARIABLE, None)
     replies = os.fdopen(int(argv[0]), "w", buffering=1)
-    _load()
-    from runner.tracking.tracker_process import discard_spare, start_spare  # noqa: PLC0415  after _load's quiet import
+    from runner.tracking.tracker_process import discard_spare, start_spare  # noqa: PLC0415  after the lifeline's watch
 
-    start_spare()
+    start_spare()  # its child imports MLflow beside this process's imports
+    _load()
     answer = _Answer(replies)
     listen_early(answer.early)
     try:
@@ -60,6 +60,16 @@ def main(argv: list[str]) -> None:
         pass
     finally:
         discard_spare()
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """Exit without the interpreter's teardown of TensorFlow and the rest (about a second a worker, which the sweep's
+    end would wait for): every run has ended, and what is buffered is flushed here."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class _Answer:

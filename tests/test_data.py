@@ -27,6 +27,16 @@ def test_read_idx_round_trips_shape_and_values(tmp_path, compress):
     np.testing.assert_array_equal(read_idx(str(path)), array)
 
 
+def test_an_idx_file_is_decoded_once_until_it_changes(tmp_path):
+    """A warm sweep worker's runs share the decoded file; a file written anew is read anew."""
+    path = tmp_path / "x.idx.gz"
+    write_idx(path, np.zeros((2, 3), dtype=np.uint8), True)
+    first = read_idx(str(path))
+    assert read_idx(str(path)) is first and not first.flags.writeable
+    write_idx(path, np.ones((3, 3), dtype=np.uint8), True)
+    np.testing.assert_array_equal(read_idx(str(path)), np.ones((3, 3), dtype=np.uint8))
+
+
 def test_loads_a_directory_of_idx_files_scaled_with_channel_axis(tmp_path):
     raw = write_fashion_mnist(tmp_path, train=30, test=10)
     arrays = load_data(_settings(dir=str(tmp_path)), seed=0)

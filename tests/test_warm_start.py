@@ -273,6 +273,7 @@ def test_a_registered_model_that_does_not_exist_is_one_paragraph(source, train, 
 def test_a_resumed_run_keeps_its_own_checkpoint_and_says_init_from_is_ignored(source, train, tmp_path, caplog):
     run_dir = tmp_path / "tuned"
     first = train(*FIRST_STEP, f"init.from={source.run_dir}", run_dir=run_dir)
+    caplog.clear()  # the first run's lines, which the runner logger's level may have let through
     with caplog.at_level(logging.INFO, logger="runner"):
         again = train(*FIRST_STEP, f"init.from={source.run_dir}", run_dir=run_dir)  # the same command again
     assert again.run_id == first.run_id

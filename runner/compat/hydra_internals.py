@@ -4,10 +4,13 @@ one of them changes."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from hydra._internal.hydra import Hydra  # Hydra's runner of a command line (hydra.main builds one)
 from hydra._internal.utils import get_args_parser  # Hydra's own command-line parser (hydra.main uses it)
+from hydra.types import RunMode
 
 
 def parse_command_line(arguments: Sequence[str]) -> argparse.Namespace | None:
@@ -28,3 +31,22 @@ def rename_stored_config(store: Any, group: str, name: str, new_name: str) -> No
     node = parent.pop(f"{name}.yaml", None)
     if node is not None:
         store.store(group=group, name=new_name, node=node.node, provider=node.provider)
+
+
+@contextmanager
+def mode_from_command_line(arguments: Sequence[str]) -> Iterator[None]:
+    """While a command line that names its mode (`hydra.mode=RUN`, as a sweep job's run does) is run, Hydra takes the
+    mode from it instead of composing the whole config once only to read `hydra.mode` (Hydra.get_mode, which
+    hydra/_internal/utils.py `_run_hydra` calls before the compose that runs): an override wins over the config, so
+    the answer is the same, and each of a sweep's runs composes once. Any other command line is run as Hydra runs it."""
+    named = [value for key, _, value in (argument.partition("=") for argument in arguments) if key == "hydra.mode"]
+    if not named or named[-1] not in RunMode.__members__:
+        yield
+        return
+    mode = RunMode[named[-1]]
+    probe = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: mode  # type: ignore[method-assign]  # Hydra has no option for it
+    try:
+        yield
+    finally:
+        Hydra.get_mode = probe  # type: ignore[method-assign]  # restored as Hydra wrote it

@@ -3,6 +3,7 @@ dimensions, then the values."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import zlib
@@ -31,7 +32,15 @@ _IDX_DTYPES: dict[int, np.dtype[Any]] = {
 
 
 def read_idx(path: str) -> np.ndarray:
-    """Read one IDX file (optionally gzipped) into an array of its declared type and shape."""
+    """Read one IDX file (optionally gzipped) into an array of its declared type and shape: read-only, and decoded
+    once per process while the file is unchanged (a warm sweep worker's runs share it: runner.warm_worker)."""
+    stat = os.stat(path)
+    return _decoded(path, (stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=len(IDX_FILES))
+def _decoded(path: str, version: tuple[int, ...]) -> np.ndarray:
+    """The array of the IDX file at `path` as it was at `version` (its inode, times and size)."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:

@@ -24,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.check import check_sweep_points
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
+from runner.lifeline import Process, lifeline
 from runner.sweeps.folds import check_folds
 from runner.sweeps.grid_study import create_grid_study
-from runner.sweeps.launchers import check_before_sweep
+from runner.sweeps.launchers import check_before_sweep, launcher_of
 from runner.sweeps.pruning import check_sweep
 from runner.sweeps.study import is_optuna_sweep, open_storage, storage_of
 from runner.sweeps.sweep_config import SweepConfig
@@ -44,7 +45,7 @@ from runner.sweeps.terms import (
     record_tracking_uri,
     run_name_for,
 )
-from runner.sweeps.warm_pool import POOL
+from runner.sweeps.warm_pool import POOL, worker_kind
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, loading_tensorflow
 
@@ -96,9 +97,15 @@ class SweepCallback(Callback):
             if sweep.prunes_a_grid:
                 # The study the grid's jobs report their epochs to, before any job starts.
                 create_grid_study(sweep, sweep_dir_of(config))
+            started_a_worker = _start_first_worker(config, sweep)
             parent_id = start_parent_run(config, sweep)
         except RunnerError as error:
+            POOL.close()
             _exit_with(error, 2)
+        if started_a_worker:  # the first run waits for it to import TensorFlow: time for what the sweep's end needs
+            from runner.sweeps.outputs import load_ahead  # noqa: PLC0415  MLflow, scipy, matplotlib: only for a sweep
+
+            load_ahead()
         log.info(
             "sweep %s: MLflow parent run %s; MLflow UI: %s",
             run_name_for(sweep_dir_of(config)),
@@ -114,6 +121,16 @@ class SweepCallback(Callback):
             finish_parent_run(config)
         except RunnerError as error:
             _exit_with(error, 1)
+
+
+def _start_first_worker(config: DictConfig, sweep: SweepConfig) -> bool:
+    """Where the sweep's jobs run in this process and train in warm workers (runner.sweeps.warm_pool), the first
+    worker starts importing now, beside the parent run's and the study's creation; whether it did."""
+    launcher = launcher_of(str(OmegaConf.select(config, "hydra.launcher._target_") or ""))
+    if launcher is None or not launcher.jobs_in_the_sweeps_process or worker_kind(sweep) is None:
+        return False
+    POOL.start_ahead(lifeline([Process.this()]))
+    return True
 
 
 def check_optuna_sweep(config: DictConfig) -> None:

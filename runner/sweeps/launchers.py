@@ -71,6 +71,9 @@ class Launcher:
     # reuses from task to task), whose warm training workers train run after run (runner.sweeps.warm_pool).
     # submitit runs each job as a process of its own that ends with it: nothing to keep warm.
     keeps_warm_workers: bool = False
+    # Its jobs run in the sweep's own process, one after another: the sweep starts their first warm worker as it
+    # starts, so that the worker imports while the sweep creates its parent run and study.
+    jobs_in_the_sweeps_process: bool = False
     parallelism: Callable[[Any], int] = _one_at_a_time  # jobs at once, read off the launcher
     check: Callable[[Any, Mapping[str, str]], None] = _no_check  # before the sweep's parent run exists
 
@@ -86,6 +89,7 @@ LAUNCHERS = {
             ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",),
             on_the_sweeps_machine=True,
             keeps_warm_workers=True,
+            jobs_in_the_sweeps_process=True,
         ),
         Launcher(
             "joblib",

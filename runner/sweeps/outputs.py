@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from mlflow.tracking import MlflowClient
 
 from runner.metric_table import MetricTable
+from runner.plots import import_pyplot
 from runner.sweeps import summary as sweep_summary
 from runner.sweeps.report import StudySource, write_report
 
@@ -45,3 +46,10 @@ def write_outputs(
     lower = facts.table.lower_is_better(summary.objective, facts.direction)
     paths.append(write_report(summary, directory, sweep_dir, lower, facts.study, facts.log_keys))
     return summary, paths
+
+
+def load_ahead() -> None:
+    """Import what writing a sweep's outputs draws with (matplotlib's pyplot; this module's imports bring scipy's
+    statistics, plotly and Optuna's importances): the sweep's own process does, while its first warm worker starts
+    (runner.sweeps.callback), rather than after its last run."""
+    import_pyplot()

@@ -144,16 +144,20 @@ class WarmWorker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def close(self) -> None:
-        """Let it exit (its standard input closed), killing it if it does not in time."""
-        if self._closed:
-            return
-        self._closed = True
+    def let_go(self) -> None:
+        """Close its standard input: it exits once its last run has ended (close waits for that)."""
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
         except OSError:
             pass
+
+    def close(self) -> None:
+        """Let it exit (its standard input closed), killing it if it does not in time."""
+        if self._closed:
+            return
+        self._closed = True
+        self.let_go()
         try:
             self.process.wait(timeout=EXIT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -226,6 +230,13 @@ class WorkerPool:
             if _overlaps_endings() and not spare and of_kind < PER_KIND:
                 self._workers.append(WarmWorker(lifeline))
 
+    def start_ahead(self, lifeline: dict[str, str]) -> None:
+        """Start a worker for the first run now (the sweep's own process, as the sweep starts): it imports TensorFlow
+        and the rest while the sweep creates its parent run and study. A sweep that trains nothing terminates it."""
+        with self._lock:
+            if not self._workers:
+                self._workers.append(WarmWorker(lifeline))
+
     def close(self) -> None:
         """Wait for every run still ending, then retire every worker (the sweep has ended)."""
         with self._lock:
@@ -233,7 +244,10 @@ class WorkerPool:
         for worker in workers:
             if worker.kind is None:  # started ahead for a run that never came: it holds nothing
                 worker.process.terminate()
+        for worker in workers:  # every ending first, then every exit: the workers wind down side by side
             worker.wait_done()
+            worker.let_go()
+        for worker in workers:
             worker.close()
 
     def _worker_for(self, kind: WorkerKind, memory_limit_mb: int) -> WarmWorker | None:

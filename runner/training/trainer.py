@@ -192,10 +192,12 @@ class _Announce:
 
 
 def _announcing(end: EndActions, announce: _Announce) -> EndActions:
-    """`end` with `announce` after what decides the run's numbers and before what only records them (the model)."""
-    finished = list(end.finished)
+    """`end` with `announce` after what decides the run's numbers and before what only records them (the curves'
+    picture, the model and its registration), which then overlap the next run of a warm sweep worker."""
+    finished = [action for action in end.finished if not isinstance(action, PlotCurves)]
+    curves = [action for action in end.finished if isinstance(action, PlotCurves)]
     first_record = next((i for i, action in enumerate(finished) if isinstance(action, LogModel)), len(finished))
-    finished.insert(first_record, replace(announce, end=end))
+    finished[first_record:first_record] = [replace(announce, end=end), *curves]
     return EndActions(finished=finished, stopped=end.stopped)
 
 
