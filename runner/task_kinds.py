@@ -8,6 +8,7 @@ The loss, the metrics and the score a sweep chooses on by default are not here: 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,18 @@ class TaskKind:
     labels: str  # what one example's label is, in the words of a refusal
     activation: str | None  # the served model's last layer on the model's outputs: softmax, sigmoid, or none
     stratified: bool  # whether validation splits and folds keep each label's share
+    suitable_metrics: str = ""  # the metrics that suit it, in the words of a refusal
+    # The Keras and runner metrics known not to suit it: (a pattern of the snake_case name of the metric's class or
+    # function, why), checked against the `metrics` config before anything trains (runner.config.settings).
+    unsuitable_metrics: tuple[tuple[str, str], ...] = ()
+
+    def unsuitable(self, target: str, name: str) -> str | None:
+        """Why the metric `target` (a dotted path; `name`: its class's or function's in snake_case,
+        runner.metric_table.snake_case) does not suit this kind, or None: it suits, or it is a user's own, which the
+        runner cannot judge by its name."""
+        if not target.startswith(_JUDGED_MODULES):
+            return None
+        return next((why for pattern, why in self.unsuitable_metrics if re.search(pattern, name)), None)
 
     def strata(self, labels: np.ndarray) -> np.ndarray:
         """One key per example that a validation split or a fold keeps the shares of: its label where the labels
@@ -152,12 +165,73 @@ def _zero_or_one(kind: TaskKind, where: str, split: str, values: np.ndarray) -> 
     return values
 
 
+# The modules whose metrics a kind judges by name (a user's own metric class is theirs to judge).
+_JUDGED_MODULES = ("tf_keras.", "keras.", "tensorflow.keras.", "runner.builtins.")
+_ZERO_ONE_SCORES = r"(^|_)auc$|precision|recall|f1_score$|fbeta_score$|^(true|false)_(positives|negatives)$|io_u$"
+
 KINDS: dict[str, TaskKind] = {
     kind.name: kind
     for kind in (
-        Classification("classification", "one integer class index per example", "softmax", True),
-        Regression("regression", "numeric targets of any shape per example", None, False),
-        Binary("binary", "one 0/1 label per example", "sigmoid", True),
-        Multilabel("multilabel", "a vector of 0/1 labels per example", "sigmoid", False),
+        Classification(
+            "classification",
+            "one integer class index per example",
+            "softmax",
+            True,
+            "tf_keras.metrics.SparseCategoricalAccuracy or SparseTopKCategoricalAccuracy (with k)",
+            (
+                (
+                    r"^binary_(accuracy|crossentropy)$|(^|_)auc$",
+                    "it scores 0/1 labels against one probability each, and a classification's labels are class "
+                    "indices and its outputs one logit per class",
+                ),
+            ),
+        ),
+        Regression(
+            "regression",
+            "numeric targets of any shape per example",
+            None,
+            False,
+            "tf_keras.metrics.MeanAbsoluteError, RootMeanSquaredError, MeanSquaredError, MeanAbsolutePercentageError "
+            "or R2Score",
+            (
+                (
+                    r"accuracy$",
+                    "an accuracy counts predictions that equal their label as a class, and a regression's "
+                    "labels and outputs are numbers",
+                ),
+                (
+                    _ZERO_ONE_SCORES,
+                    "it scores 0/1 labels against probabilities, and a regression's labels and outputs are numbers",
+                ),
+            ),
+        ),
+        Binary(
+            "binary",
+            "one 0/1 label per example",
+            "sigmoid",
+            True,
+            "tf_keras.metrics.BinaryAccuracy, runner.builtins.metrics.rank_auc, tf_keras.metrics.Precision or Recall",
+            (
+                (
+                    r"categorical_(accuracy|crossentropy)$",
+                    "it compares class indices or one-hot rows over several "
+                    "outputs, and a binary model outputs one probability",
+                ),
+            ),
+        ),
+        Multilabel(
+            "multilabel",
+            "a vector of 0/1 labels per example",
+            "sigmoid",
+            False,
+            "tf_keras.metrics.BinaryAccuracy, F1Score (average: macro, threshold: 0.5), "
+            "runner.builtins.metrics.rank_auc (multi_label: true), Precision or Recall",
+            (
+                (
+                    r"^sparse_.*categorical",
+                    "it takes one class index per example, and a multilabel example has a vector of 0/1 labels",
+                ),
+            ),
+        ),
     )
 }

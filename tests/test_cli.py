@@ -129,6 +129,11 @@ def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
         ("optimizer.lr=nan", "optimizer.lr=nan"),
         ("checkpoint=5", "checkpoint=5"),
         ("mlflow.run_name=[a]", "mlflow.run_name=['a']"),
+        ("task=binary task.objective=roc", "task.objective='roc'"),
+        (
+            "task=regression +metrics.acc._target_=tf_keras.metrics.SparseCategoricalAccuracy",
+            "metrics.acc='tf_keras.metrics.SparseCategoricalAccuracy'",
+        ),
     ],
 )
 def test_bad_input_exits_nonzero_with_one_paragraph_before_any_run(tmp_path, override, named):

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE, MAXIMIZE, MINIMIZE, Metric, MetricTable, keras_direction
 from runner.sweeps.sweep_config import SweepConfig, direction_of
+from runner.task_kinds import KINDS
 
 # Keras' metrics that need arguments to be made, and those that average whatever they are given (no direction).
 _ARGUMENTS = {
@@ -120,7 +121,7 @@ def test_a_metric_added_on_the_command_line_joins_the_table_and_can_be_the_sweep
     assert not settings.metric_table.lower_is_better("val_top5")  # its class's name: an accuracy
     spread = _validated("+metrics.spread._target_=tf_keras.metrics.Mean", "+metrics.spread.direction=min")
     assert spread.metric_table.lower_is_better("test_spread") and spread.metrics[1].component.arguments == {}
-    assert [each.name for each in _validated("~metrics.accuracy", *TOP5).metrics] == ["top5"]
+    assert [each.name for each in _validated("~metrics.accuracy", *TOP5, "task.objective=top5").metrics] == ["top5"]
 
 
 @pytest.mark.parametrize(
@@ -139,6 +140,56 @@ def test_a_metric_added_on_the_command_line_joins_the_table_and_can_be_the_sweep
     ],
 )
 def test_a_bad_metric_is_one_paragraph_naming_it_and_the_fix(overrides, refused):
+    with pytest.raises(RunnerError, match=refused) as error:
+        _validated(*overrides)
+    assert "Fix: " in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("task", "target", "suits"),
+    [
+        ("regression", "tf_keras.metrics.SparseCategoricalAccuracy", "MeanAbsoluteError"),
+        ("regression", "tf_keras.metrics.AUC", "RootMeanSquaredError"),
+        ("binary", "tf_keras.metrics.SparseTopKCategoricalAccuracy", "rank_auc"),
+        ("multilabel", "tf_keras.metrics.SparseCategoricalAccuracy", "F1Score"),
+        ("classification", "tf_keras.metrics.BinaryAccuracy", "SparseCategoricalAccuracy"),
+    ],
+)
+def test_a_metric_known_not_to_suit_the_task_is_refused_with_the_metrics_that_do(task, target, suits):
+    with pytest.raises(RunnerError) as error:
+        _validated(f"task={task}", f"+metrics.odd._target_={target}")
+    said = str(error.value)
+    assert said.startswith(f"metrics.odd={target!r} is not valid: it does not suit task={task} ("), said
+    assert f"Fix: drop it (~metrics.odd) or use a metric that suits task={task}: " in said and suits in said
+    assert error.value.key == "metrics.odd._target_" and "\n" not in said
+
+
+def test_the_metrics_each_task_ships_suit_it_and_a_users_own_class_is_not_judged_by_its_name():
+    for task in ("classification", "regression", "binary", "multilabel"):
+        _validated(f"task={task}")
+    # A class of one's own named like an accuracy is the user's to judge.
+    assert KINDS["regression"].unsuitable("mylab.metrics.WithinAccuracy", "within_accuracy") is None
+    assert KINDS["regression"].unsuitable("keras.metrics.BinaryAccuracy", "binary_accuracy") is not None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (
+            ("task=binary", "task.objective=roc"),
+            r"^task.objective='roc' is not valid: a sweep chooses on val_<it> .*auc",
+        ),
+        (
+            ("task.objective=acuracy",),
+            r"^task.objective='acuracy' is not valid: .*did you mean task.objective=accuracy",
+        ),
+        (
+            ("early_stopping.patience=2", "early_stopping.monitor=test_loss"),
+            r"^early_stopping.monitor='test_loss' is not valid: it watches the test set",
+        ),
+    ],
+)
+def test_a_key_that_names_a_metric_is_checked_where_it_is_composed(overrides, refused):
     with pytest.raises(RunnerError, match=refused) as error:
         _validated(*overrides)
     assert "Fix: " in str(error.value)

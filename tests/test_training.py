@@ -320,7 +320,7 @@ def test_metrics_added_on_the_command_line_are_measured_in_the_replica_logged_pe
     )
     assert run.data.metrics["eval_top3"] == pytest.approx(final["test_top3"], rel=1e-6)
 
-    alone = train("~metrics.accuracy", *added, "strategy=one_device", run_dir=tmp_path / "b")
+    alone = train("~metrics.accuracy", "task.objective=top3", *added, "strategy=one_device", run_dir=tmp_path / "b")
     assert list(alone.history[0].model_metrics) == [
         "train_loss",
         "train_top3",

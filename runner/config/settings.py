@@ -29,8 +29,10 @@ from runner.config.schema import (
     SweepSettings,
     TaskSettings,
 )
-from runner.metric_table import MetricTable
+from runner.errors import RunnerError
+from runner.metric_table import MetricTable, snake_case
 from runner.outcome import default_objective
+from runner.task_kinds import KINDS
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
 MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
@@ -203,12 +205,10 @@ def validate(config: Mapping[str, Any]) -> Settings:
     check_metric_keys(table, settings.sweep)
     monitor = settings.early_stopping.monitor
     _check_metric_key(table.epoch_keys(), "early_stopping.monitor", monitor, "it must be a metric of every epoch")
-    if settings.mlflow.register and settings.sweep.objective is None:  # the run's model is ranked by val_<it>
-        names = tuple(metric.name for metric in table.model_metrics)
-        why = "mlflow.register ranks the model by val_<it> when sweep.objective is null: one of the run's metrics,"
-        Choice(*names, why=f"{why} {', '.join(names)}")(
-            "task.objective", settings.task.objective, schema.fix_of(TaskSettings, "objective")
-        )
+    if monitor is not None:
+        refuse_test_monitor(monitor, f"early_stopping.monitor={monitor!r}")
+    check_task_objective(table, settings.task.objective)
+    check_metrics_suit(settings.task.kind, settings.metrics)
     for rule in RULES:
         if rule.group != SWEEP:  # a sweep's, checked by its sweeper before its parent run
             rule.check(getattr(settings, rule.group) if rule.group else settings, settings.strategy.name)
@@ -227,6 +227,49 @@ def check_metric_keys(table: MetricTable, sweep: SweepSettings) -> None:
     """sweep.objective is one of the numbers a finished run of this table has."""
     why = "a sweep job can only return one of its final numbers"
     _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
+
+
+def check_task_objective(table: MetricTable, objective: str) -> None:
+    """task.objective is one of the run's metrics (the loss or a score of `metrics`): a sweep chooses on val_<it>
+    when sweep.objective is null, and mlflow.register ranks the model by it; refused where it is composed, in a
+    single run as in a sweep, before anything trains."""
+    names = tuple(metric.name for metric in table.model_metrics)
+    why = "a sweep chooses on val_<it> when sweep.objective is null, and mlflow.register ranks the model by it: one "
+    Choice(*names, why=f"{why}of the run's metrics, {', '.join(names)}")(
+        "task.objective", objective, schema.fix_of(TaskSettings, "objective")
+    )
+
+
+def refuse_test_monitor(monitor: str, named: str) -> None:
+    """An early-stopping monitor (`named`: the key and value as the user gave them, or its default) on the test set
+    would choose the epoch training stops at and the checkpoint it keeps on the data that reports the result."""
+    if monitor.startswith("test_"):
+        raise RunnerError(
+            f"{named} is not valid: it watches the test set, so the epoch training stops at and the checkpoint it "
+            "keeps would be chosen on the data that reports the result, and the test score would be optimistic. "
+            "Fix: watch a validation metric, e.g. early_stopping.monitor=val_loss (with "
+            "dataset.validation_fraction=0.1 where the data has no validation split), or the training loss, "
+            "early_stopping.monitor=train_loss.",
+            key="early_stopping.monitor",
+        )
+
+
+def check_metrics_suit(kind_name: str, metrics: Any) -> None:
+    """Each metric of `metrics` that the task's kind knows not to suit it (runner.task_kinds) is one paragraph,
+    naming the metrics that do."""
+    kind = KINDS.get(kind_name)
+    if kind is None:
+        return
+    for each in metrics:
+        target = each.component.target
+        why = kind.unsuitable(target, snake_case(target.rpartition(".")[2]))
+        if why is not None:
+            raise RunnerError(
+                f"metrics.{each.name}={each.component.target!r} is not valid: it does not suit task={kind.name} "
+                f"({why}), so it would log a number that means nothing. Fix: drop it (~metrics.{each.name}) or "
+                f"use a metric that suits task={kind.name}: {kind.suitable_metrics}.",
+                key=f"metrics.{each.name}._target_",
+            )
 
 
 def _check_metric_key(keys: tuple[str, ...], key: str, value: str | None, why: str) -> None:
@@ -251,6 +294,7 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     table = metric_table_of(config)
     check_metric_keys(table, settings)
     score = task_settings(config).objective
+    check_task_objective(table, score)
     if settings.objective is None and default_objective(score) not in table.result_keys:
         scores = ", ".join(f"val_{each.name}" for each in table.scores) or "val_loss"
         raise refusal(

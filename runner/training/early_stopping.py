@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from runner.config.schema import CheckpointSettings, EarlyStoppingSettings
+from runner.config.settings import refuse_test_monitor
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import BEST_EPOCH_TAG, STOPPED_AT_EPOCH_TAG
@@ -57,6 +58,12 @@ def watch_of(
     if settings.patience is None and not keep_best:
         return None
     monitor = settings.monitor or (objective if objective in table.epoch_keys() else None) or DEFAULT_MONITOR
+    refuse_test_monitor(
+        monitor,
+        f"early_stopping.monitor={monitor!r}"
+        if settings.monitor
+        else f"early_stopping.monitor (null: sweep.objective={monitor})",
+    )
     if monitor.startswith("val_") and not has_validation:
         named = f"early_stopping.monitor={monitor}" if settings.monitor else f"early_stopping.monitor (null: {monitor})"
         raise RunnerError(
