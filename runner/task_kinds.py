@@ -214,8 +214,8 @@ KINDS: dict[str, TaskKind] = {
             (
                 (
                     r"categorical_(accuracy|crossentropy)$",
-                    "it compares class indices or one-hot rows over several "
-                    "outputs, and a binary model outputs one probability",
+                    "it compares class indices or one-hot rows over several outputs, and a binary model outputs one "
+                    "probability",
                 ),
             ),
         ),

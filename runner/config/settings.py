@@ -31,7 +31,6 @@ from runner.config.schema import (
 )
 from runner.errors import RunnerError
 from runner.metric_table import MetricTable, snake_case
-from runner.outcome import default_objective
 from runner.task_kinds import KINDS
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
@@ -265,7 +264,7 @@ def check_metrics_suit(kind_name: str, metrics: Any) -> None:
         why = kind.unsuitable(target, snake_case(target.rpartition(".")[2]))
         if why is not None:
             raise RunnerError(
-                f"metrics.{each.name}={each.component.target!r} is not valid: it does not suit task={kind.name} "
+                f"metrics.{each.name}={target!r} is not valid: it does not suit task={kind.name} "
                 f"({why}), so it would log a number that means nothing. Fix: drop it (~metrics.{each.name}) or "
                 f"use a metric that suits task={kind.name}: {kind.suitable_metrics}.",
                 key=f"metrics.{each.name}._target_",
@@ -293,18 +292,8 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     settings = schema.read(SweepSettings, schema.section(config, "sweep"), "sweep.")
     table = metric_table_of(config)
     check_metric_keys(table, settings)
-    score = task_settings(config).objective
-    check_task_objective(table, score)
-    if settings.objective is None and default_objective(score) not in table.result_keys:
-        scores = ", ".join(f"val_{each.name}" for each in table.scores) or "val_loss"
-        raise refusal(
-            "sweep.objective",
-            None,
-            f"null chooses on {default_objective(score)} (task.objective={score}), and this sweep's metrics have "
-            f"no {score}",
-            f"name the objective, e.g. sweep.objective={scores.split(', ')[0]} (one of {scores}, val_loss), or "
-            "set task.objective to one of the metrics' names",
-        )
+    # The objective sweep.objective=null chooses on, val_<task.objective>, is then one of the runs' numbers.
+    check_task_objective(table, task_settings(config).objective)
     return settings
 
 
