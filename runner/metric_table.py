@@ -141,6 +141,10 @@ class MetricTable:
         """The loss, then the scores: what each per-epoch pass measures."""
         return (Metric("loss", MINIMIZE), *self.scores)
 
+    def split_keys(self, split: str) -> tuple[str, ...]:
+        """`split`'s scores, then its loss (`test_accuracy`, `test_loss`): what a split's results show first."""
+        return (*(f"{split}_{metric.name}" for metric in self.scores), f"{split}_loss")
+
     def epoch_keys(self, validation: bool = True) -> tuple[str, ...]:
         """What a run logs after each epoch about its model, by split (val_* only with a validation split)."""
         splits = SPLITS if validation else tuple(split for split in SPLITS if split != "val")

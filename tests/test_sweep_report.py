@@ -34,6 +34,7 @@ from runner.sweeps.histories import UI_BULK_ENDPOINT, _BulkReader
 from runner.sweeps.report import REPORT_FILE, curves_figure, log_scaled_keys, parallel_figure
 from runner.sweeps.summary import CSV_FILE, CURVE_METRICS, MARKDOWN_FILE, REPORT_CURVE_METRICS
 from runner.sweeps.terms import PARENT_RUN_ID_FILE, SCORES_TAG, TASK_OBJECTIVE_TAG, TRACKING_URI_FILE
+from runner.sweeps.uncertainty import confidence_interval
 
 # Two configurations with the same values (different job numbers), one much worse, one with a failed fold, one
 # pruned after its first epoch, and one whose three values all lie below the best's lowest (the issue's case: a
@@ -333,6 +334,43 @@ def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path
     assert every in (sweep_dir / MARKDOWN_FILE).read_text()
     page = (sweep_dir / REPORT_FILE).read_text()
     assert every in page and "chose the winner" not in page
+
+
+def test_a_regression_sweeps_winner_shows_its_test_value_of_every_metric_everywhere(tmp_path, monkeypatch, capsys):
+    """Two configurations of a regression, two runs each: the winner's test_mae, test_rmse and test_loss, each the
+    mean of its runs' values with its interval, in the terminal, sweep_summary.md, the parent run and the report."""
+    from runner.sweeps.callback import finish_parent_run
+
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    sweep_dir = tmp_path / "sweep"
+    client = MlflowClient(store)
+    errors = {"0.1": [0.30, 0.34], "0.2": [0.20, 0.24]}
+    tests = {"test_mae": 0.01, "test_rmse": 0.1, "test_loss": 0.05}
+    parent_id = simulate_sweep(client, str(sweep_dir), errors, objective="val_mae", tests=tests)
+    sweep_dir.mkdir()
+    (sweep_dir / PARENT_RUN_ID_FILE).write_text(parent_id + "\n")
+    composed_with = ["task=regression", "mlflow.log_model=false"]
+    finish_parent_run(sweep_config(str(sweep_dir), store, "optimizer.lr=0.1,0.2", composed_with=composed_with))
+
+    said = capsys.readouterr().out
+    [line] = [line for line in said.splitlines() if line.startswith("the winner's test metrics")]
+    values = [0.20, 0.24]  # the winner's (optimizer.lr=0.2, the lower val_mae) runs' final objectives
+    parent = client.get_run(parent_id).data.metrics
+    for key, offset in tests.items():
+        runs = [value + offset for value in values]
+        interval = confidence_interval(runs, 2, key)
+        assert interval.bounds is not None
+        shown = f"{key} {statistics.fmean(runs):.4f} ± {statistics.stdev(runs):.4f} [{interval.bounds[0]:.4f}, "
+        assert shown in line, line
+        assert parent[f"best_{key}_mean"] == pytest.approx(statistics.fmean(runs))
+        assert parent[f"best_{key}_std"] == pytest.approx(statistics.stdev(runs))
+    assert line.index("test_mae") < line.index("test_rmse") < line.index("test_loss")
+    assert line in (sweep_dir / MARKDOWN_FILE).read_text()
+    page = (sweep_dir / REPORT_FILE).read_text()
+    assert "<h2>The winner's test metrics</h2>" in page and "optimizer.lr=0.2</b>, over its 2 finished run(s)" in page
+    for key, offset in tests.items():
+        assert f'<td>{key}</td><td class="number">{statistics.fmean(v + offset for v in values):.4f}</td>' in page
 
 
 def test_the_reports_charts_have_log_axes_room_at_the_frame_whole_epochs_and_one_colour_per_configuration(simulated):

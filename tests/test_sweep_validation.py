@@ -114,7 +114,8 @@ def test_a_sweep_chooses_on_one_validation_split_and_says_so(tmp_path):
     assert markdown in result.stdout
     assert f"best val_accuracy: {best.data.metrics['val_accuracy']:.4f}" in markdown
     assert "The validation split chose the winner (val_accuracy); the test set was not used to choose" in markdown
-    assert f"the winner's test metrics: test_accuracy {best.data.metrics['test_accuracy']:.4f}" in markdown
+    winner = "the winner's test metrics, mean ± standard deviation over its 1 run(s) and the 95% CI of the mean: "
+    assert f"{winner}test_accuracy {best.data.metrics['test_accuracy']:.4f} n = 1: no interval, test_loss " in markdown
 
 
 @pytest.mark.slow

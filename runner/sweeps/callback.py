@@ -235,6 +235,10 @@ def finish_parent_run(config: DictConfig) -> None:
             if std is not None:  # a standard deviation needs two seeds
                 client.log_metric(parent_id, f"best_{objective}_std", std)
             client.set_tag(parent_id, BEST_CONFIGURATION_TAG, best.configuration)
+            for key, mean, std, _ in summary.winner_tests():  # the winner's test value of every metric of the task
+                client.log_metric(parent_id, f"best_{key}_mean", mean)
+                if std is not None:
+                    client.log_metric(parent_id, f"best_{key}_std", std)
         print(summary.markdown() + "\n" + summary.jobs_markdown(), flush=True)
         failed = summary.failed
         if summary.best is not None:

@@ -31,7 +31,7 @@ from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotl
 from runner.errors import RunnerError
 from runner.sweeps.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
 from runner.sweeps.summary import ConfigurationRow, JobRow, Summary, every_job_failed, methods
-from runner.sweeps.terms import what_chose
+from runner.sweeps.terms import chosen_on_test, what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
 
 LOG_DECADES = 2  # positive values spanning more than this many decades get a log axis
@@ -115,6 +115,7 @@ def write_report(
     sections = [
         _heading(summary, sweep_dir, lower_is_better),
         _configurations_table(summary, lower_is_better),
+        _winner_tests(summary),
         _parallel_coordinates(summary, log_keys),
         _curves(summary),
         _jobs_table(summary),
@@ -221,6 +222,28 @@ def _configurations_table(summary: Summary, lower_is_better: bool) -> str:
         f"Holm-adjusted p is below {ALPHA}; <i>indistinguishable from the best</i> means these runs cannot tell the "
         "two apart: it is not evidence that they are equal, only that more seeds or folds would be needed to "
         "separate them. Pruned and failed runs are never compared.</p>"
+    )
+
+
+def _winner_tests(summary: Summary) -> str:
+    """The winner's test value of every metric of the task, as the heading's sentence promises; nothing without a
+    winner."""
+    tests = summary.winner_tests()
+    best = summary.best_configuration
+    if not tests or best is None:
+        return ""
+    rows = [
+        f'<tr><td>{html.escape(key)}</td><td class="number">{_format(mean)}</td>'
+        f'<td class="number">{_format(std)}</td>{_interval_cells(interval)}</tr>'
+        for key, mean, std, interval in tests
+    ]
+    caveat = " The test set chose the winner, so these are optimistic." if chosen_on_test(summary.objective) else ""
+    return (
+        f"<h2>The winner's test metrics</h2>\n<p>Configuration <b>{html.escape(best.configuration)}</b>, over its "
+        f"{best.n} finished run(s).{caveat}</p>\n<table><thead><tr><th>metric</th><th>mean</th><th>std</th>"
+        f"<th>{LEVEL:.0%} CI of the mean</th><th>interval's method</th></tr></thead><tbody>\n"
+        + "\n".join(rows)
+        + "\n</tbody></table>"
     )
 
 

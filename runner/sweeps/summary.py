@@ -233,6 +233,20 @@ class Summary:
         }
         return compare_with_best(best.replicates(self.objective), others, self.folds)
 
+    def winner_tests(self) -> list[tuple[str, float, float | None, Interval]]:
+        """The best configuration's test value of every metric of the task (its scores, then its loss): (key, mean,
+        standard deviation, interval of the mean) over its finished runs, for each key they hold; empty without a
+        best configuration."""
+        best = self.best_configuration
+        if best is None:
+            return []
+        tests = []
+        for key in self.table.split_keys("test"):
+            mean = best.mean(key)
+            if mean is not None:
+                tests.append((key, mean, best.std(key), best.interval(key, self.folds)))
+        return tests
+
     def verdict(self, row: ConfigurationRow, comparisons: dict[str, PairedTest]) -> str:
         """In words, how the configuration compares with the best one."""
         if row is self.best_configuration:
@@ -332,13 +346,16 @@ class Summary:
                 f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
             )
         lines += ["", what_chose(self.objective, self.asked)]
-        if not chosen_on_test(self.objective):
-            reported = [
-                f"{key} {_mean_std(key, best.mean(key), best.std(key))}"
-                for key in ("test_accuracy", "test_loss")
-                if best.mean(key) is not None
-            ]
-            lines.append("the winner's test metrics: " + ", ".join(reported))
+        reported = [
+            f"{key} {_mean_std(key, mean, std)} {_interval(key, interval)}"
+            for key, mean, std, interval in self.winner_tests()
+        ]
+        if reported:
+            caveat = " (optimistic: the test set chose the winner)" if chosen_on_test(self.objective) else ""
+            lines.append(
+                f"the winner's test metrics{caveat}, mean ± standard deviation over its {best.n} run(s) and the "
+                f"{LEVEL:.0%} CI of the mean: " + ", ".join(reported)
+            )
         return lines
 
     def jobs_markdown(self) -> str:

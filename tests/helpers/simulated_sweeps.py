@@ -31,11 +31,13 @@ def simulate_sweep(
     epochs: int = 3,
     objective: str = "val_accuracy",
     pruned: Mapping[tuple[str, int], int] | None = None,
+    tests: Mapping[str, float] | None = None,
 ) -> str:
     """A finished sweep over one key, `optimizer.lr`: configurations maps each configuration's value of it to its
     final objective per fold (fold k is the k-th value; None: that run FAILED). Each run's val_accuracy climbs
-    to its final value over `epochs`; `pruned` maps (value, fold) to the epoch its run was pruned after. Returns
-    the parent run id."""
+    to its final value over `epochs`; `pruned` maps (value, fold) to the epoch its run was pruned after; `tests`
+    maps each test metric a finished run logs to its offset from the run's final objective (test_accuracy 0.01
+    below it unless given). Returns the parent run id."""
     experiment = client.get_experiment_by_name("simulated") or None
     experiment_id = experiment.experiment_id if experiment else client.create_experiment("simulated")
     parent_id = client.create_run(
@@ -71,7 +73,8 @@ def simulate_sweep(
                     Metric("train_loss", 2.0 * (1 - reached * share) - 0.05, now + epoch, epoch),
                 ]
             if final is not None and stopped is None:
-                metrics.append(Metric("test_accuracy", final - 0.01, now + epochs, epochs))
+                for key, offset in (tests or {"test_accuracy": -0.01}).items():
+                    metrics.append(Metric(key, final + offset, now + epochs, epochs))
             client.log_batch(
                 run_id,
                 metrics=metrics,
