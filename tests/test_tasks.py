@@ -9,9 +9,11 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from sklearn.metrics import f1_score, mean_absolute_error, roc_auc_score
 
+from helpers.cli import run_cli
 from helpers.config import CONF, compose
 from runner.config.settings import validate
 from runner.data.loading import load_data
@@ -184,6 +186,47 @@ def test_labels_that_do_not_fit_the_task_are_one_paragraph(tmp_path, task, label
         Experiment.from_settings(settings, data.spec).build_model()
     assert says in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "task_and_data,metric,says",
+    [
+        (  # F1Score's default average=None: one score per label
+            ["task=multilabel", "dataset=npz"],
+            "tf_keras.metrics.F1Score",
+            "gives 3 numbers on task=multilabel (a result shaped (3,)), not one: a run logs one number per metric "
+            "and epoch (`f1_per_label`). Fix: ask it for one number (F1Score and FBetaScore: "
+            "+metrics.f1_per_label.average=macro, micro or weighted; with probabilities, "
+            "+metrics.f1_per_label.threshold=0.5), or drop it (~metrics.f1_per_label).",
+        ),
+        (  # one-hot labels and probabilities, given class indices and logits
+            ["dataset=synthetic", "dataset.train_examples=256", "dataset.test_examples=128"],
+            "tf_keras.metrics.F1Score",
+            "cannot score task=classification: updated with its labels (shaped (64,), int64) and the model's outputs "
+            "(shaped (64, 10)) it raised ValueError: ",
+        ),
+    ],
+    ids=["a score per label", "class indices"],
+)
+def test_a_metric_that_cannot_give_one_number_for_the_task_is_refused_before_any_run(
+    tmp_path, task_and_data, metric, says
+):
+    path = _write(tmp_path / "data.npz", multilabel_labels)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = run_cli(
+        *task_and_data,
+        f"dataset.path={path}" if "dataset=npz" in task_and_data else "progress=false",
+        f"+metrics.f1_per_label._target_={metric}",
+        "strategy=one_device",
+        f"mlflow.tracking_uri={store}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"error: metrics.f1_per_label={metric!r} {says}"), done.stderr
+    assert not (tmp_path / "mlflow.db").exists() or not MlflowClient(store).search_runs(
+        [e.experiment_id for e in MlflowClient(store).search_experiments()]
+    )
 
 
 def test_only_the_labels_within_the_prefixes_are_checked(tmp_path):

@@ -60,6 +60,7 @@ def build_trainer(job: Job) -> Trainer:
         settings.init, state.model, settings.mlflow.tracking_uri, resumed_from=restored.checkpointer.latest
     )
     test_batches = data.test_dataset(plan.global_batch)
+    experiment.check_scores(test_batches)  # before the MLflow run exists, as above
     passes = _build_passes(settings, steps, data, plan, test_batches, restored)
     return Trainer(
         job=job,

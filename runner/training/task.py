@@ -6,6 +6,8 @@ lives here: the trainer builds the model and optimizer inside strategy.scope()."
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import tensorflow as tf
@@ -137,6 +139,39 @@ class Experiment:
             build_for_outputs(metric, self.spec.outputs)
             scores[each.name] = metric
         return scores
+
+    def check_scores(self, batches: tf.data.Dataset) -> None:
+        """Before training: every metric of the run, new, updated on the labels of the first of `batches` (shaped as
+        the task feeds them) against outputs shaped as the model's (through `scored`, as the replica step updates
+        them), gives one number; a metric that cannot take them, or whose result is not one number, is one
+        paragraph naming it, the task and the fix."""
+        first = next(iter(batches.take(1)), None)
+        if first is None:  # no test example: nothing to score, and nothing scored
+            return
+        _, labels = first
+        outputs = self.scored(tf.zeros((tf.shape(labels)[0], *self.spec.outputs), tf.float32))
+        task = f"task={self.kind.name}"
+        for each, (name, metric) in zip(self.metrics, self.build_scores().items(), strict=True):
+            key, target = f"{each.component.group}", each.component.target
+            try:
+                metric.update_state(labels, outputs)
+                shape = tuple(tf.convert_to_tensor(metric.result()).shape)
+            except Exception as error:  # noqa: BLE001  any error of a user's metric becomes the paragraph below
+                cause = re.sub(r"<tf\.Tensor: .*?>", "a tensor", " ".join(str(error).split()))
+                cause = cause if len(cause) <= 300 else cause[:300] + "..."
+                raise RunnerError(
+                    f"{key}={target!r} cannot score {task}: updated with its labels (shaped {tuple(labels.shape)}, "
+                    f"{labels.dtype.name}) and the model's outputs (shaped {tuple(outputs.shape)}) it raised "
+                    f"{type(error).__name__}: {cause}. Fix: use a metric that takes {task}'s labels and outputs "
+                    f"(docs/your-own-experiment.md lists those that suit each task), or drop it (~{key})."
+                ) from None
+            if shape != ():
+                raise RunnerError(
+                    f"{key}={target!r} gives {math.prod(shape)} numbers on {task} (a result shaped {shape}), not "
+                    f"one: a run logs one number per metric and epoch (`{name}`). Fix: ask it for one number "
+                    f"(F1Score and FBetaScore: +{key}.average=macro, micro or weighted; with probabilities, "
+                    f"+{key}.threshold=0.5), or drop it (~{key})."
+                )
 
     def scored(self, outputs):
         """What the scores are updated with, from the model's outputs: the probabilities of binary and multi-label
