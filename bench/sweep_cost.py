@@ -1,8 +1,9 @@
 """What a runner sweep costs against an in-process Optuna study: the runner's `hparams_search=optuna` sweep of N
-one-epoch trials with warm workers ("warm", sweep.warm_workers=true) and with a fresh process per trial ("cold",
-sweep.warm_workers=false), against the same study run in one Python process with model.fit ("inprocess",
-bench/inprocess_study.py). Each is a whole process timed from the outside, in a fresh directory with a fresh sqlite
-store, one after another. Read back from each runner sweep:
+one-epoch trials with warm workers ("warm", sweep.warm_workers=true), with warm workers where only the sweep's
+champion logs its model ("champion", sweep.trial_models=champion: the others skip the export) and with a fresh
+process per trial ("cold", sweep.warm_workers=false), against the same study run in one Python process with
+model.fit ("inprocess", bench/inprocess_study.py). Each is a whole process timed from the outside, in a fresh
+directory with a fresh sqlite store, one after another. Read back from each runner sweep:
 
 - every trial's phases, from its job's runner.log: start-up (the process, or the warm worker taking the run, to the
   MLflow run started: compose, tracker), first step, training (the epoch), evaluation (the restored model's),
@@ -10,8 +11,8 @@ store, one after another. Read back from each runner sweep:
 - the trial overhead beyond training and evaluation: (wall - the trials' training + evaluation) / N; and, steady,
   the median over trials 2..N of the gap between consecutive trials' start instants less the training + evaluation
   of the trial in that gap;
-- its MLflow child runs: FINISHED, each with a logged model, and the warm trials' metrics (val_accuracy, test_loss)
-  identical to the cold trials' of the same job number.
+- its MLflow child runs: FINISHED, each with a logged model (the champion alone under "champion"), and the warm
+  trials' metrics (val_accuracy, test_loss) identical to the cold trials' of the same job number.
 
     python -m bench.sweep_cost --trials 6 --json /tmp/sweep_cost_6.json --markdown /tmp/sweep_cost_6.md
     python -m bench.sweep_cost --trials 6 24 --repeats 3 --json docs/performance-sweep-cost.json
@@ -41,8 +42,8 @@ from bench.run import machine
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "fashion-mnist"
-VARIANTS = ("warm", "cold", "inprocess")
-RUNNER_VARIANTS = ("warm", "cold")
+VARIANTS = ("warm", "champion", "cold", "inprocess")
+RUNNER_VARIANTS = ("warm", "champion", "cold")
 EXPERIMENT = "fashion_mnist"
 COMPARED_METRICS = ("val_accuracy", "test_loss")
 
@@ -105,7 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def runner_command(args: argparse.Namespace, trials: int, warm: bool) -> list[str]:
+def runner_command(args: argparse.Namespace, trials: int, variant: str) -> list[str]:
+    """The runner's sweep for `variant`: warm (the defaults), champion (warm, sweep.trial_models=champion) or cold."""
     return [
         sys.executable,
         "-m",
@@ -119,7 +121,8 @@ def runner_command(args: argparse.Namespace, trials: int, warm: bool) -> list[st
         f"dataset.test_examples={args.test_examples}",
         "hydra.sweep.dir=sweep",
         "progress=false",
-        f"sweep.warm_workers={'true' if warm else 'false'}",
+        f"sweep.warm_workers={'false' if variant == 'cold' else 'true'}",
+        f"sweep.trial_models={'champion' if variant == 'champion' else 'every'}",
     ]
 
 
@@ -163,7 +166,7 @@ def measure(args: argparse.Namespace, variant: str, trials: int, round_: int) ->
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         command = inprocess_command(args, trials, workdir)
     else:
-        command = runner_command(args, trials, warm=variant == "warm")
+        command = runner_command(args, trials, variant)
     wall, returncode, output = run_timed(command, workdir, env, args.timeout)
     sample = Sample(variant, trials, round_, wall, returncode)
     if returncode != 0:
@@ -190,6 +193,8 @@ def trial_instants(log: Path) -> dict[str, float | None]:
             continue
         at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
         message = match.group(2)
+        if instants["done"] is not None:  # a later invocation: the champion's continuation (sweep.trial_models)
+            break
         for name, pattern in MARKERS.items():
             found = pattern.match(message)
             if found and instants[name] is None:
@@ -227,6 +232,8 @@ def phases(instants: dict[str, float | None]) -> dict[str, float | None]:
     durations: dict[str, float | None] = {}
     for phase, begin, end in PHASES:
         since, until = instants[begin], instants[end]
+        if begin == "model_logged" and since is None:  # a trial that logs no model ends from its evaluation
+            since = instants["restored"]
         durations[phase] = None if since is None or until is None else until - since
     return durations
 

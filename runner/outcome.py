@@ -20,6 +20,9 @@ from runner.metric_table import DEFAULT_TABLE, MetricTable
 # Set by a supervisor for the one process it starts: the path of the file that process writes.
 OUTCOME_VARIABLE = "RUNNER_OUTCOME_FILE"
 OUTCOME_FILE = "outcome.json"
+# Set by a sweep job whose sweep logs its champion's model alone (sweep.trial_models=champion): the run skips its
+# model's export, which the sweep does for its champion once it has chosen it (runner.sweeps.champion).
+MODEL_AT_SWEEP_END_VARIABLE = "RUNNER_MODEL_AT_SWEEP_END"
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 STATUSES = (FINISHED, FAILED, KILLED)
 # A run with early stopping (runner.training.early_stopping): its best epoch by the watched metric, and the epoch it
@@ -29,6 +32,11 @@ STOPPED_AT_EPOCH_TAG = "stopped_at_epoch"
 # With checkpoint.keep_best, where the best epoch came before the last: the step after the last epoch, at which the
 # best epoch's metrics are logged again (runner.training.actions.LogBestEpochMetrics); no epoch's curve point.
 BEST_METRICS_STEP_TAG = "best_metrics_step"
+
+
+def model_at_sweep_end(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this run leaves its model's export to its sweep (MODEL_AT_SWEEP_END_VARIABLE)."""
+    return environ.get(MODEL_AT_SWEEP_END_VARIABLE) == "1"
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,7 @@ def test_cpu_replicas_and_explicit_devices_conflict():
         ("sweep.folds=1", "sweep.folds=1"),
         ("sweep.folds=0", "sweep.folds=0"),
         ("sweep.folds=two", "sweep.folds='two'"),
+        ("sweep.trial_models=best", "sweep.trial_models='best'"),
     ],
 )
 def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from helpers.cli import cli_env
@@ -21,7 +22,9 @@ from helpers.config import compose
 from helpers.models import TESTS_PATH
 from helpers.processes import live_members, wait_group
 from helpers.sweeps import children, client_for, parent_id_of, sweep_command
+from runner.errors import RunnerError
 from runner.run_lock import LOCK_FILE
+from runner.sweeps.launchers import check_before_sweep
 from runner.sweeps.study import JOURNAL_FILE, open_storage
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.warm_pool import WorkerKind, worker_kind
@@ -45,6 +48,26 @@ STARTED_WORKER = "started warm training worker pid"
 )
 def test_a_worker_kind_is_what_tensorflow_fixes_for_a_process_and_clusters_get_none(overrides, kind):
     assert worker_kind(SweepConfig.read(compose(overrides))) == kind
+
+
+@pytest.mark.parametrize(
+    "target, refused",
+    [
+        ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", False),
+        ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", False),
+        ("mylab.launchers.FarAwayLauncher", True),  # a user's own launcher: where its jobs run is unknown
+    ],
+)
+def test_only_a_sweep_whose_jobs_run_on_its_machine_leaves_the_models_to_its_champion(target, refused):
+    config = OmegaConf.create({"hydra": {"launcher": {"_target_": target}}})
+    check_before_sweep(config, "every")
+    if not refused:
+        check_before_sweep(config, "champion")
+        return
+    with pytest.raises(RunnerError) as raised:
+        check_before_sweep(config, "champion")
+    message = str(raised.value)
+    assert "hydra/launcher=faraway runs the jobs elsewhere" in message and "Fix: drop sweep.trial_models" in message
 
 
 @contextmanager
@@ -80,7 +103,9 @@ def _run_sweep(tmp_path, name: str, *overrides: str) -> tuple[subprocess.Complet
 def test_warm_and_cold_sweeps_train_the_same_numbers_on_the_devices_each_run_asks_for(tmp_path):
     """The same four deterministic runs (1 and 2 CPU replicas, two learning rates), once in a fresh process each and
     once in warm workers: every metric a run trains is the same, bit for bit; each run trained on the replicas it
-    asked for (a worker per CPU split); every run is FINISHED with its model when the sweep has ended."""
+    asked for (a worker per CPU split); every run is FINISHED when the sweep has ended, each with its model in the
+    cold sweep, only the registered champion with one in the warm sweep (sweep.trial_models=champion), whose
+    continuation to log it logged none of its metrics twice."""
     grid = (
         "strategy=mirrored",
         "strategy.cpu_replicas=1,2",
@@ -89,17 +114,29 @@ def test_warm_and_cold_sweeps_train_the_same_numbers_on_the_devices_each_run_ask
         "mlflow.log_model=true",
     )
     cold, cold_runs = _run_sweep(tmp_path, "cold", *grid, "sweep.warm_workers=false")
-    warm, warm_runs = _run_sweep(tmp_path, "warm", *grid)
+    warm, warm_runs = _run_sweep(tmp_path, "warm", *grid, "sweep.trial_models=champion")
     assert cold.returncode == 0 and warm.returncode == 0, (cold.stdout[-3000:], warm.stdout[-3000:])
 
     assert STARTED_WORKER not in cold.stdout
     assert warm.stdout.count(STARTED_WORKER) >= 2  # one per CPU split at least
+    client = client_for(tmp_path)
+    models = client.search_logged_models([cold_runs[0].info.experiment_id])
+    with_model = {model.source_run_id for model in models}
     for runs in (cold_runs, warm_runs):
         assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}
         for run in runs:
             assert run.data.params["num_replicas"] == run.data.params["strategy.cpu_replicas"]
-        models = client_for(tmp_path).search_logged_models([runs[0].info.experiment_id])
-        assert {run.info.run_id for run in runs} <= {model.source_run_id for model in models}
+    assert {run.info.run_id for run in cold_runs} <= with_model
+    registered = client.get_run(parent_id_of(tmp_path / "warm")).data.tags["registered_model_version"]
+    name, version = registered.split("/")
+    champion = client.get_model_version(name, version).run_id
+    assert {run.info.run_id for run in warm_runs} & with_model == {champion}
+    assert (
+        "the sweep logs this run's model at its end if it is the champion"
+        in (tmp_path / "warm" / "0" / "runner.log").read_text()
+    )
+    for key in ("eval_accuracy", "test_accuracy", "train_loss"):
+        assert len(client.get_metric_history(champion, key)) == 1, key
     by_point = {run.data.tags["configuration"]: run for run in cold_runs}
     for run in warm_runs:
         twin = by_point[run.data.tags["configuration"]]

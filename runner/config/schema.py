@@ -46,6 +46,8 @@ from runner.task_kinds import KINDS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
+# sweep.trial_models: every run of a sweep logs its model, or only the sweep's champion (runner.sweeps.champion).
+TRIAL_MODELS = ("every", "champion")
 STRATEGIES = tuple("default one_device mirrored central_storage multi_worker_mirrored parameter_server tpu".split())
 
 
@@ -458,6 +460,15 @@ class SweepSettings:
     # A warm worker whose resident memory exceeds this many MiB after a trial is replaced by a fresh one.
     worker_memory_mb: int = key(
         6144, Int(), "pass the MiB past which a warm worker is replaced, e.g. sweep.worker_memory_mb=6144"
+    )
+    # Which runs of a sweep log their trained model (with mlflow.log_model): every one as it finishes, or only the
+    # sweep's champion, exported from its kept checkpoint when the sweep ends and then registered
+    # (runner.sweeps.champion): each other trial skips the export (seconds of a small trial). Jobs on the sweep's
+    # machine only (the basic and joblib launchers): the champion is exported where its checkpoint is.
+    trial_models: str = key(
+        "every",
+        Choice(*TRIAL_MODELS, why="a sweep logs every run's model or its champion's alone"),
+        "pass sweep.trial_models=every (each run logs its model) or champion (only the sweep's best, at its end)",
     )
 
 

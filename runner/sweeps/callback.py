@@ -89,7 +89,7 @@ class SweepCallback(Callback):
             # this user, leaves nothing behind.
             sweep = SweepConfig.read(config)  # also refuses an empty experiment name, a bad model name, ...
             check_server(sweep.tracking, registers=sweep.tracking.log_model)
-            check_before_sweep(config)
+            check_before_sweep(config, sweep.sweep.trial_models)
             verbose = is_verbose(config.get("verbose"), config.hydra.verbose)
             configure(verbose)  # before MLflow is imported
             with loading_tensorflow(verbose):
@@ -115,22 +115,29 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         # The warm workers of this process (the basic launcher's): the runs still ending finish first, so that the
-        # summary and the registry below read every run FINISHED with its model.
-        POOL.close()
+        # summary and the registry below read every run FINISHED with its model; an idle one logs the champion's
+        # model where the sweep leaves that to its end (runner.sweeps.champion).
         try:
+            POOL.settle(SweepConfig.read(config).sweep.worker_memory_mb)
             finish_parent_run(config)
         except RunnerError as error:
+            POOL.close()
             _exit_with(error, 1)
+        POOL.close()
 
 
 def _start_first_worker(config: DictConfig, sweep: SweepConfig) -> bool:
     """Where the sweep's jobs run in this process and train in warm workers (runner.sweeps.warm_pool), the first
     worker starts importing now, beside the parent run's and the study's creation; whether it did."""
-    launcher = launcher_of(str(OmegaConf.select(config, "hydra.launcher._target_") or ""))
+    launcher = launcher_of(_launcher_target(config))
     if launcher is None or not launcher.jobs_in_the_sweeps_process or worker_kind(sweep) is None:
         return False
     POOL.start_ahead(lifeline([Process.this()]))
     return True
+
+
+def _launcher_target(config: DictConfig) -> str:
+    return str(OmegaConf.select(config, "hydra.launcher._target_") or "")
 
 
 def check_optuna_sweep(config: DictConfig) -> None:
@@ -253,6 +260,11 @@ def finish_parent_run(config: DictConfig) -> None:
                     flush=True,
                 )
             else:
+                if sweep.sweep.trial_models == "champion":
+                    from runner.sweeps.champion import log_champion_model  # noqa: PLC0415  MLflow: only once the sweep ends
+
+                    won = summary.best
+                    log_champion_model(client, sweep, sweep_dir, won.run_id, f"job {won.job} ({won.overrides})")
                 _register_best(client, sweep, sweep_dir, parent_id, summary.best, objective)
         if not failed:
             status = RunStatus.FINISHED

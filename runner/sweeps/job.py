@@ -42,7 +42,7 @@ from runner.config.schema import SWEEP_VALIDATION_FRACTION, Settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 from runner.lifeline import Process, exit_once_gone, lifeline, sweep_process
-from runner.outcome import FINISHED, KILLED, OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.outcome import FINISHED, KILLED, MODEL_AT_SWEEP_END_VARIABLE, OUTCOME_FILE, OUTCOME_VARIABLE
 from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
@@ -50,6 +50,7 @@ from runner.sweeps.grid_study import JobTrial
 from runner.sweeps.launchers import LAUNCHERS, launcher_name
 from runner.sweeps.pruning import report_replicate
 from runner.sweeps.ray_worker import ray_node_tags
+from runner.sweeps.run_command import RunCommand
 from runner.sweeps.study import PRUNED_TAG, REPLICATES_ATTR, SWEEPER_TARGET, TrialLink, storage_of, study_name_of
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
@@ -60,6 +61,7 @@ from runner.sweeps.terms import (
     JOB_NUMBER_TAG,
     LAUNCHER_TAG,
     OVERRIDES_TAG,
+    RUN_DIR_TAG,
     SEED_KEY,
     SEED_TAG,
     SLURM_JOB_ID_TAG,
@@ -81,7 +83,7 @@ _FINISHED = RunStatus.to_string(RunStatus.FINISHED)
 STOP_GRACE_SECONDS = 60.0
 SCHEMA_SEED = Settings.seed  # the schema's default seed
 # A run's fresh training process is this command and the run's arguments (_Job._arguments); a warm worker gets those.
-_RUNNER = (sys.executable, "-m", "runner")
+RUNNER_COMMAND = (sys.executable, "-m", "runner")
 
 
 def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
@@ -233,10 +235,11 @@ class _Job:
             # beside the chief, task 0, which alone records the job and returns its result.
             log.info("%s: task %d trains beside task 0, which records the job", label, rank)
             outcome_file = os.path.join(run_dir, f"outcome-task-{rank}.json")
-            _train([*_RUNNER, *arguments], cwd=self.cwd, outcome_file=outcome_file)
+            train_in_process([*RUNNER_COMMAND, *arguments], cwd=self.cwd, outcome_file=outcome_file)
             return float("nan")
         tags = {
             CONFIGURATION_TAG: self.configuration,
+            RUN_DIR_TAG: run_dir,
             SEED_TAG: str(seed),
             **({FOLD_TAG: str(fold[0])} if fold else {}),
         }
@@ -246,7 +249,13 @@ class _Job:
         link = self.trial or (self.grid_trial.open() if self.grid_trial else None)
         self.link = replace(link, first_step=first_step) if link is not None else None
         self.run_ids.append(run_id)
-        environ = {**self.validation.environ, **(self.link.to_environment() if self.link else {})}
+        # How the sweep continues the run at its end (its champion's model): without the trial it reported to.
+        RunCommand(arguments, self.cwd, dict(self.validation.environ)).write(run_dir)
+        environ = {
+            **self.validation.environ,
+            **(self.link.to_environment() if self.link else {}),
+            **({MODEL_AT_SWEEP_END_VARIABLE: "1"} if self.config.sweep.trial_models == "champion" else {}),
+        }
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()
         returncode = self._train(arguments, outcome_file, environ)
@@ -257,8 +266,10 @@ class _Job:
         """Train one run of `python -m runner <arguments>`: in a warm worker of the pool where its kind allows
         (runner.sweeps.warm_pool), else in a fresh process; its exit status."""
         if self.worker_kind is None:
-            command = [*_RUNNER, *arguments]
-            return _train(command, cwd=self.cwd, outcome_file=outcome_file, environ={**environ, **self.lifeline})
+            command = [*RUNNER_COMMAND, *arguments]
+            return train_in_process(
+                command, cwd=self.cwd, outcome_file=outcome_file, environ={**environ, **self.lifeline}
+            )
         outcome.forget(outcome_file)
         environ = {**environ, OUTCOME_VARIABLE: outcome_file}
         limit = self.config.sweep.worker_memory_mb
@@ -553,7 +564,7 @@ def wait_for_holder(run_dir: str, label: str) -> None:
         log.info("%s: the earlier training process ended; continuing", label)
 
 
-def _train(command: list[str], cwd: str, outcome_file: str, environ: dict[str, str] | None = None) -> int:
+def train_in_process(command: list[str], cwd: str, outcome_file: str, environ: dict[str, str] | None = None) -> int:
     """Run the training process, which writes how it ended to `outcome_file` (an earlier outcome there is
     removed first); return its exit status. Its stdout and stderr are this job's (progress bars included).
 

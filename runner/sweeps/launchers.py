@@ -240,13 +240,22 @@ def rename_launcher_schemas() -> None:
         rename_stored_config(store, "hydra/launcher", launcher.option, launcher.option + SCHEMA_SUFFIX)
 
 
-def check_before_sweep(config: Any, environ: Mapping[str, str] = os.environ) -> None:
+def check_before_sweep(config: Any, trial_models: str = "every", environ: Mapping[str, str] = os.environ) -> None:
     """Before a sweep's parent run exists: its launcher is installed and, for Ray, the cluster answers (and the
-    sweep will join it with this machine's Ray token, if it has one)."""
-    launcher = launcher_of(str(_select(config, "hydra.launcher._target_") or ""))
+    sweep will join it with this machine's Ray token, if it has one); `trial_models` (sweep.trial_models) of
+    `champion` needs the jobs on the sweep's machine, where the champion's checkpoint is (runner.sweeps.champion)."""
+    target = str(_select(config, "hydra.launcher._target_") or "")
+    launcher = launcher_of(target)
     if launcher is not None:
         require_installed(launcher.option)
         launcher.check(config, environ)
+    if trial_models == "champion" and (launcher is None or not launcher.on_the_sweeps_machine):
+        raise RunnerError(
+            "sweep.trial_models=champion exports the sweep's champion from its checkpoint on the sweep's machine "
+            f"once the sweep has chosen, but hydra/launcher={launcher_name(target)} runs the jobs elsewhere, where "
+            "their checkpoints are. Fix: drop sweep.trial_models=champion (every run then logs its model as it "
+            "finishes), or sweep with the basic launcher, hydra/launcher=joblib or hydra/launcher=submitit_local."
+        )
 
 
 def check_time_limit_signal(launcher_config: Any) -> None:

@@ -23,6 +23,8 @@ OVERRIDES_TAG = "overrides"
 SWEPT_KEYS_TAG = "swept_keys"
 SWEEP_DIR_TAG = "sweep_dir"
 JOB_NUMBER_TAG = "job_number"
+# Each child's run directory (the job's, or its seed-<seed>/ and fold-<k>/ below it).
+RUN_DIR_TAG = "run_dir"
 # Each child's configuration (its swept values without `seed`) and seed; on the parent, the configuration
 # with the best mean objective.
 CONFIGURATION_TAG = "configuration"

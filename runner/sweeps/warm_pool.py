@@ -198,9 +198,11 @@ class WorkerPool:
         environ: dict[str, str],
         lifeline: dict[str, str],
         memory_limit_mb: int,
+        to_the_end: bool = False,
     ) -> int:
-        """Train one run in a worker of `kind` (idle, or fresh with `lifeline`); its exit status once the job may go on.
-        A worker is kept for the next run only while its runs end with status 0 within memory_limit_mb."""
+        """Train one run in a worker of `kind` (idle, or fresh with `lifeline`); its exit status once the job may go on,
+        or (`to_the_end`) once the run has ended, its model logged. A worker is kept for the next run only while its
+        runs end with status 0 within memory_limit_mb."""
         with self._lock:
             worker = self._worker_for(kind, memory_limit_mb) or WarmWorker(lifeline)
         worker.kind = kind
@@ -213,13 +215,16 @@ class WorkerPool:
         if code != 0:
             worker.close()
             return code
-        if _overlaps_endings():
+        if _overlaps_endings() and not to_the_end:
             with self._lock:
                 self._workers.append(worker)
-        elif self._keeps(worker, worker.wait_done(), memory_limit_mb):
+            return code
+        ended = worker.wait_done()
+        assert ended is not None, "without a timeout, wait_done waits for the run's end"
+        if self._keeps(worker, ended, memory_limit_mb):
             with self._lock:
                 self._workers.append(worker)
-        return code
+        return ended if to_the_end else code
 
     def _spare_ahead(self, kind: WorkerKind, lifeline: dict[str, str]) -> None:
         """Where runs' endings overlap the next run, a worker for that run starts importing while this one trains
@@ -236,6 +241,14 @@ class WorkerPool:
         with self._lock:
             if not self._workers:
                 self._workers.append(WarmWorker(lifeline))
+
+    def settle(self, memory_limit_mb: int) -> None:
+        """Wait for every run still ending (the sweep's summary reads them), keeping the workers that may train on."""
+        with self._lock:
+            workers, self._workers = self._workers, []
+        kept = [worker for worker in workers if self._keeps(worker, worker.wait_done(), memory_limit_mb)]
+        with self._lock:
+            self._workers[:0] = kept
 
     def close(self) -> None:
         """Wait for every run still ending, then retire every worker (the sweep has ended)."""

@@ -41,8 +41,12 @@ class RestoreAndEvaluate:
         build_scores: Callable[[], dict[str, Any]],
         early_stopping: EarlyStopping | None = None,
         scored: Callable[[Any], Any] | None = None,
+        continued: bool = False,
     ):
         self.checkpointer = checkpointer
+        # A run continued after an invocation that had trained every epoch (its model logged late, a sweep's
+        # champion): what that invocation logged is not logged again.
+        self.continued = continued
         self.last_epoch = last_epoch  # the training state's epoch counter
         self.early_stopping = early_stopping
         self.build_model = build_model
@@ -62,10 +66,18 @@ class RestoreAndEvaluate:
         self.epoch = best if best is not None else int(self.last_epoch.numpy())
         scores = evaluate_scores(self.model, self.test_batches, self.build_scores(), self.scored)
         self.scores = {f"eval_{name}": value for name, value in scores.items()}
-        self.tracker.log_metrics(self.scores, step=self.epoch)
+        self.tracker.log_metrics(unlogged(self.tracker, self.scores, self.epoch, self.continued), step=self.epoch)
         weights = f" with the weights of its best epoch, {best} (checkpoint.keep_best)" if best is not None else ""
         said = ", ".join(f"{key} {value:.4f}" for key, value in self.scores.items()) or "no score (metrics is empty)"
         log.info("restored %s without a strategy%s: %s", latest, weights, said)
+
+
+def unlogged(tracker: Tracker, metrics: dict[str, float], step: int, continued: bool) -> dict[str, float]:
+    """`metrics` less those the run already holds at `step`, where it is `continued` (else all of them)."""
+    if not continued:
+        return metrics
+    histories = tracker.metric_histories()
+    return {key: value for key, value in metrics.items() if step not in {at for at, _ in histories.get(key, ())}}
 
 
 class TagEarlyStopping:
@@ -106,7 +118,7 @@ class LogBestEpochMetrics:
             for step, value in points
             if step == model_epoch
         }
-        self.tracker.log_metrics(best, step=last + 1)
+        self.tracker.log_metrics(unlogged(self.tracker, best, last + 1, self.restored.continued), step=last + 1)
         self.tracker.set_tags({BEST_METRICS_STEP_TAG: str(last + 1)})  # what a sweep's curves leave out
         log.info("the metrics of epoch %d, the model handed over, logged again at step %d", model_epoch, last + 1)
 

@@ -20,7 +20,7 @@ from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
-from runner.outcome import default_objective, fallback_objective
+from runner.outcome import default_objective, fallback_objective, model_at_sweep_end
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
@@ -153,6 +153,7 @@ def _build_end_actions(
         trainer.experiment.build_scores,
         trainer.early_stopping,
         scored=trainer.experiment.scored,
+        continued=trainer.restored.done_epochs >= settings.epochs,
     )
     title = f"{settings.strategy.name}, global batch {trainer.plan.global_batch}"
     table = settings.metric_table
@@ -163,7 +164,10 @@ def _build_end_actions(
     if trainer.early_stopping is not None:
         actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
     if model_logging is not None and settings.mlflow.log_model:
-        actions.append(LogModel(restored, model_logging, tracker))
+        if model_at_sweep_end():
+            log.info("sweep.trial_models=champion: the sweep logs this run's model at its end if it is the champion")
+        else:
+            actions.append(LogModel(restored, model_logging, tracker))
     if settings.mlflow.register:
         score = settings.task.objective
         default = default_objective(score) if trainer.passes.validate is not None else fallback_objective(score)
