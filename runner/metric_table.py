@@ -192,6 +192,27 @@ class MetricTable:
             )
         return found
 
+    def check_direction(self, key: str, given: Any, named: str, against: bool) -> None:
+        """A direction `given` for the objective `key` (by `named`: sweep.direction or hydra.sweeper.direction) that
+        goes against the table's own is refused, unless `against` (sweep.direction_against_metric) says it is meant:
+        maximizing an error or minimizing an accuracy would choose the worst configuration and register it."""
+        given = getattr(given, "name", given)
+        if given is None or against or given not in DIRECTIONS:
+            return
+        own = self.direction(key)
+        if given == own:
+            return
+        better = "lower" if own == MINIMIZE else "higher"
+        metric = key.partition("_")[2]
+        raise RunnerError(
+            f"{named}={given} is not valid for the objective {key}: {better} is better for {key} (the run's metric "
+            f"table: {self.as_text()}), so {given} would choose the worst configuration and register it. Fix: drop "
+            f"{named} (null: the objective's own direction), or, if {given} is meant, add "
+            f"sweep.direction_against_metric=true (for a metric of your own whose direction the table has wrong, "
+            f"declare it instead: +metrics.{metric}.direction=max or min).",
+            key=named,
+        )
+
     def lower_is_better(self, key: str, override: Any = None) -> bool:
         return self.direction(key, override) == MINIMIZE
 

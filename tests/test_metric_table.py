@@ -87,8 +87,33 @@ def test_a_sweeps_direction_is_its_sweepers_or_its_own_and_they_must_agree():
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction=maximize is not valid with sweep.direction=min"):
         direction_of("maximize", "minimize")
     assert SweepConfig.read(compose(["sweep.objective=val_loss"])).lower_is_better  # a loss, with no flag
-    chosen = SweepConfig.read(compose(["sweep.objective=val_loss", "sweep.direction=maximize"]))
+    against = ["sweep.objective=val_loss", "sweep.direction=maximize", "sweep.direction_against_metric=true"]
+    chosen = SweepConfig.read(compose(against))
     assert (chosen.lower_is_better, chosen.worst) == (False, float("-inf"))
+
+
+@pytest.mark.parametrize(
+    "overrides, sweeper, named",
+    [
+        (["task=regression", "sweep.direction=maximize"], None, "sweep.direction=maximize is not valid for the "),
+        (["sweep.objective=val_accuracy"], "minimize", "hydra.sweeper.direction=minimize is not valid for the "),
+        (["sweep.objective=test_loss", "sweep.direction=maximize"], None, "sweep.direction=maximize is not valid"),
+    ],
+)
+def test_a_direction_against_the_objectives_own_is_refused_unless_meant(overrides, sweeper, named):
+    """Maximizing an error or a loss, or minimizing an accuracy, would choose the worst configuration and register
+    it: one paragraph naming the key, unless sweep.direction_against_metric=true; the same direction is accepted."""
+    from helpers.config import compose
+
+    hydra = OmegaConf.create({"sweeper": {"direction": sweeper}})
+    with pytest.raises(RunnerError) as raised:
+        SweepConfig.read(compose(overrides), hydra)
+    message = str(raised.value)
+    assert message.startswith(named) and "would choose the worst configuration" in message, message
+    assert "Fix: drop" in message and "sweep.direction_against_metric=true" in message and "\n" not in message
+    meant = SweepConfig.read(compose([*overrides, "sweep.direction_against_metric=true"]), hydra)
+    assert meant.lower_is_better == (sweeper == "minimize")
+    assert SweepConfig.read(compose(["task=regression", "sweep.direction=minimize"])).lower_is_better
 
 
 def test_an_optuna_study_minimizes_a_loss_objective_with_no_direction_given():
@@ -97,7 +122,8 @@ def test_an_optuna_study_minimizes_a_loss_objective_with_no_direction_given():
 
     assert _direction(None, compose(["sweep.objective=val_loss"])) == "minimize"
     assert _direction(None, compose([])) == "maximize"  # val_accuracy
-    assert _direction(None, compose(["sweep.objective=val_loss", "sweep.direction=maximize"])) == "maximize"
+    against = ["sweep.objective=val_loss", "sweep.direction=maximize", "sweep.direction_against_metric=true"]
+    assert _direction(None, compose(against)) == "maximize"
     assert _direction(None, OmegaConf.create({})) == "maximize"  # a bare config: the default objective
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction='sideways' is not valid"):
         _direction("sideways", compose([]))

@@ -444,6 +444,13 @@ class SweepSettings:
         Choice(*DIRECTIONS, why="an objective is either minimized or maximized"),
         "pass sweep.direction=minimize or maximize, or null for the objective's own",
     )
+    # sweep.direction (or hydra.sweeper.direction) against the objective's own direction (maximizing an error,
+    # minimizing an accuracy) is refused unless this says it is meant.
+    direction_against_metric: bool = key(
+        False,
+        BOOL,
+        "pass sweep.direction_against_metric=true where sweep.direction goes against the objective's own on purpose",
+    )
     # k-fold cross-validation: train every point (and seed) K times, fold k of the training data held out as the
     # validation split, one run each; a point's objective is the mean over its folds and seeds. null: no folds.
     folds: int | None = key(

@@ -31,6 +31,7 @@ from runner.config.schema import (
 )
 from runner.errors import RunnerError
 from runner.metric_table import MetricTable, snake_case
+from runner.outcome import default_objective
 from runner.task_kinds import KINDS
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
@@ -201,12 +202,12 @@ def validate(config: Mapping[str, Any]) -> Settings:
     """Validate a composed config (a resolved DictConfig or plain mapping) into Settings."""
     settings = dataclasses.replace(schema.read(Settings, config), composed=config)
     table = settings.metric_table
-    check_metric_keys(table, settings.sweep)
+    check_task_objective(table, settings.task.objective)
+    check_metric_keys(table, settings.sweep, settings.task.objective)
     monitor = settings.early_stopping.monitor
     _check_metric_key(table.epoch_keys(), "early_stopping.monitor", monitor, "it must be a metric of every epoch")
     if monitor is not None:
         refuse_test_monitor(monitor, f"early_stopping.monitor={monitor!r}")
-    check_task_objective(table, settings.task.objective)
     check_metrics_suit(settings.task.kind, settings.metrics)
     for rule in RULES:
         if rule.group != SWEEP:  # a sweep's, checked by its sweeper before its parent run
@@ -222,10 +223,13 @@ def metric_table_of(config: Mapping[str, Any]) -> MetricTable:
     return schema.table_of(schema.read_metrics(node) if node is not None else schema.DEFAULT_METRICS)
 
 
-def check_metric_keys(table: MetricTable, sweep: SweepSettings) -> None:
-    """sweep.objective is one of the numbers a finished run of this table has."""
+def check_metric_keys(table: MetricTable, sweep: SweepSettings, score: str) -> None:
+    """sweep.objective is one of the numbers a finished run of this table has, and sweep.direction does not go
+    against it (or the default objective of the task's `score`) unless sweep.direction_against_metric says so."""
     why = "a sweep job can only return one of its final numbers"
     _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
+    objective = sweep.objective or default_objective(score)
+    table.check_direction(objective, sweep.direction, "sweep.direction", sweep.direction_against_metric)
 
 
 def check_task_objective(table: MetricTable, objective: str) -> None:
@@ -291,9 +295,10 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     """The sweep group validated alone, its objective against the config's metrics: the objective and the seeds."""
     settings = schema.read(SweepSettings, schema.section(config, "sweep"), "sweep.")
     table = metric_table_of(config)
-    check_metric_keys(table, settings)
+    score = task_settings(config).objective
     # The objective sweep.objective=null chooses on, val_<task.objective>, is then one of the runs' numbers.
-    check_task_objective(table, task_settings(config).objective)
+    check_task_objective(table, score)
+    check_metric_keys(table, settings, score)
     return settings
 
 

@@ -99,14 +99,20 @@ class SweepConfig:
         if hydra is None:
             hydra = config.get("hydra") or OmegaConf.create({})
         sweep = sweep_settings(config)
+        table = metric_table_of(config)
+        sweeper_direction = OmegaConf.select(hydra, "sweeper.direction")
+        direction = direction_of(sweeper_direction, sweep.direction)  # the two agree, or this refuses
+        objective = sweep.objective or default_objective(task_settings(config).objective)
+        against = sweep.direction_against_metric
+        table.check_direction(objective, sweeper_direction, "hydra.sweeper.direction", against)
         return cls(
             tracking=mlflow_settings(config),
             sweep=sweep,
-            direction=direction_of(OmegaConf.select(hydra, "sweeper.direction"), sweep.direction),
+            direction=direction,
             sweeper=OmegaConf.select(hydra, "sweeper._target_"),
             pruner=pruner_node(config),
             terminate=OmegaConf.select(hydra, "sweeper.terminate"),
-            table=metric_table_of(config),
+            table=table,
             score=task_settings(config).objective,
             seed=config.get("seed"),
             epochs=int(config.epochs),
