@@ -6,28 +6,9 @@ import re
 
 import pytest
 
-from helpers.cli import run_cli
+from helpers.cli import NOISE, run_cli
 from helpers.presets import SMALL, TINY
 from helpers.tracking import metric_history, mlflow_client
-
-# What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
-# note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers, and
-# matplotlib's on its first drawing on a machine (an empty font cache).
-NOISE = (
-    "Could not find cuda drivers",
-    "failed call to cuInit",
-    "oneDNN custom operations",
-    "absl::InitializeLog",
-    "Reduce to /job:localhost",
-    "Using MirroredStrategy with devices",
-    "Sharding callback",
-    "[absl][INFO]",
-    "[tensorflow][INFO]",
-    "INFO mlflow",
-    "Creating initial MLflow database tables",
-    "generated new fontManager",
-    "[matplotlib",
-)
 
 
 def _train_cli(tmp_path, name: str, *overrides: str, env: dict[str, str] | None = None):
@@ -130,6 +111,7 @@ def test_help_says_what_runner_does_with_examples_then_the_groups(tmp_path):
         ("checkpoint=5", "checkpoint=5"),
         ("mlflow.run_name=[a]", "mlflow.run_name=['a']"),
         ("task=binary task.objective=roc", "task.objective='roc'"),
+        ("task=regression sweep.direction=maximize", "sweep.direction=maximize"),
         (
             "task=regression +metrics.acc._target_=tf_keras.metrics.SparseCategoricalAccuracy",
             "metrics.acc='tf_keras.metrics.SparseCategoricalAccuracy'",

@@ -17,7 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from helpers.cli import cli_env
+from helpers.cli import NOISE, cli_env
 from helpers.config import compose
 from helpers.models import TESTS_PATH
 from helpers.processes import live_members, wait_group
@@ -117,6 +117,8 @@ def test_warm_and_cold_sweeps_train_the_same_numbers_on_the_devices_each_run_ask
     warm, warm_runs = _run_sweep(tmp_path, "warm", *grid, "sweep.trial_models=champion")
     assert cold.returncode == 0 and warm.returncode == 0, (cold.stdout[-3000:], warm.stdout[-3000:])
 
+    for done in (cold, warm):  # verbose=false: none of TensorFlow's, absl's or MLflow's start-up lines, in any job
+        assert [noise for noise in NOISE if noise in done.stdout] == [], done.stdout[-5000:]
     assert STARTED_WORKER not in cold.stdout
     assert warm.stdout.count(STARTED_WORKER) >= 2  # one per CPU split at least
     client = client_for(tmp_path)

@@ -8,6 +8,25 @@ import sys
 import time
 from pathlib import Path
 
+# What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
+# note (C++, while TensorFlow loads), the INFO lines of TensorFlow's, absl's and MLflow's Python loggers, and
+# matplotlib's on its first drawing on a machine (an empty font cache).
+NOISE = (
+    "Could not find cuda drivers",
+    "failed call to cuInit",
+    "oneDNN custom operations",
+    "absl::InitializeLog",
+    "Reduce to /job:localhost",
+    "Using MirroredStrategy with devices",
+    "Sharding callback",
+    "[absl][INFO]",
+    "[tensorflow][INFO]",
+    "INFO mlflow",
+    "Creating initial MLflow database tables",
+    "generated new fontManager",
+    "[matplotlib",
+)
+
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment without the MLflow variables a developer (or runner.verbosity, in this process)
