@@ -160,9 +160,19 @@ def _zero_or_one(kind: TaskKind, where: str, split: str, values: np.ndarray) -> 
     if outside.size:
         raise RunnerError(
             f"{where}: the {split} labels hold {outside[0]:g}, but task={kind.name} takes {kind.labels}. "
-            "Fix: give 0 or 1 for each label, or use task=regression for other targets."
+            f"Fix: give 0 or 1 for each label, or {_task_for(values)}."
         )
     return values
+
+
+def _task_for(values: np.ndarray) -> str:
+    """The task whose labels `values` look like: class indices (whole numbers from 0) or numeric targets."""
+    import numpy as np  # noqa: PLC0415  see the import note above
+
+    finite = values[np.isfinite(values)]
+    if finite.size and finite.min() >= 0 and np.all(finite == np.floor(finite)):
+        return f"use task=classification for class indices (these run from 0 to {finite.max():g})"
+    return "use task=regression for other targets"
 
 
 # The modules whose metrics a kind judges by name (a user's own metric class is theirs to judge).

@@ -51,6 +51,10 @@ def binary_labels(images):
     return (_brightness(images)[:, 0] > 0).astype(np.int64)
 
 
+def four_classes(images):
+    return (_brightness(images)[:, :2] > 0).astype(np.int64) @ np.array([1, 2])  # class indices 0..3
+
+
 def multilabel_labels(images):
     return (_brightness(images)[:, :3] > 0).astype(np.float32)  # three tags per example
 
@@ -161,6 +165,13 @@ def test_binary_auc_and_multilabel_f1_equal_scikit_learns_on_the_served_probabil
             "task=regression for other targets.",
         ),
         (
+            "binary",
+            four_classes,
+            None,
+            "but task=binary takes one 0/1 label per example. Fix: give 0 or 1 for each label, or use "
+            "task=classification for class indices (these run from 0 to 3).",
+        ),
+        (
             "multilabel",
             binary_labels,
             None,
@@ -175,7 +186,13 @@ def test_binary_auc_and_multilabel_f1_equal_scikit_learns_on_the_served_probabil
             "example. Fix: make the model output (3,) per example",
         ),
     ],
-    ids=["float targets to classify", "targets that are not 0/1", "one label per example, multilabel", "width"],
+    ids=[
+        "float targets to classify",
+        "targets that are not 0/1",
+        "class indices as binary",
+        "one label per example, multilabel",
+        "width",
+    ],
 )
 def test_labels_that_do_not_fit_the_task_are_one_paragraph(tmp_path, task, labels_of, model_outputs, says):
     path = _write(tmp_path / "data.npz", labels_of)

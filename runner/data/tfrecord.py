@@ -165,7 +165,8 @@ def _check_label_values(where: str, files: list[str], rows: list[list[float]], t
             raise RunnerError(
                 f"{where}: {file} holds {int(row[column])} label value(s) that are not {takes} (its labels run "
                 f"from {row[LOW]:g} to {row[HIGH]:g}), but task={task} takes {takes}. Fix: {fix}, or pick the task "
-                "that matches the labels (task=regression for other targets)."
+                "that matches the labels (task=classification for class indices 0..n-1, task=regression for other "
+                "targets)."
             )
 
 
