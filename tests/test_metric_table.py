@@ -158,7 +158,10 @@ def test_a_metric_added_on_the_command_line_joins_the_table_and_can_be_the_sweep
         (("early_stopping.monitor=eval_accuracy",), r"^early_stopping.monitor='eval_accuracy' is not valid: it must"),
         (("+metrics.spread._target_=tf_keras.metrics.Mean",), r"^metrics.spread \(tf_keras.metrics.Mean\) has no kno"),
         (("+metrics.spread._target_=tf_keras.metrics.Mean", "+metrics.spread.direction=up"), r"^metrics.spread.dire"),
-        (("+metrics.top5._target_=tf_keras.metrics.NoSuchMetric",), r"metrics.top5._target_=.*NoSuchMetric"),
+        (  # the fix's example is a metric class, not a model builder
+            ("+metrics.top5._target_=tf_keras.metrics.NoSuchMetric",),
+            r"metrics.top5._target_=.*NoSuchMetric.* Fix: .*e.g. metrics.top5._target_=tf_keras.metrics.AUC,",
+        ),
         ((*TOP5[:1], "+metrics.top5.kk=5"), r"metrics.top5.kk is not valid: .*takes no argument 'kk'"),
         (("+metrics.Top5._target_=tf_keras.metrics.AUC",), r"^metrics.Top5=.* is not valid: a score's name is lower"),
         (("+metrics.loss._target_=tf_keras.metrics.AUC",), r"^metrics.loss=.* is not valid: .*not loss, the run's"),

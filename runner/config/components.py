@@ -41,11 +41,25 @@ class Component:
         return instantiate({"_target_": self.target, **self.arguments}, **supplied)
 
 
+# What each group's `_target_` names, as an example of a dotted path a fix can show (the group is the key's first
+# part: metrics.prauc._target_ is a metric's).
+_EXAMPLES = {
+    "model": "mylab.models.mlp",
+    "dataset": "mylab.data.digits",
+    "metrics": "tf_keras.metrics.AUC",
+    "optimizer": "runner.builtins.optimizers.adam",
+    "loss": "runner.builtins.losses.mean_squared_error",
+    "schedule": "runner.builtins.schedules.cosine",
+    "pruner": "optuna.pruners.MedianPruner",
+}
+
+
 def import_target(key: str, path: Any) -> Callable[..., Any]:
     """The callable a dotted path names (module.attribute, attributes nested as a.b.C.method allowed)."""
+    example = _EXAMPLES.get(key.partition(".")[0], "mylab.models.mlp")
     fix = (
         f"give {key} as the dotted path of a function or class that Python can import, e.g. "
-        f"{key}=mylab.models.mlp, with its package installed or its directory on PYTHONPATH"
+        f"{key}={example}, with its package installed or its directory on PYTHONPATH"
     )
     if not isinstance(path, str) or not path.strip() or "." not in path:
         raise RunnerError(
