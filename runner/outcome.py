@@ -23,6 +23,8 @@ OUTCOME_FILE = "outcome.json"
 # Set by a sweep job whose sweep logs its champion's model alone (sweep.trial_models=champion): the run skips its
 # model's export, which the sweep does for its champion once it has chosen it (runner.sweeps.champion).
 MODEL_AT_SWEEP_END_VARIABLE = "RUNNER_MODEL_AT_SWEEP_END"
+# Set by a sweep job for each run it trains: the sweep's directory, whose re-run continues a run that stopped.
+SWEEP_DIR_VARIABLE = "RUNNER_SWEEP_DIR"
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 STATUSES = (FINISHED, FAILED, KILLED)
 # A run with early stopping (runner.training.early_stopping): its best epoch by the watched metric, and the epoch it
@@ -32,6 +34,18 @@ STOPPED_AT_EPOCH_TAG = "stopped_at_epoch"
 # With checkpoint.keep_best, where the best epoch came before the last: the step after the last epoch, at which the
 # best epoch's metrics are logged again (runner.training.actions.LogBestEpochMetrics); no epoch's curve point.
 BEST_METRICS_STEP_TAG = "best_metrics_step"
+
+
+def resume_advice(run_dir: str, every_task: bool = False, environ: Mapping[str, str] = os.environ) -> str:
+    """How a run that stopped resumable is continued: a sweep's run by re-running its sweep (which continues each
+    unfinished run in place), any other by running its command again in its run directory (`every_task`: each
+    task of its cluster)."""
+    sweep_dir = environ.get(SWEEP_DIR_VARIABLE)
+    if sweep_dir:
+        return f"re-run the sweep's command with hydra.sweep.dir={sweep_dir}, which continues this run"
+    if every_task:
+        return f"start every task again with the same command and hydra.run.dir={run_dir}"
+    return f"re-run the same command with hydra.run.dir={run_dir}"
 
 
 def model_at_sweep_end(environ: Mapping[str, str] = os.environ) -> bool:

@@ -155,6 +155,8 @@ def test_a_killed_study_stops_its_training_and_a_rerun_continues_it_to_six_disti
     assert runs[2].info.run_id == runs_before["2"].info.run_id  # continued, not duplicated
     assert "trial 2 was left running by an earlier command: it runs again" in said
     log = (sweep_dir / "2" / "runner.log").read_text()
+    # Its advice is the sweep's re-run (which did continue it), not a single run's.
+    assert f"KILLED and resumable: re-run the sweep's command with hydra.sweep.dir={sweep_dir}, which continues" in log
     # Frozen once it started training: if that was before its first step (tracing takes seconds under load), it
     # stopped with nothing to save and trial 2 trains afresh; otherwise it resumes from the checkpoint it saved.
     if "preempted: stopped by SIGTERM before its first step" in log:

@@ -42,7 +42,14 @@ from runner.config.schema import SWEEP_VALIDATION_FRACTION, Settings
 from runner.data.validation import OPTIONAL_VARIABLE
 from runner.errors import RunnerError
 from runner.lifeline import Process, exit_once_gone, lifeline, sweep_process
-from runner.outcome import FINISHED, KILLED, MODEL_AT_SWEEP_END_VARIABLE, OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.outcome import (
+    FINISHED,
+    KILLED,
+    MODEL_AT_SWEEP_END_VARIABLE,
+    OUTCOME_FILE,
+    OUTCOME_VARIABLE,
+    SWEEP_DIR_VARIABLE,
+)
 from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
@@ -255,6 +262,7 @@ class _Job:
             **self.validation.environ,
             **(self.link.to_environment() if self.link else {}),
             **({MODEL_AT_SWEEP_END_VARIABLE: "1"} if self.config.sweep.trial_models == "champion" else {}),
+            SWEEP_DIR_VARIABLE: os.path.abspath(str(self.hydra_config.sweep.dir)),
         }
         outcome_file = os.path.join(run_dir, OUTCOME_FILE)
         started = time.monotonic()

@@ -13,6 +13,7 @@ import tensorflow as tf
 from runner.clusters.preemption import AgreedStop
 from runner.clusters.roles import Task
 from runner.errors import Preempted, RunnerError
+from runner.outcome import resume_advice
 from runner.tracking.protocol import Tracker
 from runner.training.actions import LogModel
 from runner.training.controller import Controller, EndAction
@@ -48,7 +49,7 @@ class RunEnding:
     def explain(self, error: BaseException) -> BaseException:
         """`error` as the user should read it: a preemption's or a lost peer's paragraph, or the error itself."""
         task, checkpointer, run_dir = self.job.task, self.restored.checkpointer, self.job.run_dir
-        again = f"start every task again with the same command and hydra.run.dir={run_dir}"
+        again = resume_advice(run_dir, every_task=True)
         if isinstance(error, AgreedStop) and not task.chief:
             saved = os.path.join(checkpointer.directory, f"ckpt-{error.step}")
             return Preempted(
@@ -67,7 +68,7 @@ class RunEnding:
             saved = f"after saving {checkpointer.latest}" if checkpointer.latest else "before its first step"
             return Preempted(
                 f"stopped by SIGTERM {saved}; MLflow run {self.run_id} is "
-                f"KILLED and resumable: re-run the same command with hydra.run.dir={run_dir}"
+                f"KILLED and resumable: {resume_advice(run_dir)}"
             )
         if isinstance(error, _PEER_FAILURES) and task.type is not None:  # one process: no peer to blame
             failure = _peer_failure(error, task, self.controller.epoch, checkpointer.latest, run_dir)
@@ -90,8 +91,7 @@ def _peer_failure(
         f"another task of the cluster failed or stopped answering "
         f"{f'during epoch {epoch}' if epoch else 'before training started'}, so {task.name} stopped "
         f"too ({type(error).__name__}: {reason}); {kept}. Fix: find the cause in the failed task's log, then "
-        f"start every task again with the same command and hydra.run.dir={run_dir} to resume from the last "
-        "checkpoint."
+        f"{resume_advice(run_dir, every_task=True)}, to resume from the last checkpoint."
     )
 
 
