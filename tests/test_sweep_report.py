@@ -336,6 +336,16 @@ def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path
     assert every in page and "chose the winner" not in page
 
 
+def test_a_choice_of_numbers_is_ticked_at_its_values_and_a_spread_of_many_is_a_continuous_axis():
+    from runner.sweeps.report import _dimension
+
+    batch = _dimension("batch", ["64", "32", "64"], False)
+    assert (batch["tickvals"], batch["ticktext"]) == ([32.0, 64.0], ["32", "64"])  # not 30.4, 35, ..., 65.6
+    assert batch["range"][0] < 32 < 64 < batch["range"][1]  # the lines run inside the frame
+    spread = _dimension("optimizer.lr", [str(0.001 * step) for step in range(1, 12)], False)
+    assert "tickvals" not in spread and len(spread["values"]) == 11
+
+
 def test_a_regression_sweeps_winner_shows_its_test_value_of_every_metric_everywhere(tmp_path, monkeypatch, capsys):
     """Two configurations of a regression, two runs each: the winner's test_mae, test_rmse and test_loss, each the
     mean of its runs' values with its interval, in the terminal, sweep_summary.md, the parent run and the report."""

@@ -30,7 +30,7 @@ from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotl
 
 from runner.errors import RunnerError
 from runner.sweeps.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
-from runner.sweeps.summary import ConfigurationRow, JobRow, Summary, every_job_failed, methods
+from runner.sweeps.summary import JobRow, Summary, every_job_failed, methods
 from runner.sweeps.terms import chosen_on_test, what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
 
@@ -114,7 +114,7 @@ def write_report(
 
     sections = [
         _heading(summary, sweep_dir, lower_is_better),
-        _configurations_table(summary, lower_is_better),
+        _configurations_table(summary),
         _winner_tests(summary),
         _parallel_coordinates(summary, log_keys),
         _curves(summary),
@@ -172,23 +172,11 @@ def _heading(summary: Summary, sweep_dir: str, lower_is_better: bool) -> str:
     )
 
 
-def _ordered(summary: Summary, lower_is_better: bool) -> list[ConfigurationRow]:
-    """The best first, then the compared ones from best to worst mean, then those that cannot be compared."""
-
-    def key(row: ConfigurationRow) -> tuple[bool, bool, float]:
-        mean = row.mean(summary.objective)
-        if mean is None or not row.complete or row.pruned:
-            return (True, True, 0.0)
-        return (row is not summary.best_configuration, False, mean if lower_is_better else -mean)
-
-    return sorted(summary.configurations, key=key)
-
-
-def _configurations_table(summary: Summary, lower_is_better: bool) -> str:
+def _configurations_table(summary: Summary) -> str:
     objective = summary.objective
     comparisons = summary.comparisons()
     rows = []
-    for row in _ordered(summary, lower_is_better):
+    for row in summary.configurations:  # ranked: the best first (runner.sweeps.summary)
         mean, std = row.mean(objective), row.std(objective)
         verdict = summary.verdict(row, comparisons)
         test = comparisons.get(row.configuration)
@@ -326,7 +314,12 @@ def _dimension(key: str, values: Sequence[str], log: bool) -> dict[str, Any]:
             "tickvals": ticks,
             "ticktext": [f"{10**tick:.3g}" for tick in ticks],
         }
-    return {"label": key, "values": numbers, "range": _padded(numbers)}
+    axis = {"label": key, "values": numbers, "range": _padded(numbers)}
+    distinct = sorted(set(numbers))
+    if len(distinct) <= _FEW_VALUES:  # a choice's values (batch 32 or 64): ticks at them alone, not 30.4 ... 65.6
+        text = {number: value for number, value in zip(numbers, values, strict=True)}
+        axis.update(tickvals=distinct, ticktext=[text[number] for number in distinct])
+    return axis
 
 
 def _log_axis(numbers: Sequence[float], log: bool) -> bool:
@@ -341,6 +334,10 @@ def _log_ticks(logs: Sequence[float]) -> list[float]:
     low, high = min(logs), max(logs)
     decades = [float(power) for power in range(math.ceil(low), math.floor(high) + 1)]
     return sorted({*decades, low, high})
+
+
+# A numeric axis with at most this many values (a choice's, a grid's) is ticked at its values alone.
+_FEW_VALUES = 8
 
 
 def _padded(values: Sequence[float]) -> list[float]:

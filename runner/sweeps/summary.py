@@ -469,6 +469,7 @@ def collect(
         grouped.setdefault(row.configuration, []).append(row)
     configurations = [ConfigurationRow(name, jobs) for name, jobs in grouped.items()]
     best_configuration = _best_configuration(configurations, objective, lower_is_better)
+    configurations = _ranked(configurations, best_configuration, objective, lower_is_better)
     best = None
     if best_configuration is not None:
         pick = min if lower_is_better else max
@@ -545,6 +546,22 @@ def _best_configuration(
     scored = [row for row in configurations if row.complete and math.isfinite(score(row))]
     pick = min if lower_is_better else max
     return pick(scored, key=score) if scored else None
+
+
+def _ranked(
+    configurations: list[ConfigurationRow], best: ConfigurationRow | None, objective: str, lower_is_better: bool
+) -> list[ConfigurationRow]:
+    """The order every output lists configurations in: the best first, then the compared ones from best to worst
+    mean, then those that cannot be compared (pruned, or without a finished run of every seed and fold), in job
+    order."""
+
+    def key(row: ConfigurationRow) -> tuple[bool, bool, float]:
+        mean = row.mean(objective)
+        if mean is None or not row.complete or row.pruned:
+            return (True, True, 0.0)
+        return (row is not best, False, mean if lower_is_better else -mean)
+
+    return sorted(configurations, key=key)
 
 
 def _swept_value(run, key: str) -> str | None:
