@@ -254,6 +254,14 @@ def _refused(tmp_path, *arguments: str, env: dict[str, str] | None = None) -> st
             "train_accuracy, val_loss, val_accuracy, test_loss, test_accuracy (did you mean "
             "early_stopping.monitor=val_loss?)",
         ),
+        (  # in a sweep too, before its parent run, however the monitor is swept
+            ["-m", "early_stopping.patience=2", "early_stopping.monitor=val_loss,val_los"],
+            "early_stopping.monitor='val_los' is not valid: it must be a metric of every epoch, train_loss, ",
+        ),
+        (
+            ["-m", "optimizer.lr=0.1,0.2", "task.objective=acuracy"],
+            "task.objective='acuracy' is not valid: a sweep chooses on val_<it> when sweep.objective is null",
+        ),
         (
             ["early_stopping.patience=2", "early_stopping.start_epoch=3", "epochs=2"],
             "early_stopping.start_epoch=3 is not valid: it comes after the run's last epoch (epochs)",

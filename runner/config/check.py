@@ -39,7 +39,7 @@ from runner.config.schema import (
     group_class,
     register,
 )
-from runner.config.settings import sweep_settings, target_components, validate
+from runner.config.settings import check_named_metrics, sweep_settings, target_components, validate
 from runner.errors import RunnerError
 from runner.searchpath import searchpath_overrides
 
@@ -182,6 +182,7 @@ class _Composer:
         points = [_values(override) for override in overrides]
         job = job_config(config)  # without the hydra node, which no value of a job changes: copied per value
         _check_targets(job)
+        check_named_metrics(job)
         for index, override in enumerate(overrides):
             if not override.is_sweep_override():
                 continue
@@ -193,6 +194,7 @@ class _Composer:
                     other = self.compose(point)
                 refuse_unknown_keys(other, overrides)
                 _check_targets(other)
+                check_named_metrics(other)
 
     def _first_failing(self, overrides: Sequence[str]) -> tuple[int, Exception] | None:
         """The first override whose addition makes the composition fail (and its error), by bisection."""

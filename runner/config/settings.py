@@ -204,10 +204,7 @@ def validate(config: Mapping[str, Any]) -> Settings:
     table = settings.metric_table
     check_task_objective(table, settings.task.objective)
     check_metric_keys(table, settings.sweep, settings.task.objective)
-    monitor = settings.early_stopping.monitor
-    _check_metric_key(table.epoch_keys(), "early_stopping.monitor", monitor, "it must be a metric of every epoch")
-    if monitor is not None:
-        refuse_test_monitor(monitor, f"early_stopping.monitor={monitor!r}")
+    check_monitor(table, settings.early_stopping.monitor)
     check_metrics_suit(settings.task.kind, settings.metrics)
     for rule in RULES:
         if rule.group != SWEEP:  # a sweep's, checked by its sweeper before its parent run
@@ -230,6 +227,21 @@ def check_metric_keys(table: MetricTable, sweep: SweepSettings, score: str) -> N
     _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
     objective = sweep.objective or default_objective(score)
     table.check_direction(objective, sweep.direction, "sweep.direction", sweep.direction_against_metric)
+
+
+def check_monitor(table: MetricTable, monitor: str | None) -> None:
+    """early_stopping.monitor is a metric of every epoch of this table, and not the test set's."""
+    _check_metric_key(table.epoch_keys(), "early_stopping.monitor", monitor, "it must be a metric of every epoch")
+    if monitor is not None:
+        refuse_test_monitor(monitor, f"early_stopping.monitor={monitor!r}")
+
+
+def check_named_metrics(config: Mapping[str, Any]) -> None:
+    """The keys of a composed config that name a metric of its table (task.objective, sweep.objective,
+    early_stopping.monitor), checked alone: a sweep checks each of its points with them before its parent run."""
+    sweep_settings(config)  # task.objective and sweep.objective
+    stopping = schema.read(schema.EarlyStoppingSettings, schema.section(config, "early_stopping"), "early_stopping.")
+    check_monitor(metric_table_of(config), stopping.monitor)
 
 
 def check_task_objective(table: MetricTable, objective: str) -> None:
