@@ -89,6 +89,8 @@ class Sample:
     # Per job number (runner) or trial number (in-process): the compared metrics of its run.
     metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     trial_seconds: list[float] = dataclasses.field(default_factory=list)  # in-process: each objective call
+    # Warm sweeps: each warm worker's resident MiB, sampled every half second while the sweep ran, by pid.
+    worker_mib: dict[int, list[float]] = dataclasses.field(default_factory=dict)
     output_tail: str = ""  # a failed process's last 30 lines
 
 
@@ -144,18 +146,45 @@ def inprocess_command(args: argparse.Namespace, trials: int, workdir: Path) -> l
     ]
 
 
-def run_timed(command: list[str], workdir: Path, env: dict[str, str], timeout: float) -> tuple[float, int, str]:
-    """(wall seconds, exit status, output): `command` run in `workdir`, its stdout and stderr in one file there."""
+def run_timed(
+    command: list[str], workdir: Path, env: dict[str, str], timeout: float, memory: dict[int, list[float]] | None = None
+) -> tuple[float, int, str]:
+    """(wall seconds, exit status, output): `command` run in `workdir`, its stdout and stderr in one file there;
+    `memory` (if given) gets each warm worker's resident MiB, sampled every half second, by pid."""
     log = workdir / "output.txt"
     started = time.monotonic()
     with log.open("w") as handle:
-        try:
-            returncode = subprocess.run(
-                command, cwd=workdir, env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout
-            ).returncode
-        except subprocess.TimeoutExpired:
+        process = subprocess.Popen(command, cwd=workdir, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        deadline = started + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if memory is not None:
+                for pid, mib in warm_workers_mib().items():
+                    memory.setdefault(pid, []).append(mib)
+            time.sleep(0.5)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
             returncode = 124
+        else:
+            returncode = process.returncode
     return time.monotonic() - started, returncode, log.read_text(errors="replace")
+
+
+def warm_workers_mib() -> dict[int, float]:
+    """The resident MiB (VmRSS) of every warm training worker (python -m runner.warm_worker) now, by pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"runner.warm_worker" not in (entry / "cmdline").read_bytes():
+                continue
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    found[int(entry.name)] = int(line.split()[1]) / 1024
+        except OSError:  # it ended meanwhile
+            continue
+    return found
 
 
 def measure(args: argparse.Namespace, variant: str, trials: int, round_: int) -> Sample:
@@ -167,8 +196,9 @@ def measure(args: argparse.Namespace, variant: str, trials: int, round_: int) ->
         command = inprocess_command(args, trials, workdir)
     else:
         command = runner_command(args, trials, variant)
-    wall, returncode, output = run_timed(command, workdir, env, args.timeout)
-    sample = Sample(variant, trials, round_, wall, returncode)
+    memory: dict[int, list[float]] = {}
+    wall, returncode, output = run_timed(command, workdir, env, args.timeout, memory)
+    sample = Sample(variant, trials, round_, wall, returncode, worker_mib=memory)
     if returncode != 0:
         sample.output_tail = "\n".join(output.splitlines()[-30:])
         print(f"{variant} x{trials} failed ({returncode}), kept {workdir}:\n{sample.output_tail}", file=sys.stderr)
@@ -339,6 +369,28 @@ def phase_table(samples: list[Sample]) -> str:
     return markdown(["phase (median over trials)", *columns], "l" + "r" * len(columns), rows)
 
 
+def memory_lines(samples: list[Sample]) -> str:
+    """Per warm variant: how many workers ran, each one's resident MiB when first and last seen, and the peak."""
+    text = ""
+    for variant in ("warm", "champion"):
+        workers = [
+            (s.round, pid, mib)
+            for s in samples
+            if s.variant == variant and s.returncode == 0
+            for pid, mib in s.worker_mib.items()
+            if mib
+        ]
+        if not workers:
+            continue
+        spans = ", ".join(f"{mib[0]:.0f} -> {mib[-1]:.0f}" for _, _, mib in workers)
+        peak = max(max(mib) for _, _, mib in workers)
+        text += (
+            f"Warm workers ({variant}): {len(workers)} over the rounds; resident MiB first seen -> last seen: {spans}; "
+            f"peak {peak:.0f} MiB.\n"
+        )
+    return text
+
+
 def inprocess_line(samples: list[Sample]) -> str:
     seconds = [t for s in samples if s.variant == "inprocess" and s.returncode == 0 for t in s.trial_seconds]
     if not seconds:
@@ -352,6 +404,7 @@ def section(samples: list[Sample], trials: int, variants: list[str]) -> str:
     if any(s.variant in RUNNER_VARIANTS and s.returncode == 0 for s in ours):
         text += f"{phase_table(ours)}\n\n"
     text += inprocess_line(ours)
+    text += memory_lines(ours)
     text += f"Metrics identical (warm vs cold, {', '.join(COMPARED_METRICS)} by job number): "
     text += f"{metrics_identical(ours)}.\n"
     for failed in (s for s in ours if s.returncode != 0):
