@@ -168,7 +168,7 @@ class MetricTable:
 
     def curve_keys(self, split: str) -> tuple[str, ...]:
         """The curves a figure draws per epoch: `split`'s scores and loss, and the training loss."""
-        return (*(f"{split}_{metric.name}" for metric in self.scores), f"{split}_loss", "train_loss")
+        return (*self.split_keys(split), "train_loss")
 
     def direction(self, key: str, override: Any = None) -> str:
         """MINIMIZE or MAXIMIZE for the logged `key`; `override` (sweep.direction, hydra.sweeper.direction, an enum

@@ -37,7 +37,7 @@ from runner.clusters.end_of_job import END_FILE, SERVER_EXIT, read_end
 from runner.clusters.preemption import EXIT_CODE as _PREEMPTED  # what a preempted task exits with
 from runner.config.schema import ClusterSettings, Settings
 from runner.errors import RunnerError, report
-from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome
+from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome, resume_advice
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
 from runner.tracking.lifecycle import failure_message
@@ -136,8 +136,8 @@ def launch(settings: Settings, hydra_config) -> Outcome:
         code = tasks[0].process.returncode if tasks[0].process else None
         error = (
             f"the job was stopped by {stopped_by} before the chief finished; every task was stopped, the "
-            f"chief first (it saves a checkpoint when it can). Fix: re-run the same command with "
-            f"hydra.run.dir={run_dir} to resume from the last checkpoint."
+            f"chief first (it saves a checkpoint when it can). Fix: {resume_advice(run_dir)}, to resume from the "
+            "last checkpoint."
         )
         _mark_failed(settings, run_dir, error, only_if_running=True)
         code = code if code and code > 0 else 128 + stopped_by.signum
@@ -327,8 +327,8 @@ def _died(task: _Task, run_dir: str) -> str:
     return (
         f"{task.name}{role} of the local cluster (pid {task.popen.pid}) {_how(task.popen.returncode)} "
         f"{seconds:.0f} s after it started ({said}), so every other task was stopped. "
-        f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then re-run the "
-        f"same command with hydra.run.dir={run_dir} to resume from the last checkpoint."
+        f"{where}Fix: find the cause in {'its log' if task.log_path else 'the output above'}, then "
+        f"{resume_advice(run_dir)}, to resume from the last checkpoint."
     )
 
 

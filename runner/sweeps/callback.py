@@ -118,12 +118,13 @@ class SweepCallback(Callback):
         # summary and the registry below read every run FINISHED with its model; an idle one logs the champion's
         # model where the sweep leaves that to its end (runner.sweeps.champion).
         try:
-            POOL.settle(SweepConfig.read(config).sweep.worker_memory_mb)
-            finish_parent_run(config)
+            try:
+                POOL.settle(SweepConfig.read(config).sweep.worker_memory_mb)
+                finish_parent_run(config)
+            finally:
+                POOL.close()
         except RunnerError as error:
-            POOL.close()
             _exit_with(error, 1)
-        POOL.close()
 
 
 def _start_first_worker(config: DictConfig, sweep: SweepConfig) -> bool:
