@@ -1,5 +1,6 @@
 """What the runner's Optuna sweeper costs per trial on its own, as a study grows to thousands of trials: the sweep's
-loop (runner.sweeps.optuna_sweeper.OptunaSweep, one slot) with Hydra's launch replaced by a stand-in that returns at
+loop (runner.sweeps.plugins.optuna_sweeper.OptunaSweep, one slot) with Hydra's launch replaced by a stand-in that
+returns at
 once, in a journal file (the default storage) and in a real PostgreSQL (tests/helpers/servers.py's throwaway
 cluster, the `hydra.sweeper.storage=postgresql+psycopg2://...` a team would give). Per trial:
 
@@ -8,7 +9,7 @@ cluster, the `hydra.sweeper.storage=postgresql+psycopg2://...` a team would give
 - record: the stand-in job's MLflow child run (created with the job's tags, its metrics logged at epoch 1, ended),
   in a sqlite store as a sweep's default;
 - tell: the sweeper's tell (_Progress.tell: the trial read back for a pruned mark, study.tell);
-- summary: runner.sweeps.summary.collect over the parent's children, and both tables, divided by the rows;
+- summary: runner.sweeps.report.summary.collect over the parent's children, and both tables, divided by the rows;
 - job open: what each job's training process pays once to reach its trial (TrialLink.open: the study loaded from
   the storage, a journal replayed from its first line), measured with the study at its full size.
 
@@ -127,8 +128,8 @@ class StandInLauncher:
 
 @contextmanager
 def _timed_progress(timer: _Timer) -> Iterator[None]:
-    """The sweeper's ask and tell (runner.sweeps.optuna_sweeper._Progress), timed while the study runs."""
-    from runner.sweeps import optuna_sweeper
+    """The sweeper's ask and tell (runner.sweeps.plugins.optuna_sweeper._Progress), timed while the study runs."""
+    from runner.sweeps.plugins import optuna_sweeper
 
     progress = optuna_sweeper._Progress
     originals = progress.next_trial, progress.tell
@@ -146,9 +147,9 @@ def measure(storage_name: str, storage_url: str | None, trials: int, sampler: st
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
-    from runner.sweeps import summary as sweep_summary
-    from runner.sweeps.optuna_sweeper import OptunaSweep
-    from runner.sweeps.study import TrialLink, storage_of
+    from runner.sweeps.plugins.optuna_sweeper import OptunaSweep
+    from runner.sweeps.report import summary as sweep_summary
+    from runner.sweeps.study.study import TrialLink, storage_of
     from runner.sweeps.terms import PARENT_RUN_ID_FILE, SWEEP_DIR_TAG
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-bookkeeping-"))

@@ -1,6 +1,6 @@
 """The sweeper `hparams_search=optuna` selects (conf/hydra/sweeper/optuna.yaml). Hydra instantiates only plugin
 classes it found in the hydra_plugins package, so the class is declared here; what it does is
-runner.sweeps.optuna_sweeper, imported only when a sweep starts.
+runner.sweeps.plugins.optuna_sweeper, imported only when a sweep starts.
 
 Hydra imports every module under hydra_plugins/ in every Hydra app of the environment, at start-up: this one
 imports nothing beyond Hydra's own Sweeper interface."""
@@ -27,6 +27,6 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from runner.sweeps.optuna_sweeper import sweep  # noqa: PLC0415  Hydra imports this module in every Hydra app: the runner only once it is used
+        from runner.sweeps.plugins.optuna_sweeper import sweep  # noqa: PLC0415  Hydra imports this module in every Hydra app: the runner only once it is used
 
         return sweep(self, arguments, lambda: self.settings)

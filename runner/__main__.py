@@ -1,6 +1,6 @@
 """`python -m runner [overrides]` (or the `runner` script): compose the config with Hydra, validate it, train.
 
-With `-m` (a sweep), each job trains in its own process instead: see runner.sweeps.job.
+With `-m` (a sweep), each job trains in its own process instead: see runner.sweeps.job.job.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from runner.errors import Preempted, RunnerError, report
 from runner.lifeline import record_sweep_process, watch
 from runner.metric_table import MetricTable
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
-from runner.sweeps.launchers import check_launcher, rename_launcher_schemas
-from runner.sweeps.pruning import trial_reporter
+from runner.sweeps.launch.launchers import check_launcher, rename_launcher_schemas
+from runner.sweeps.study.pruning import trial_reporter
 from runner.sweeps.terms import objective_name
 from runner.tracking.opening import opened_tracker
 from runner.tracking.run_id_file import read_run_id
@@ -60,7 +60,7 @@ def main(cfg: DictConfig) -> float:
     if hydra_config.mode == RunMode.MULTIRUN:
         configure(is_verbose(cfg.get("verbose"), hydra_config.verbose))
         # TensorFlow's devices and strategies are process-wide: a sweep job trains in a fresh process.
-        from runner.sweeps.job import run_sweep_job  # noqa: PLC0415  MLflow: only a sweep job pays for its import
+        from runner.sweeps.job.job import run_sweep_job  # noqa: PLC0415  MLflow: only a sweep job pays for its import
 
         return run_sweep_job(cfg, hydra_config)
     run_dir = str(hydra_config.runtime.output_dir)

@@ -21,7 +21,7 @@ from runner.metric_table import DEFAULT_TABLE, MetricTable
 OUTCOME_VARIABLE = "RUNNER_OUTCOME_FILE"
 OUTCOME_FILE = "outcome.json"
 # Set by a sweep job whose sweep logs its champion's model alone (sweep.trial_models=champion): the run skips its
-# model's export, which the sweep does for its champion once it has chosen it (runner.sweeps.champion).
+# model's export, which the sweep does for its champion once it has chosen it (runner.sweeps.job.champion).
 MODEL_AT_SWEEP_END_VARIABLE = "RUNNER_MODEL_AT_SWEEP_END"
 # Set by a sweep job for each run it trains: the sweep's directory, whose re-run continues a run that stopped.
 SWEEP_DIR_VARIABLE = "RUNNER_SWEEP_DIR"

@@ -15,7 +15,8 @@ def _pyplot():
 
 
 def import_pyplot() -> None:
-    """Import matplotlib's pyplot now, where a process has time to spare before it draws (runner.sweeps.outputs)."""
+    """Import matplotlib's pyplot now, where a process has time to spare before it draws
+    (runner.sweeps.report.outputs)."""
     _pyplot()
 
 

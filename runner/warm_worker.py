@@ -1,6 +1,7 @@
 """A warm training worker of a sweep: one process that trains run after run, each as `python -m runner` would.
 
-A sweep job on the basic, joblib or Ray launcher (runner.sweeps.warm_pool) starts this process once, as `python -m
+A sweep job on the basic, joblib or Ray launcher (runner.sweeps.launch.warm_pool) starts this process once, as
+`python -m
 runner.warm_worker <reply fd>`, and hands it one run at a time on its standard input: a JSON line with the run's
 command-line arguments, working directory and environment. The worker has imported TensorFlow, tf_keras, MLflow,
 Hydra and the runner before the first run, and starts the next run's tracker process
@@ -8,7 +9,7 @@ Hydra and the runner before the first run, and starts the next run's tracker pro
 compose, its strategy, data pipeline, model and optimizer (built fresh, seeded per run: runner.training.build), its
 training, evaluation and model. It answers on the reply descriptor as soon as the run's outcome is written
 (runner.outcome.listen_early), before the model's export and the MLflow run's end, which then finish while the job
-goes on (runner.sweeps.warm_pool); then it says it is free. It leaves nothing of the run behind: its environment,
+goes on (runner.sweeps.launch.warm_pool); then it says it is free. It leaves nothing of the run behind: its environment,
 working directory and command line are restored, its run directory let go (runner.run_lock), the Keras session
 cleared.
 
@@ -119,7 +120,7 @@ def _load() -> None:
 
     load_tensorflow(os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0")
     import runner.__main__  # noqa: F401, PLC0415  Hydra, the config and the entry
-    import runner.sweeps.pruning  # noqa: F401, PLC0415  an Optuna trial's reporter
+    import runner.sweeps.study.pruning  # noqa: F401, PLC0415  an Optuna trial's reporter
     import runner.tracking.model_export  # noqa: F401, PLC0415  MLflow and its TensorFlow flavor
     import runner.train  # noqa: F401, PLC0415  the training core
 

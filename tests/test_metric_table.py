@@ -118,7 +118,7 @@ def test_a_direction_against_the_objectives_own_is_refused_unless_meant(override
 
 def test_an_optuna_study_minimizes_a_loss_objective_with_no_direction_given():
     from helpers.config import compose
-    from runner.sweeps.optuna_sweeper import _direction
+    from runner.sweeps.plugins.optuna_sweeper import _direction
 
     assert _direction(None, compose(["sweep.objective=val_loss"])) == "minimize"
     assert _direction(None, compose([])) == "maximize"  # val_accuracy

@@ -11,11 +11,11 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from runner.errors import RunnerError
-from runner.sweeps.grid_study import GRID_STUDY, JobTrial, create_grid_study
-from runner.sweeps.optuna_sweeper import launcher_parallelism
-from runner.sweeps.pruning import TrialReporter, check_sweep
-from runner.sweeps.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
-from runner.sweeps.summary import ConfigurationRow, JobRow, Summary
+from runner.sweeps.plugins.optuna_sweeper import launcher_parallelism
+from runner.sweeps.report.summary import ConfigurationRow, JobRow, Summary
+from runner.sweeps.study.grid_study import GRID_STUDY, JobTrial, create_grid_study
+from runner.sweeps.study.pruning import TrialReporter, check_sweep
+from runner.sweeps.study.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
 from runner.sweeps.sweep_config import BASIC_SWEEPER, SweepConfig
 
 
@@ -196,7 +196,7 @@ def _optuna_sweep(
 ) -> list[tuple[int, tuple[str, ...]]]:
     from omegaconf import OmegaConf
 
-    from runner.sweeps.optuna_sweeper import OptunaSweep
+    from runner.sweeps.plugins.optuna_sweeper import OptunaSweep
 
     settings = {
         "direction": direction,
@@ -229,7 +229,7 @@ def test_a_rerun_of_a_study_continues_its_samplers_draws_instead_of_repeating_th
     repeat its start-up draws)."""
     from optuna.samplers import TPESampler
 
-    from runner.sweeps.optuna_sweeper import continued_sampler
+    from runner.sweeps.plugins.optuna_sweeper import continued_sampler
 
     space = {"optimizer.lr": "tag(log, interval(0.0001, 0.01))", "batch": "choice(32, 64, 128)"}
     first = _optuna_sweep(tmp_path, 2, space)
@@ -249,7 +249,7 @@ def test_a_rerun_of_a_study_continues_its_samplers_draws_instead_of_repeating_th
 def test_a_configuration_the_sampler_proposes_again_is_told_its_result_not_trained_twice(tmp_path, n_jobs, caplog):
     """A 2 x 2 space and 6 trials: 4 configurations train once each; the 2 trials proposing one of them again are
     told its result and marked `duplicate_of`, on one slot as on two (where the original may still be training)."""
-    from runner.sweeps.study import DUPLICATE_ATTR
+    from runner.sweeps.study.study import DUPLICATE_ATTR
 
     caplog.set_level("INFO", logger="runner")
     launched = _optuna_sweep(tmp_path, 6, {"batch": "choice(32, 64)", "optimizer.lr": "choice(0.01, 0.001)"}, n_jobs)
@@ -292,7 +292,7 @@ def test_the_wilcoxon_pruner_stops_a_trial_whose_replicates_are_behind_the_best_
     (four pairs: p = 1/16 < 0.1), not before; one that keeps up is not. The training reports nothing per epoch."""
     from optuna.trial import TrialState
 
-    from runner.sweeps.pruning import report_replicate, trial_reporter
+    from runner.sweeps.study.pruning import report_replicate, trial_reporter
 
     config = _grid_config("pruner=wilcoxon", "sweep.folds=5", "epochs=3")
     sweep = SweepConfig.read(config)

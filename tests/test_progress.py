@@ -105,7 +105,7 @@ def test_bar_enabled_follows_the_stream_unless_forced(tmp_path):
 def test_a_sweep_job_asks_for_the_bar_only_when_the_sweep_is_on_a_terminal(tmp_path):
     """A sweep job's training process writes to the job's stderr: with progress=null the job asks
     for the bar when its own stderr, the sweep's, is a terminal."""
-    from runner.sweeps.job import progress_overrides
+    from runner.sweeps.job.job import progress_overrides
 
     controller, terminal = os.openpty()
     try:

@@ -26,7 +26,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from helpers.presets import TINY
 from helpers.requires import requires
 from runner.run_lock import LOCK_FILE
-from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
+from runner.sweeps.report.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 
 pytestmark = [pytest.mark.slow, requires("iproute2")]  # each command runs in its own network namespace

@@ -292,7 +292,7 @@ def test_empty_and_numeric_values_where_they_mean_something(override, expected):
 def _ray_launcher(*dotlist: str, environ=None):
     from omegaconf import OmegaConf
 
-    from runner.sweeps.ray_launcher import ray_launcher
+    from runner.sweeps.launch.ray_launcher import ray_launcher
 
     config = OmegaConf.merge(
         OmegaConf.load(CONF / "hydra" / "launcher" / "ray.yaml"),

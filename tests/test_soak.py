@@ -34,7 +34,7 @@ from helpers.processes import live_members, stop_group, wait_group
 from helpers.requires import requires
 from helpers.servers import MlflowServer, Postgres
 from helpers.tracking import metric_history, mlflow_client
-from runner.sweeps.summary import CSV_FILE, JOBS_CSV_FILE
+from runner.sweeps.report.summary import CSV_FILE, JOBS_CSV_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.registry import CHAMPION, champion_version
 

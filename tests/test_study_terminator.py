@@ -1,4 +1,5 @@
-"""hydra.sweeper.terminate=regret (runner.sweeps.terminator) on real Optuna studies of made-up trials: the noise is
+"""hydra.sweeper.terminate=regret (runner.sweeps.study.terminator) on real Optuna studies of made-up trials: the
+noise is
 the best trial's standard error over its replicates as scipy computes it (s/√n over seeds, Nadeau and Bengio's
 corrected variance over folds); the bound's width factor is Optuna's own; a study whose configurations all score
 the same stops once it may, one whose scores still climb steeply does not; a repeated configuration and a trial
@@ -16,8 +17,8 @@ from optuna.terminator.improvement.evaluator import _get_beta
 from scipy import stats
 
 from runner.errors import RunnerError
-from runner.sweeps.study import DUPLICATE_ATTR, REPLICATES_ATTR
-from runner.sweeps.terminator import RegretBound, ReplicateNoise, StudyTerminator, beta, study_terminator
+from runner.sweeps.study.study import DUPLICATE_ATTR, REPLICATES_ATTR
+from runner.sweeps.study.terminator import RegretBound, ReplicateNoise, StudyTerminator, beta, study_terminator
 
 SPACE = {
     "optimizer.lr": FloatDistribution(1e-4, 1e-1, log=True),

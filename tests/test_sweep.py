@@ -122,8 +122,8 @@ def test_joblib_sweep_runs_jobs_in_parallel_under_one_parent(tmp_path):
 
 
 def test_the_launcher_tag_names_the_launcher_and_slurm_jobs_are_named_as_slurm_shows_them():
-    from runner.sweeps.job import other_task_rank, slurm_job_id
-    from runner.sweeps.launchers import launcher_name
+    from runner.sweeps.job.job import other_task_rank, slurm_job_id
+    from runner.sweeps.launch.launchers import launcher_name
 
     assert launcher_name("hydra._internal.core_plugins.basic_launcher.BasicLauncher") == "basic"
     assert launcher_name("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher") == "joblib"

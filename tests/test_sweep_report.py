@@ -29,10 +29,10 @@ from helpers.simulated_sweeps import simulate_sweep, sweep_config
 from helpers.sweeps import without_generated_line
 from runner.errors import RunnerError
 from runner.report import main as report_main
-from runner.sweeps import summary as sweep_summary
-from runner.sweeps.histories import UI_BULK_ENDPOINT, _BulkReader
-from runner.sweeps.report import REPORT_FILE, curves_figure, log_scaled_keys, parallel_figure
-from runner.sweeps.summary import CSV_FILE, CURVE_METRICS, MARKDOWN_FILE, REPORT_CURVE_METRICS
+from runner.sweeps.report import summary as sweep_summary
+from runner.sweeps.report.histories import UI_BULK_ENDPOINT, _BulkReader
+from runner.sweeps.report.report import REPORT_FILE, curves_figure, log_scaled_keys, parallel_figure
+from runner.sweeps.report.summary import CSV_FILE, CURVE_METRICS, MARKDOWN_FILE, REPORT_CURVE_METRICS
 from runner.sweeps.terms import PARENT_RUN_ID_FILE, SCORES_TAG, TASK_OBJECTIVE_TAG, TRACKING_URI_FILE
 from runner.sweeps.uncertainty import confidence_interval
 
@@ -259,8 +259,8 @@ def test_an_optuna_studys_importances_are_drawn_from_two_completed_trials_and_ot
     study is the sweep's, whatever its name."""
     import optuna
 
-    from runner.sweeps.report import _importances, find_study
-    from runner.sweeps.study import JOURNAL_FILE, open_storage
+    from runner.sweeps.report.report import _importances, find_study
+    from runner.sweeps.study.study import JOURNAL_FILE, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="fashion_mnist", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
@@ -279,7 +279,7 @@ def test_a_sweep_directory_names_its_store_so_the_report_reads_it_from_any_direc
     where the sweep started: the sweep records it absolute, and python -m runner.report reads that from elsewhere."""
     from omegaconf import OmegaConf
 
-    from runner.sweeps.callback import start_parent_run
+    from runner.sweeps.plugins.parent_run import start_parent_run
     from runner.sweeps.sweep_config import SweepConfig
 
     started = tmp_path / "project"
@@ -315,7 +315,7 @@ def test_a_sweep_directory_names_its_store_so_the_report_reads_it_from_any_direc
 def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path, monkeypatch):
     """Not `The others finished`, and chosen_by stays the objective asked for (no finished run tells whether the
     data could be split, so there is no reason to fall back on the test set)."""
-    from runner.sweeps.callback import finish_parent_run
+    from runner.sweeps.plugins.parent_run import finish_parent_run
 
     monkeypatch.chdir(tmp_path)  # the simulated experiment's artifacts
     store = f"sqlite:///{tmp_path}/mlflow.db"
@@ -337,7 +337,7 @@ def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path
 
 
 def test_a_choice_of_numbers_is_ticked_at_its_values_and_a_spread_of_many_is_a_continuous_axis():
-    from runner.sweeps.report import _dimension
+    from runner.sweeps.report.report import _dimension
 
     batch = _dimension("batch", ["64", "32", "64"], False)
     assert (batch["tickvals"], batch["ticktext"]) == ([32.0, 64.0], ["32", "64"])  # not 30.4, 35, ..., 65.6
@@ -349,7 +349,7 @@ def test_a_choice_of_numbers_is_ticked_at_its_values_and_a_spread_of_many_is_a_c
 def test_a_regression_sweeps_winner_shows_its_test_value_of_every_metric_everywhere(tmp_path, monkeypatch, capsys):
     """Two configurations of a regression, two runs each: the winner's test_mae, test_rmse and test_loss, each the
     mean of its runs' values with its interval, in the terminal, sweep_summary.md, the parent run and the report."""
-    from runner.sweeps.callback import finish_parent_run
+    from runner.sweeps.plugins.parent_run import finish_parent_run
 
     monkeypatch.chdir(tmp_path)
     store = f"sqlite:///{tmp_path}/mlflow.db"
@@ -448,7 +448,7 @@ def test_a_sweep_on_a_metric_of_its_own_chooses_by_its_direction_and_shows_it_in
     """The sweep's metric table (its `metrics`): a lower-better `val_mae` chooses the lowest configuration, and the
     summaries' columns, the report's curves and the picture follow the sweep's scores instead of accuracy."""
     from runner.metric_table import Metric, MetricTable
-    from runner.sweeps.outputs import SweepFacts, write_outputs
+    from runner.sweeps.report.outputs import SweepFacts, write_outputs
 
     store = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(store)
@@ -469,7 +469,7 @@ def test_a_sweep_on_a_metric_of_its_own_chooses_by_its_direction_and_shows_it_in
 
     # By its parent run id where its directory is not: a task=regression sweep's start records its scores and the
     # task's score on the parent run (here the resumed parent, as a re-run's start does), and the report reads them.
-    from runner.sweeps.callback import start_parent_run
+    from runner.sweeps.plugins.parent_run import start_parent_run
     from runner.sweeps.sweep_config import SweepConfig
 
     sweep_dir = tmp_path / "sweep"

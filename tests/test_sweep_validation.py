@@ -17,9 +17,9 @@ from helpers.data import tfrecord_options, write_tfrecords
 from helpers.presets import SWEEP_JOB
 from helpers.sweeps import all_runs, children, client_for, parent_id_of, without_generated_line
 from runner.data.validation import OPTIONAL_VARIABLE
-from runner.sweeps.job import validation_of_job
-from runner.sweeps.report import REPORT_FILE
-from runner.sweeps.summary import MARKDOWN_FILE
+from runner.sweeps.job.job import validation_of_job
+from runner.sweeps.report.report import REPORT_FILE
+from runner.sweeps.report.summary import MARKDOWN_FILE
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import CHOSEN_BY_TAG, PARENT_RUN_ID_FILE, what_chose
 
@@ -57,7 +57,7 @@ def test_a_pruner_with_an_objective_of_the_end_suggests_the_validation_splits_pe
     from omegaconf import OmegaConf
 
     from runner.errors import RunnerError
-    from runner.sweeps.pruning import check_sweep
+    from runner.sweeps.study.pruning import check_sweep
     from runner.sweeps.sweep_config import BASIC_SWEEPER
 
     composed = OmegaConf.to_container(compose(["pruner=median", "sweep.objective=eval_accuracy"]), resolve=True)
@@ -160,7 +160,7 @@ def test_k_fold_trains_each_fold_as_a_child_and_a_rerun_trains_only_the_unfinish
     import statistics
 
     from helpers.sweeps import summary_rows
-    from runner.sweeps.summary import CSV_FILE
+    from runner.sweeps.report.summary import CSV_FILE
 
     _learnable_npz(tmp_path / "data.npz", train=300, test=30)
     npz = ["dataset=npz", f"dataset.path={tmp_path / 'data.npz'}", "dataset.name=npz"]

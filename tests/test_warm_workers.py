@@ -1,4 +1,5 @@
-"""Warm training workers (runner.sweeps.warm_pool, runner.warm_worker): a sweep's runs trained one after another in
+"""Warm training workers (runner.sweeps.launch.warm_pool, runner.warm_worker): a sweep's runs trained one after
+another in
 long-lived processes train the numbers a fresh process per run trains, on the devices each run asks for; a run
 that fails, diverges or has its worker killed fails alone; nothing outlives the sweep. Real sweeps, real MLflow
 and Optuna stores in tmp_path."""
@@ -24,10 +25,10 @@ from helpers.processes import live_members, wait_group
 from helpers.sweeps import children, client_for, parent_id_of, sweep_command
 from runner.errors import RunnerError
 from runner.run_lock import LOCK_FILE
-from runner.sweeps.launchers import check_before_sweep
-from runner.sweeps.study import JOURNAL_FILE, open_storage
+from runner.sweeps.launch.launchers import check_before_sweep
+from runner.sweeps.launch.warm_pool import WorkerKind, worker_kind
+from runner.sweeps.study.study import JOURNAL_FILE, open_storage
 from runner.sweeps.sweep_config import SweepConfig
-from runner.sweeps.warm_pool import WorkerKind, worker_kind
 
 # What a run trains, bit for bit under runtime.deterministic; timings and the job's own wall time differ.
 TRAINED = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "eval_accuracy")

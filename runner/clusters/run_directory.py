@@ -6,7 +6,7 @@ Who holds it when several processes share a run directory by design:
 - cluster=local: the launcher holds it for the whole job; its tasks (its children) run under its hold;
 - cluster=tf_config and cluster=slurm: the chief task holds it (TF_CONFIG's chief, or worker 0 without
   one; SLURM task 0); the other workers and the parameter servers take no lock;
-- a sweep: each job's training process holds its job directory (runner.sweeps.job starts it); a job that finds
+- a sweep: each job's training process holds its job directory (runner.sweeps.job.job starts it); a job that finds
   it held waits for the holder (runner.run_lock.wait_while_held).
 """
 

@@ -355,7 +355,7 @@ def settings_refusal(config: dict, override: Override) -> RunnerError | None:
 
 # The runner's Optuna sweeper's settings (hparams_search=optuna): a grid sweep (Hydra's basic sweeper) has none.
 OPTUNA_SWEEPER_FILE = CONF_DIR / "hydra" / "sweeper" / "optuna.yaml"
-# runner.sweeps.study.SWEEPER_TARGET, which this layer may not import (lint-imports: sweeps sits above config).
+# runner.sweeps.terms.SWEEPER_TARGET, which this layer may not import (lint-imports: sweeps sits above config).
 _OPTUNA_SWEEPER = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
 
 

@@ -46,7 +46,7 @@ from runner.task_kinds import KINDS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
-# sweep.trial_models: every run of a sweep logs its model, or only the sweep's champion (runner.sweeps.champion).
+# sweep.trial_models: every run of a sweep logs its model, or only the sweep's champion (runner.sweeps.job.champion).
 TRIAL_MODELS = ("every", "champion")
 STRATEGIES = tuple("default one_device mirrored central_storage multi_worker_mirrored parameter_server tpu".split())
 
@@ -235,7 +235,7 @@ class TaskSettings:
 
 
 # The validation split a sweep's job holds out when dataset.validation_fraction is null and it chooses on a val_
-# objective (runner.sweeps.job.validation_of_job).
+# objective (runner.sweeps.job.job.validation_of_job).
 SWEEP_VALIDATION_FRACTION = 0.1
 
 
@@ -461,7 +461,8 @@ class SweepSettings:
         1, Int(), "pass how many seeds each point of a sweep trains with, e.g. sweep.seeds=3 (1 for one run)"
     )
     # Train a sweep's runs on the basic, joblib and Ray launchers in warm worker processes that have imported
-    # TensorFlow, MLflow and the runner once and train run after run (runner.sweeps.warm_pool); false: every run in
+    # TensorFlow, MLflow and the runner once and train run after run (runner.sweeps.launch.warm_pool); false: every
+    # run in
     # a fresh `python -m runner` process. Cluster strategies and submitit's launchers always start their own.
     warm_workers: bool = key(True, BOOL, "pass sweep.warm_workers=true (warm workers) or false (a process per run)")
     # A warm worker whose resident memory exceeds this many MiB after a trial is replaced by a fresh one.
@@ -470,7 +471,7 @@ class SweepSettings:
     )
     # Which runs of a sweep log their trained model (with mlflow.log_model): every one as it finishes, or only the
     # sweep's champion, exported from its kept checkpoint when the sweep ends and then registered
-    # (runner.sweeps.champion): each other trial skips the export (seconds of a small trial). Jobs on the sweep's
+    # (runner.sweeps.job.champion): each other trial skips the export (seconds of a small trial). Jobs on the sweep's
     # machine only (the basic and joblib launchers): the champion is exported where its checkpoint is.
     trial_models: str = key(
         "every",
@@ -527,7 +528,7 @@ class Settings:
     # metrics: the model's scores besides its loss, by name: metrics.<name>._target_ a Keras metric class and its
     # arguments (metrics.<name>.direction: min or max where the runner's metric table cannot tell).
     metrics: tuple[MetricSettings, ...] = metric_group()
-    # pruner: an Optuna pruner (runner.sweeps.pruning) stopping a sweep's hopeless trials; null: none.
+    # pruner: an Optuna pruner (runner.sweeps.study.pruning) stopping a sweep's hopeless trials; null: none.
     pruner: Component | None = open_group(optional=True)
     lr_scaling: LrScalingSettings = group(LrScalingSettings)
     loop: LoopSettings = group(LoopSettings)
@@ -590,7 +591,7 @@ TARGET_ARGUMENTS = {
     name: (item.metadata["supplies"], item.metadata["positional"]) for name, _, item in _target_fields(Settings)
 }
 # Where each group's Component is in Settings; a run checks those it always builds (an optional one, the pruner,
-# is checked by the sweep that uses it: runner.sweeps.pruning.check_sweep).
+# is checked by the sweep that uses it: runner.sweeps.study.pruning.check_sweep).
 REQUIRED_TARGET_PATHS = tuple(path for _, path, item in _target_fields(Settings) if not item.metadata.get("optional"))
 TARGET_GROUPS = tuple(TARGET_ARGUMENTS)
 # The groups open to any key: the `_target_` groups (a callable's arguments), and `metrics` (any score's name).

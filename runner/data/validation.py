@@ -15,7 +15,7 @@ import numpy as np
 from runner.errors import RunnerError
 
 # Set by a sweep job for the training process it starts when it gave the run the sweep's default fraction
-# (runner.sweeps.job): data the runner cannot split then trains without a validation split instead of refusing,
+# (runner.sweeps.job.job): data the runner cannot split then trains without a validation split instead of refusing,
 # and the sweep chooses on the test set and says so.
 OPTIONAL_VARIABLE = "RUNNER_VALIDATION_OPTIONAL"
 KEY = "dataset.validation_fraction"

@@ -1,7 +1,7 @@
 """A sweep's composed config, read once: what the sweep's callback and each of its jobs use of it, typed.
 
 The sweep's process reads its own (SweepConfig.read(config), its `hydra` node included); each job reads its job's
-config with HydraConfig's node beside it, at the start of runner.sweeps.job.run_sweep_job. Below those two points
+config with HydraConfig's node beside it, at the start of runner.sweeps.job.job.run_sweep_job. Below those two points
 nothing reads the raw config's keys. The `sweep` and `mlflow` groups are validated here (the callback has already
 refused a bad value of them before the parent run exists: runner.config.check.check_sweep_points); a job's own
 `seed` and dataset values are kept as composed, since a bad swept value is its training process's to refuse,
@@ -10,10 +10,12 @@ which fails that job and not the sweep.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.schema import MlflowSettings, SweepSettings
@@ -21,11 +23,10 @@ from runner.config.settings import metric_table_of, mlflow_settings, sweep_setti
 from runner.errors import RunnerError
 from runner.metric_table import MetricTable
 from runner.outcome import default_objective, fallback_objective
-from runner.sweeps.study import SWEEPER_TARGET
-from runner.sweeps.terms import worst_value
+from runner.sweeps.terms import SWEEPER_TARGET, worst_value
 
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
-# (runner.sweeps.grid_study).
+# (runner.sweeps.study.grid_study).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 # The `pruner` group's options, by their _target_.
 PRUNER_OPTIONS = {
@@ -35,9 +36,27 @@ PRUNER_OPTIONS = {
     "optuna.pruners.HyperbandPruner": "hyperband",
 }
 # Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
-# run's final objective as the step of its replicate (runner.sweeps.pruning.report_replicate); the training process
+# run's final objective as the step of its replicate (runner.sweeps.study.pruning.report_replicate); the training
+# process
 # reports no epoch.
 REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
+
+
+def sweep_dir_of(config: DictConfig) -> str:
+    """The sweep's directory (hydra.sweep.dir), absolute: `config` is the sweep's composed config."""
+    return os.path.abspath(str(config.hydra.sweep.dir))
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """Keys whose value differs between jobs: sweep overrides (batch=32,64) and the sweeper's own search space
+    (hydra.sweeper.params, as optuna has)."""
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = [override.key_or_group for override in overrides if override.is_sweep_override()]
+    params = OmegaConf.select(config, "hydra.sweeper.params")
+    for key in params or {}:
+        if key not in keys:
+            keys.append(str(key))
+    return keys
 
 
 def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -77,7 +96,7 @@ class SweepConfig:
     direction: str | None  # hydra.sweeper.direction or sweep.direction (None: the objective's own, runner.metric_table)
     sweeper: str | None  # hydra.sweeper._target_
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
-    terminate: Any  # hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.terminator), None: none
+    terminate: Any  # hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.study.terminator), None: none
     table: MetricTable  # the jobs' metrics, from the `metrics` group: what the objective can be, and its direction
     score: str  # task.objective: the score a null sweep.objective chooses on (val_<it>, test_<it> as the fallback)
     epochs: int  # a trial's runs continue one another's steps, epochs apart
@@ -86,7 +105,7 @@ class SweepConfig:
     progress: Any
     validation_fraction: Any
     split_seed: Any
-    # What decides the process a job's runs may train in (runner.sweeps.warm_pool.worker_kind), as composed.
+    # What decides the process a job's runs may train in (runner.sweeps.launch.warm_pool.worker_kind), as composed.
     strategy: Any
     cpu_replicas: Any
     deterministic: Any
@@ -174,7 +193,7 @@ class SweepConfig:
         if self.pruner is None:
             return None
         target = self.pruner["_target_"]
-        return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")  # runner.sweeps.pruning's words too
+        return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")  # runner.sweeps.study.pruning's words too
 
     @property
     def per_epoch_objectives(self) -> str:
@@ -184,11 +203,12 @@ class SweepConfig:
     @property
     def reports_to_a_study(self) -> bool:
         """Its jobs report their epochs or replicates to a study a pruner can stop them by: an Optuna sweep, or a grid
-        of Hydra's basic sweeper (runner.sweeps.grid_study)."""
+        of Hydra's basic sweeper (runner.sweeps.study.grid_study)."""
         return self.sweeper in (SWEEPER_TARGET, BASIC_SWEEPER)
 
     @property
     def prunes_a_grid(self) -> bool:
-        """A sweep with a pruner that is not an Optuna sweep (runner.sweeps.pruning.check_sweep allows only Hydra's
-        basic sweeper besides): its jobs report to a grid study (runner.sweeps.grid_study)."""
+        """A sweep with a pruner that is not an Optuna sweep (runner.sweeps.study.pruning.check_sweep allows only
+        Hydra's
+        basic sweeper besides): its jobs report to a grid study (runner.sweeps.study.grid_study)."""
         return self.pruner is not None and self.sweeper != SWEEPER_TARGET

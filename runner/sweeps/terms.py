@@ -11,6 +11,8 @@ from runner.config.settings import sweep_settings, task_settings
 from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import default_objective
 
+# The sweeper's class, conf/hydra/sweeper/optuna.yaml's _target_ (hydra_plugins/runner_optuna_sweeper.py).
+SWEEPER_TARGET = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # The sweep's MLflow store, absolute (a sqlite file's path is relative to where the sweep started, so
 # `python -m runner.report <sweep dir>` run from elsewhere would otherwise open another, empty store).
@@ -18,7 +20,7 @@ TRACKING_URI_FILE = "mlflow_tracking_uri.txt"
 # Tags on the parent: the command line's overrides, the keys that vary, the sweep directory.
 # Tags on each child: its job number and its own overrides (plus MLflow's mlflow.parentRunId), the launcher
 # that ran it (basic, joblib, submitit_slurm, submitit_local, ray), under SLURM the SLURM job id, and on Ray the
-# node id (ray_node_id, see runner.sweeps.ray_worker).
+# node id (ray_node_id, see runner.sweeps.launch.ray_worker).
 OVERRIDES_TAG = "overrides"
 SWEPT_KEYS_TAG = "swept_keys"
 SWEEP_DIR_TAG = "sweep_dir"
@@ -39,7 +41,8 @@ SLURM_JOB_ID_TAG = "slurm_job_id"
 WALL_SECONDS = "wall_seconds"
 # On the parent: the registered model version the sweep's best job became (`fashion_mnist/3`).
 REGISTERED_VERSION_TAG = "registered_model_version"
-# On an Optuna sweep's parent run whose terminator ended its study before n_trials: why (runner.sweeps.terminator).
+# On an Optuna sweep's parent run whose terminator ended its study before n_trials: why
+# (runner.sweeps.study.terminator).
 STOPPED_EARLY_TAG = "study_stopped_early"
 # On the parent: the jobs' scores with their directions (MetricTable.as_text) and the task's score a null
 # sweep.objective chooses on, so that `python -m runner.report <parent run id>` reads them where the sweep's

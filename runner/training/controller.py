@@ -60,7 +60,7 @@ class Listener(Protocol):
 @runtime_checkable
 class StopsTraining(Protocol):
     """A listener that may end training early at an epoch boundary (a sweep's pruned trial,
-    runner.sweeps.pruning.TrialReporter); a listener without `stop_requested` never stops it."""
+    runner.sweeps.study.pruning.TrialReporter); a listener without `stop_requested` never stops it."""
 
     @property
     def stop_requested(self) -> bool: ...

@@ -12,7 +12,7 @@ CONF = REPO / "conf"
 def compose(overrides: list[str]):
     """The composed config exactly as `python -m runner <overrides>` would see it."""
     from runner.config.check import compose_config
-    from runner.sweeps.launchers import rename_launcher_schemas
+    from runner.sweeps.launch.launchers import rename_launcher_schemas
 
     rename_launcher_schemas()  # as runner/__main__.py does before composing
     return compose_config(overrides)

@@ -11,7 +11,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.sweeps.study import PRUNED_TAG
+from runner.sweeps.study.study import PRUNED_TAG
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     CONFIGURATION_TAG,

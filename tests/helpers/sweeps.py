@@ -22,8 +22,8 @@ from runner import outcome
 from runner.metric_table import DEFAULT_TABLE
 from runner.outcome import FINISHED, OUTCOME_FILE
 from runner.run_lock import LOCK_FILE
-from runner.sweeps.report import GENERATED_PREFIX
-from runner.sweeps.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
+from runner.sweeps.report.report import GENERATED_PREFIX
+from runner.sweeps.report.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE, JOBS_MARKDOWN_FILE, MARKDOWN_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.run_id_file import RUN_ID_FILE
 

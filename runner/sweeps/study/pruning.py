@@ -2,7 +2,7 @@
 run, and the listener through which a trial's training process reports its objective after each epoch and stops
 at that epoch's boundary when the study's pruner says so.
 
-The training process finds its trial through runner.sweeps.study.TrialLink (set by its sweep job); the pruner
+The training process finds its trial through runner.sweeps.study.study.TrialLink (set by its sweep job); the pruner
 itself is the job's own `pruner` config (an Optuna study does not store its pruner), built here the same way in
 every trial."""
 
@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from runner.config.components import check_arguments, import_target
 from runner.config.settings import RULES, SWEEP
 from runner.errors import RunnerError
-from runner.sweeps.study import PRUNED_TAG, TrialLink
+from runner.sweeps.study.study import PRUNED_TAG, TrialLink
 from runner.sweeps.sweep_config import PRUNER_OPTIONS, REPLICATE_PRUNERS, SweepConfig, pruner_node
 from runner.sweeps.terms import objective_name
 

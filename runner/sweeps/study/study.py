@@ -18,9 +18,8 @@ from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Overrid
 from omegaconf import OmegaConf
 
 from runner.errors import RunnerError
+from runner.sweeps.terms import SWEEPER_TARGET
 
-# The sweeper's class, conf/hydra/sweeper/optuna.yaml's _target_ (hydra_plugins/runner_optuna_sweeper.py).
-SWEEPER_TARGET = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
 # The default storage: Optuna's journal file in the sweep directory.
 JOURNAL_FILE = "optuna_study.journal"
 # The study's name where hydra.sweeper.study_name is null (conf/hydra/sweeper/optuna.yaml's default too).
@@ -30,10 +29,10 @@ TRIAL_VARIABLE = "RUNNER_OPTUNA_TRIAL"
 # On a trial (an Optuna user attribute) and on its child run (a tag): the epoch after which the pruner stopped it.
 PRUNED_TAG = "pruned_at_epoch"
 # On a trial the sampler proposed with an earlier trial's configuration: that trial's number. It was told that
-# trial's result and never trained (runner.sweeps.optuna_sweeper).
+# trial's result and never trained (runner.sweeps.plugins.optuna_sweeper).
 DUPLICATE_ATTR = "duplicate_of"
 # On a trial of a configuration trained over several seeds or folds: its objective in each, in the order trained
-# (runner.sweeps.terminator measures the noise between replicates from them).
+# (runner.sweeps.study.terminator measures the noise between replicates from them).
 REPLICATES_ATTR = "replicate_values"
 # On a trial: the sweep directory whose command asked for it (a re-run continues the trials it left RUNNING).
 SWEEP_DIR_ATTR = "sweep_dir"

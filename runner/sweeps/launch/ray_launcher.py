@@ -1,4 +1,4 @@
-"""hydra/launcher=ray's settings, checked before a sweep's parent run exists (runner.sweeps.launchers runs the
+"""hydra/launcher=ray's settings, checked before a sweep's parent run exists (runner.sweeps.launch.launchers runs the
 checks): the cluster address forms ray.init takes, what Ray refuses when joining a cluster, that the cluster's
 head answers, and the Ray token the sweep joins with."""
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from runner.compat.hydra_internals import rename_stored_config
 from runner.errors import RunnerError
-from runner.sweeps.ray_launcher import check_ray_address, join_with_the_local_ray_token
+from runner.sweeps.launch.ray_launcher import check_ray_address, join_with_the_local_ray_token
 
 # The name this project installs under (`import runner` is the package): `pip install 'hydra-tf-runner[ray]'`.
 DISTRIBUTION = "hydra-tf-runner"
@@ -68,7 +68,7 @@ class Launcher:
     # Its jobs run on the sweep's machine: their training processes watch the sweep's process (runner.lifeline).
     on_the_sweeps_machine: bool = False
     # Its jobs run in long-lived processes (the sweep's own, joblib's workers, Ray's worker processes, which Ray
-    # reuses from task to task), whose warm training workers train run after run (runner.sweeps.warm_pool).
+    # reuses from task to task), whose warm training workers train run after run (runner.sweeps.launch.warm_pool).
     # submitit runs each job as a process of its own that ends with it: nothing to keep warm.
     keeps_warm_workers: bool = False
     # Its jobs run in the sweep's own process, one after another: the sweep starts their first warm worker as it
@@ -243,7 +243,8 @@ def rename_launcher_schemas() -> None:
 def check_before_sweep(config: Any, trial_models: str = "every", environ: Mapping[str, str] = os.environ) -> None:
     """Before a sweep's parent run exists: its launcher is installed and, for Ray, the cluster answers (and the
     sweep will join it with this machine's Ray token, if it has one); `trial_models` (sweep.trial_models) of
-    `champion` needs the jobs on the sweep's machine, where the champion's checkpoint is (runner.sweeps.champion)."""
+    `champion` needs the jobs on the sweep's machine, where the champion's checkpoint is
+    (runner.sweeps.job.champion)."""
     target = str(_select(config, "hydra.launcher._target_") or "")
     launcher = launcher_of(target)
     if launcher is not None:

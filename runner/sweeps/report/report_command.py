@@ -3,9 +3,10 @@ sweep's report (sweep_report.html) and summaries (sweep_summary.csv/.md, sweep_j
 rebuilt from the MLflow store alone: for a sweep that ran on another machine, or to see one again after more runs
 finished.
 
-It reads what the sweep's own end (runner.sweeps.callback.finish_parent_run) reads: the parent run's children,
+It reads what the sweep's own end (runner.sweeps.plugins.parent_run.finish_parent_run) reads: the parent run's children,
 the objective the parent records as chosen_by, the swept keys; so the report it writes equals the sweep's own, up
-to its `Generated` line (runner.sweeps.outputs builds both). Nothing is logged to MLflow: the files are written to
+to its `Generated` line (runner.sweeps.report.outputs builds both). Nothing is logged to MLflow: the files are
+written to
 --out."""
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from runner.config.settings import metric_table_of
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import default_objective, fallback_objective
-from runner.sweeps.outputs import SweepFacts, write_outputs
-from runner.sweeps.report import find_study, given_overrides, log_scaled_keys
+from runner.sweeps.report.outputs import SweepFacts, write_outputs
+from runner.sweeps.report.report import find_study, given_overrides, log_scaled_keys
 from runner.sweeps.sweep_config import direction_of
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,

@@ -5,7 +5,7 @@ submitit learns a job's state from `sacct`; on a cluster without accounting, a j
 (time limit, scancel, node failure) before it wrote its result keeps submitit waiting forever, and
 one job that raised would abort the whole sweep. Here the sweep's process waits on each job's result
 file and, under SLURM, on `scontrol show job`: a job that ended without a result is recorded as a
-FAILED child run (runner.sweeps.job.record_lost_job) with a worst-possible objective, and the sweep goes
+FAILED child run (runner.sweeps.job.job.record_lost_job) with a worst-possible objective, and the sweep goes
 on to its summary. The jobs themselves run as hydra-submitit-launcher runs them (its `__call__`).
 
 Importing this module needs the `slurm` extra: runner/__main__.py says so first when it is missing. Hydra
@@ -117,7 +117,7 @@ class _Sweep:
                 jobs = executor.map_array(self.launcher, *zip(*arguments, strict=True))
         except submitit.core.utils.FailedJobError as error:  # sbatch refused: no job exists to wait on
             refused = self._not_submitted(str(error), len(numbered))
-            from runner.sweeps.parent_run import fail_parent_run  # noqa: PLC0415  MLflow: only when the sweep stops
+            from runner.sweeps.plugins.parent_run import fail_parent_run  # noqa: PLC0415  MLflow: only when the sweep stops
 
             fail_parent_run(self.config, str(refused))
             raise refused from None
@@ -208,7 +208,7 @@ class _Sweep:
         return f"it reached its time limit, hydra.launcher.timeout_min={self.params.get('timeout_min')}"
 
     def _lost(self, job, number: int, overrides: list[str], how: str) -> JobReturn:
-        from runner.sweeps.job import record_lost_job  # noqa: PLC0415  MLflow: only for a job submitit lost
+        from runner.sweeps.job.job import record_lost_job  # noqa: PLC0415  MLflow: only for a job submitit lost
 
         assert self.hydra_context is not None and self.config is not None
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)

@@ -3,7 +3,7 @@ jobs that differ only in `seed` and `fold`) with n, mean and standard deviation 
 objective's 95% interval and its paired test against the best configuration, each naming its method
 (runner.sweeps.uncertainty: Student's t or a bootstrap over seeds, Nadeau and Bengio's corrected t over folds),
 and one row per job; each as CSV and Markdown, and a PNG of each configuration's mean curves with a min-max band.
-The per-epoch histories are read in bulk (runner.sweeps.histories): through a tracking server, a few requests per
+The per-epoch histories are read in bulk (runner.sweeps.report.histories): through a tracking server, a few requests per
 hundred runs."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import BEST_METRICS_STEP_TAG, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
-from runner.sweeps.histories import read_histories
-from runner.sweeps.study import PRUNED_TAG
+from runner.sweeps.report.histories import read_histories
+from runner.sweeps.study.study import PRUNED_TAG
 from runner.sweeps.terms import (
     CONFIGURATION_TAG,
     FOLD_TAG,
@@ -54,7 +54,7 @@ MARKDOWN_FILE = "sweep_summary.md"
 JOBS_CSV_FILE = "sweep_jobs.csv"  # one row per job (per seed)
 JOBS_MARKDOWN_FILE = "sweep_jobs.md"
 CURVES_FILE = "sweep_curves.png"
-# The default experiment's: the PNG's curves, the HTML report's (runner.sweeps.report); a sweep's own are its
+# The default experiment's: the PNG's curves, the HTML report's (runner.sweeps.report.report); a sweep's own are its
 # table's (Summary.table).
 CURVE_METRICS = DEFAULT_TABLE.curve_keys("test")
 REPORT_CURVE_METRICS = DEFAULT_TABLE.curve_keys("val")

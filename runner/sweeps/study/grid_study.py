@@ -2,7 +2,7 @@
 Optuna study its jobs report to, so that a job's pruner compares its epochs with the jobs already reported.
 
 The sweep callback creates the study in the sweep directory's journal file (as an Optuna sweep's default
-storage, runner.sweeps.study) before any job starts. Each job then holds one trial of it (JobTrial): asked when
+storage, runner.sweeps.study.study) before any job starts. Each job then holds one trial of it (JobTrial): asked when
 the job starts training, tagged with its job number and sweep directory, reported to by the job's training
 process after each epoch (the same TrialLink and listener as an Optuna sweep's trial), and told by the job
 when its training ends: COMPLETE with its objective, PRUNED, or FAIL.
@@ -20,7 +20,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from runner.sweeps.study import JOURNAL_FILE, SWEEP_DIR_ATTR, TrialLink, end_trial, open_storage
+from runner.sweeps.study.study import JOURNAL_FILE, SWEEP_DIR_ATTR, TrialLink, end_trial, open_storage
 
 if TYPE_CHECKING:
     from runner.sweeps.sweep_config import SweepConfig

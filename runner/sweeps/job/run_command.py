@@ -1,6 +1,6 @@
 """How a sweep's run is trained again: its `python -m runner` arguments, working directory and environment, written
 in its run directory when its job starts it (RUN_COMMAND_FILE), so that the sweep can continue that run at its end
-(runner.sweeps.champion) with exactly the config it trained with."""
+(runner.sweeps.job.champion) with exactly the config it trained with."""
 
 from __future__ import annotations
 

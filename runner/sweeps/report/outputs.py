@@ -1,6 +1,8 @@
-"""A sweep's outputs, built in one place: the summaries (runner.sweeps.summary) and the report (runner.sweeps.report)
-from the parent run's children, for the sweep's own end (runner.sweeps.callback) and for `python -m runner.report`
-(runner.sweeps.report_command), which differ only in where they learn the sweep's facts (its composed config, or
+"""A sweep's outputs, built in one place: the summaries (runner.sweeps.report.summary) and the report
+(runner.sweeps.report.report)
+from the parent run's children, for the sweep's own end (runner.sweeps.plugins.lifecycle) and for `python -m
+runner.report`
+(runner.sweeps.report.report_command), which differ only in where they learn the sweep's facts (its composed config, or
 its parent run and directory)."""
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from runner.metric_table import MetricTable
 from runner.plots import import_pyplot
-from runner.sweeps import summary as sweep_summary
-from runner.sweeps.report import StudySource, write_report
+from runner.sweeps.report import summary as sweep_summary
+from runner.sweeps.report.report import StudySource, write_report
 
 
 @dataclass(frozen=True)
@@ -51,5 +53,5 @@ def write_outputs(
 def load_ahead() -> None:
     """Import what writing a sweep's outputs draws with (matplotlib's pyplot; this module's imports bring scipy's
     statistics, plotly and Optuna's importances): the sweep's own process does, while its first warm worker starts
-    (runner.sweeps.callback), rather than after its last run."""
+    (runner.sweeps.plugins.lifecycle), rather than after its last run."""
     import_pyplot()

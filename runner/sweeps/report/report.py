@@ -29,8 +29,8 @@ from optuna.trial import TrialState
 from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotly ships no type information
 
 from runner.errors import RunnerError
-from runner.sweeps.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
-from runner.sweeps.summary import JobRow, Summary, every_job_failed, methods
+from runner.sweeps.report.summary import JobRow, Summary, every_job_failed, methods
+from runner.sweeps.study.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
 from runner.sweeps.terms import chosen_on_test, what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
 
@@ -176,7 +176,7 @@ def _configurations_table(summary: Summary) -> str:
     objective = summary.objective
     comparisons = summary.comparisons()
     rows = []
-    for row in summary.configurations:  # ranked: the best first (runner.sweeps.summary)
+    for row in summary.configurations:  # ranked: the best first (runner.sweeps.report.summary)
         mean, std = row.mean(objective), row.std(objective)
         verdict = summary.verdict(row, comparisons)
         test = comparisons.get(row.configuration)

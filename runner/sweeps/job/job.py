@@ -53,12 +53,13 @@ from runner.outcome import (
 from runner.overrides import quoted
 from runner.run_lock import describe, wait_while_held
 from runner.searchpath import searchpath_overrides
-from runner.sweeps.grid_study import JobTrial
-from runner.sweeps.launchers import LAUNCHERS, launcher_name
-from runner.sweeps.pruning import report_replicate
-from runner.sweeps.ray_worker import ray_node_tags
-from runner.sweeps.run_command import RunCommand
-from runner.sweeps.study import PRUNED_TAG, REPLICATES_ATTR, SWEEPER_TARGET, TrialLink, storage_of, study_name_of
+from runner.sweeps.job.run_command import RunCommand
+from runner.sweeps.launch.launchers import LAUNCHERS, launcher_name
+from runner.sweeps.launch.ray_worker import ray_node_tags
+from runner.sweeps.launch.warm_pool import POOL, worker_kind
+from runner.sweeps.study.grid_study import JobTrial
+from runner.sweeps.study.pruning import report_replicate
+from runner.sweeps.study.study import PRUNED_TAG, REPLICATES_ATTR, TrialLink, storage_of, study_name_of
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
@@ -72,11 +73,11 @@ from runner.sweeps.terms import (
     SEED_KEY,
     SEED_TAG,
     SLURM_JOB_ID_TAG,
+    SWEEPER_TARGET,
     SWEPT_KEYS_TAG,
     WALL_SECONDS,
     read_parent_run_id,
 )
-from runner.sweeps.warm_pool import POOL, worker_kind
 from runner.tracking.lifecycle import ERROR_TAG
 from runner.tracking.run_id_file import RUN_ID_FILE, write_run_id
 from runner.tracking.run_writer import end_failed
@@ -213,7 +214,7 @@ class _Job:
         self.run_ids: list[str] = []  # its runs so far, trained or found FINISHED
         launcher = where_it_runs(hydra_config)[LAUNCHER_TAG]
         self.lifeline = lifeline_of(launcher)
-        # The warm workers its runs train in (runner.sweeps.warm_pool), or None: a fresh process each.
+        # The warm workers its runs train in (runner.sweeps.launch.warm_pool), or None: a fresh process each.
         warm = launcher in LAUNCHERS and LAUNCHERS[launcher].keeps_warm_workers
         self.worker_kind = worker_kind(config) if warm else None
 
@@ -272,7 +273,7 @@ class _Job:
 
     def _train(self, arguments: list[str], outcome_file: str, environ: dict[str, str]) -> int:
         """Train one run of `python -m runner <arguments>`: in a warm worker of the pool where its kind allows
-        (runner.sweeps.warm_pool), else in a fresh process; its exit status."""
+        (runner.sweeps.launch.warm_pool), else in a fresh process; its exit status."""
         if self.worker_kind is None:
             command = [*RUNNER_COMMAND, *arguments]
             return train_in_process(
@@ -363,7 +364,7 @@ class _Job:
 
     def record_replicates(self, values: list[float]) -> None:
         """An Optuna trial of several seeds or folds keeps each one's objective (REPLICATES_ATTR), from which the
-        study's terminator measures the noise between replicates (runner.sweeps.terminator)."""
+        study's terminator measures the noise between replicates (runner.sweeps.study.terminator)."""
         if self.trial is not None and len(values) > 1 and not self.failed:
             _, trial = self.trial.open()
             trial.set_user_attr(REPLICATES_ATTR, values)
@@ -533,7 +534,7 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
 
 
 def trial_link(hydra_config: DictConfig):
-    """The Optuna trial this job is (runner.sweeps.optuna_sweeper launches trial N as job N), or None."""
+    """The Optuna trial this job is (runner.sweeps.plugins.optuna_sweeper launches trial N as job N), or None."""
     sweeper = hydra_config.get("sweeper")
     if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:
         return None

@@ -13,7 +13,7 @@ Terminator applies it, with two parts of the runner's own:
   variance over folds, whose training sets overlap). Each trial's replicate values are a user attribute of the
   trial (REPLICATES_ATTR), set by its sweep job.
 
-A trial the sampler proposed again (runner.sweeps.study.DUPLICATE_ATTR) was not trained: it adds no evidence."""
+A trial the sampler proposed again (runner.sweeps.study.study.DUPLICATE_ATTR) was not trained: it adds no evidence."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from optuna.terminator import BaseErrorEvaluator, BaseImprovementEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 from runner.errors import RunnerError
-from runner.sweeps.study import DUPLICATE_ATTR, REPLICATES_ATTR
+from runner.sweeps.study.study import DUPLICATE_ATTR, REPLICATES_ATTR
 from runner.sweeps.uncertainty import standard_error
 
 TERMINATORS = ("regret",)

@@ -7,7 +7,7 @@ for the slowest of a batch. That needs a launcher that can launch from several t
 each launch is its own pool call or submission); with another (the basic launcher runs jobs in this process,
 Ray's starts its own cluster state), the trials run in batches of `slots`, as Hydra's Optuna sweeper did.
 
-The study lives in storage every job reaches (runner.sweeps.study); re-running the command with the same sweep
+The study lives in storage every job reaches (runner.sweeps.study.study); re-running the command with the same sweep
 directory continues it: the trials it left RUNNING run again in their own job directories (each resumes from its
 checkpoint and continues its MLflow run), and new trials are asked only until the study holds n_trials in all.
 Hydra finds the class in hydra_plugins/runner_optuna_sweeper.py, which delegates here.
@@ -34,8 +34,8 @@ from runner.config.settings import metric_table_of, mlflow_settings, sweep_setti
 from runner.errors import RunnerError
 from runner.metric_table import DIRECTIONS
 from runner.outcome import default_objective
-from runner.sweeps.launchers import class_path, launcher_of
-from runner.sweeps.study import (
+from runner.sweeps.launch.launchers import class_path, launcher_of
+from runner.sweeps.study.study import (
     DUPLICATE_ATTR,
     PRUNED_TAG,
     RESULTS_FILE,
@@ -48,8 +48,8 @@ from runner.sweeps.study import (
     storage_of,
     study_name_of,
 )
+from runner.sweeps.study.terminator import StudyTerminator, study_terminator
 from runner.sweeps.sweep_config import direction_of
-from runner.sweeps.terminator import StudyTerminator, study_terminator
 from runner.sweeps.terms import STOPPED_EARLY_TAG, read_parent_run_id
 
 log = logging.getLogger("runner")

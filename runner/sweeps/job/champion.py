@@ -4,7 +4,7 @@ A run's model export (the restored model as a SavedModel, MLflow's LoggedModel a
 about 2.5 s of one core for the tutorial's CNN) is most of a small trial's ending, and a sweep registers one model.
 With `champion`, each job tells its runs to skip the export (runner.outcome.MODEL_AT_SWEEP_END_VARIABLE; the run
 says so in its log), and when the sweep has chosen, before it registers, the champion's run is continued once in
-its run directory with the arguments it trained with (runner.sweeps.run_command): it has trained every epoch, so it
+its run directory with the arguments it trained with (runner.sweeps.job.run_command): it has trained every epoch, so it
 restores its kept checkpoint (the best epoch's with checkpoint.keep_best), evaluates it without logging again what it
 logged, and logs its model, in one of the sweep's warm workers or a fresh process. The registry then takes it as with
 `every`. Only where the jobs ran on the sweep's machine, where the champion's checkpoint is.
@@ -21,11 +21,11 @@ from runner import outcome
 from runner.errors import RunnerError
 from runner.lifeline import Process, lifeline
 from runner.outcome import OUTCOME_FILE, OUTCOME_VARIABLE
-from runner.sweeps.job import RUNNER_COMMAND, train_in_process
-from runner.sweeps.run_command import RunCommand
+from runner.sweeps.job.job import RUNNER_COMMAND, train_in_process
+from runner.sweeps.job.run_command import RunCommand
+from runner.sweeps.launch.warm_pool import POOL, worker_kind
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import RUN_DIR_TAG
-from runner.sweeps.warm_pool import POOL, worker_kind
 from runner.tracking.mlflow_tracker import run_model
 
 log = logging.getLogger("runner")
