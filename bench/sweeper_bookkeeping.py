@@ -143,13 +143,14 @@ def _timed_progress(timer: _Timer) -> Iterator[None]:
 
 def measure(storage_name: str, storage_url: str | None, trials: int, sampler: str) -> dict:
     """One study of `trials` trials through the sweeper, in a fresh sweep directory and MLflow store."""
-    import optuna
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
+    from runner.config.check import compose_config
     from runner.sweeps.plugins.optuna_sweeper import OptunaSweep
     from runner.sweeps.report import summary as sweep_summary
-    from runner.sweeps.study.study import TrialLink, storage_of
+    from runner.sweeps.study.study import TrialLink
+    from runner.sweeps.sweep_config import SweepConfig
     from runner.sweeps.terms import PARENT_RUN_ID_FILE, SWEEP_DIR_TAG
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-bookkeeping-"))
@@ -161,21 +162,27 @@ def measure(storage_name: str, storage_url: str | None, trials: int, sampler: st
         parent = client.create_run(experiment_id, run_name="sweep", tags={SWEEP_DIR_TAG: str(sweep_dir)})
         (sweep_dir / PARENT_RUN_ID_FILE).write_text(parent.info.run_id + "\n")
         timer = _Timer()
-        seeded = optuna.samplers.TPESampler(seed=0) if sampler == "tpe" else optuna.samplers.RandomSampler(seed=0)
-        settings = {
+        # The sweep's composed config with its `hydra` node, as Hydra hands it to the sweeper.
+        config = compose_config(["hparams_search=optuna"], return_hydra_config=True)
+        sampler_class = "TPESampler" if sampler == "tpe" else "RandomSampler"
+        sweeper = {
             "direction": "maximize",
             "n_trials": trials,
             "n_jobs": 1,
             "storage": storage_url,
             "study_name": f"bookkeeping-{trials}",
-            "sampler": seeded,
+            "sampler": {"_target_": f"optuna.samplers.{sampler_class}", "seed": 0},
             "enqueue": [],
             "params": SPACE,
         }
-        config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+        for key, value in sweeper.items():
+            OmegaConf.update(config, f"hydra.sweeper.{key}", value, merge=False)
+        OmegaConf.update(config, "hydra.sweep.dir", str(sweep_dir))
+        study = SweepConfig.read(config).study
+        assert study is not None
         started = time.perf_counter()
         with _timed_progress(timer):
-            returns = OptunaSweep(settings, config, StandInLauncher(client, parent, timer)).run([])
+            returns = OptunaSweep(config, StandInLauncher(client, parent, timer)).run([])
         assert len(returns) == trials
         summary_started = time.perf_counter()
         summary = sweep_summary.collect(client, parent.info.run_id, "test_accuracy", lower_is_better=False)
@@ -183,7 +190,7 @@ def measure(storage_name: str, storage_url: str | None, trials: int, sampler: st
         summary_seconds = time.perf_counter() - summary_started
         wall = time.perf_counter() - started
         assert len(summary.rows) == trials
-        link = TrialLink(storage_of(storage_url, str(sweep_dir)), str(settings["study_name"]), trials - 1)
+        link = TrialLink(study.storage, study.name, trials - 1)
         opens = []
         for _ in range(3):
             opened = time.perf_counter()

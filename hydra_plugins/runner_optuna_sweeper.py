@@ -14,7 +14,7 @@ class OptunaSweeper(Sweeper):
     """Optuna's ask/tell over Hydra's launcher: each trial one job, launched as soon as a slot frees."""
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = settings  # conf/hydra/sweeper/optuna.yaml: direction, n_trials, n_jobs, sampler, ...
+        self.settings = settings  # conf/hydra/sweeper/optuna.yaml, read again from the config's hydra.sweeper (typed)
         self.config: Any = None
         self.launcher: Any = None
 
@@ -29,4 +29,4 @@ class OptunaSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from runner.sweeps.plugins.optuna_sweeper import sweep  # noqa: PLC0415  Hydra imports this module in every Hydra app: the runner only once it is used
 
-        return sweep(self, arguments, lambda: self.settings)
+        return sweep(self, arguments)

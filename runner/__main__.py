@@ -31,7 +31,7 @@ from runner.config.checks import refuse_credentials_in_uri
 from runner.config.help import register_help
 from runner.config.plain import as_dict
 from runner.config.schema import register
-from runner.config.settings import checked_metric_targets, checked_targets, validate
+from runner.config.settings import checked_metric_targets, checked_targets, objective_of, validate
 from runner.entry import prepare_for_tensorflow
 from runner.errors import Preempted, RunnerError, report
 from runner.lifeline import record_sweep_process, watch
@@ -39,7 +39,6 @@ from runner.metric_table import MetricTable
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 from runner.sweeps.launch.launchers import check_launcher, rename_launcher_schemas
 from runner.sweeps.study.pruning import trial_reporter
-from runner.sweeps.terms import objective_name
 from runner.tracking.opening import opened_tracker
 from runner.tracking.run_id_file import read_run_id
 from runner.tracking.server_access import check_server
@@ -89,7 +88,7 @@ def main(cfg: DictConfig) -> float:
         sys.exit(ended.exit_code)
     if not ended.metrics:  # a MultiWorkerMirrored worker: the chief reports for the job
         return float("nan")
-    return ended.metrics.get(objective_name(cfg), float("nan"))
+    return ended.metrics.get(objective_of(cfg).name, float("nan"))
 
 
 class _Task:

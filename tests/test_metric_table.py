@@ -8,9 +8,11 @@ import inspect
 import pytest
 from omegaconf import OmegaConf
 
+from runner.config.objective import agreed_direction
+from runner.config.settings import objective_of
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE, MAXIMIZE, MINIMIZE, Metric, MetricTable, keras_direction
-from runner.sweeps.sweep_config import SweepConfig, direction_of
+from runner.sweeps.sweep_config import SweepConfig
 from runner.task_kinds import KINDS
 
 # Keras' metrics that need arguments to be made, and those that average whatever they are given (no direction).
@@ -82,10 +84,10 @@ def test_a_direction_is_the_metrics_own_unless_the_sweep_overrides_it_and_an_unk
 def test_a_sweeps_direction_is_its_sweepers_or_its_own_and_they_must_agree():
     from helpers.config import compose
 
-    assert direction_of(None, None) is None
-    assert direction_of("minimize", None) == direction_of(None, "minimize") == "minimize"
+    assert agreed_direction(None, None) is None
+    assert agreed_direction("minimize", None) == agreed_direction(None, "minimize") == "minimize"
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction=maximize is not valid with sweep.direction=min"):
-        direction_of("maximize", "minimize")
+        agreed_direction("maximize", "minimize")
     assert SweepConfig.read(compose(["sweep.objective=val_loss"])).lower_is_better  # a loss, with no flag
     against = ["sweep.objective=val_loss", "sweep.direction=maximize", "sweep.direction_against_metric=true"]
     chosen = SweepConfig.read(compose(against))
@@ -118,15 +120,18 @@ def test_a_direction_against_the_objectives_own_is_refused_unless_meant(override
 
 def test_an_optuna_study_minimizes_a_loss_objective_with_no_direction_given():
     from helpers.config import compose
-    from runner.sweeps.plugins.optuna_sweeper import _direction
 
-    assert _direction(None, compose(["sweep.objective=val_loss"])) == "minimize"
-    assert _direction(None, compose([])) == "maximize"  # val_accuracy
+    def study_direction(*overrides: str) -> str:
+        return objective_of(compose(list(overrides))).study_direction
+
+    assert study_direction("sweep.objective=val_loss") == "minimize"
+    assert study_direction() == "maximize"  # val_accuracy
     against = ["sweep.objective=val_loss", "sweep.direction=maximize", "sweep.direction_against_metric=true"]
-    assert _direction(None, compose(against)) == "maximize"
-    assert _direction(None, OmegaConf.create({})) == "maximize"  # a bare config: the default objective
+    assert study_direction(*against) == "maximize"
+    loss = compose(["sweep.objective=val_loss"])
+    assert objective_of(loss, {"sweeper": {"direction": "minimize"}}).study_direction == "minimize"
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.direction='sideways' is not valid"):
-        _direction("sideways", compose([]))
+        objective_of(compose([]), {"sweeper": {"direction": "sideways"}})
 
 
 TOP5 = ("+metrics.top5._target_=tf_keras.metrics.SparseTopKCategoricalAccuracy", "+metrics.top5.k=5")

@@ -15,8 +15,9 @@ from runner.sweeps.plugins.optuna_sweeper import launcher_parallelism
 from runner.sweeps.report.summary import ConfigurationRow, JobRow, Summary
 from runner.sweeps.study.grid_study import GRID_STUDY, JobTrial, create_grid_study
 from runner.sweeps.study.pruning import TrialReporter, check_sweep
-from runner.sweeps.study.study import JOURNAL_FILE, PRUNED_TAG, SearchSpace, TrialLink, open_storage, storage_of
-from runner.sweeps.sweep_config import BASIC_SWEEPER, SweepConfig
+from runner.sweeps.study.study import PRUNED_TAG, SearchSpace, TrialLink, open_storage
+from runner.sweeps.sweep_config import BASIC_SWEEPER, SweepConfig, storage_of
+from runner.sweeps.terms import JOURNAL_FILE
 
 
 def test_hydra_params_become_optuna_distributions_and_a_command_line_sweep_wins():
@@ -196,20 +197,27 @@ def _optuna_sweep(
 ) -> list[tuple[int, tuple[str, ...]]]:
     from omegaconf import OmegaConf
 
+    from runner.config.check import compose_config
     from runner.sweeps.plugins.optuna_sweeper import OptunaSweep
 
-    settings = {
-        "direction": direction,
-        "n_trials": n_trials,
-        "n_jobs": n_jobs,
-        "storage": None,
-        "study_name": "s",
-        "sampler": {"_target_": "optuna.samplers.TPESampler", "seed": 42, "n_startup_trials": 5},
-        "enqueue": [],
-        "params": params,
-    }
+    # The sweep's composed config with its `hydra` node, as Hydra hands it to the sweeper.
+    config = compose_config(
+        [
+            "hparams_search=optuna",
+            f"hydra.sweep.dir={tmp_path}",
+            f"hydra.sweeper.direction={direction or 'null'}",
+            f"hydra.sweeper.n_trials={n_trials}",
+            f"hydra.sweeper.n_jobs={n_jobs}",
+            "hydra.sweeper.study_name=s",
+            "hydra.sweeper.sampler.seed=42",
+            "hydra.sweeper.sampler.n_startup_trials=5",
+            "sweep.direction_against_metric=true",  # the stand-in launcher's values are no accuracy
+        ],
+        return_hydra_config=True,
+    )
+    OmegaConf.update(config, "hydra.sweeper.params", params, merge=False)
     launcher = _RecordingLauncher()
-    OptunaSweep(settings, OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}), launcher).run([])
+    OptunaSweep(config, launcher).run([])
     return launcher.launched
 
 

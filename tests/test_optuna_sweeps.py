@@ -27,7 +27,8 @@ from helpers.sweeps import (
 from runner.sweeps.report.report import REPORT_FILE
 from runner.sweeps.report.summary import CSV_FILE, MARKDOWN_FILE
 from runner.sweeps.study.grid_study import GRID_STUDY
-from runner.sweeps.study.study import DUPLICATE_ATTR, JOURNAL_FILE, PRUNED_TAG, open_storage
+from runner.sweeps.study.study import DUPLICATE_ATTR, PRUNED_TAG, open_storage
+from runner.sweeps.terms import JOURNAL_FILE
 
 GOOD, BAD = "optimizer.lr=0.01", "optimizer.lr=1e-09"  # BAD cannot learn: its loss stays where it began
 

@@ -6,9 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers.config import CONF, compose, overridden
-from runner.config.settings import checked_targets, validate
+from runner.config.settings import checked_targets, objective_of, validate
 from runner.errors import RunnerError
-from runner.sweeps.terms import objective_name
 
 
 def _options(group: str) -> list[str]:
@@ -260,7 +259,7 @@ def test_cpu_replicas_and_explicit_devices_conflict():
 )
 def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):
     with pytest.raises(RunnerError) as raised:
-        objective_name(overridden(defaults, override))
+        objective_of(overridden(defaults, override))
     message = str(raised.value)
     assert message.startswith(named + " is not valid") and "Fix:" in message and "\n" not in message, message
 

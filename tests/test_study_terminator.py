@@ -16,6 +16,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.terminator.improvement.evaluator import _get_beta
 from scipy import stats
 
+from runner.config.settings import optuna_sweeper_settings
 from runner.errors import RunnerError
 from runner.sweeps.study.study import DUPLICATE_ATTR, REPLICATES_ATTR
 from runner.sweeps.study.terminator import RegretBound, ReplicateNoise, StudyTerminator, beta, study_terminator
@@ -113,7 +114,8 @@ def test_a_repeated_configuration_adds_no_evidence():
     ],
 )
 def test_a_terminator_setting_that_cannot_work_is_one_paragraph(terminate, min_trials, paragraph):
+    node = {"terminate": terminate, "terminate_min_trials": min_trials}
     with pytest.raises(RunnerError, match="Fix: ") as refused:
-        study_terminator(terminate, min_trials, None, 0)
+        optuna_sweeper_settings(node)
     assert str(refused.value).startswith(paragraph)
-    assert study_terminator(None, min_trials, None, 0) is None
+    assert study_terminator(None, 5, None, 0) is None

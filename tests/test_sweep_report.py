@@ -260,7 +260,8 @@ def test_an_optuna_studys_importances_are_drawn_from_two_completed_trials_and_ot
     import optuna
 
     from runner.sweeps.report.report import _importances, find_study
-    from runner.sweeps.study.study import JOURNAL_FILE, open_storage
+    from runner.sweeps.study.study import open_storage
+    from runner.sweeps.terms import JOURNAL_FILE
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="fashion_mnist", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
@@ -299,8 +300,8 @@ def test_a_sweep_directory_names_its_store_so_the_report_reads_it_from_any_direc
 
     # A sweep directory from before it recorded its store: its multirun.yaml's relative store, from where it started.
     (sweep_dir / TRACKING_URI_FILE).unlink()
-    multirun = {"mlflow": {"tracking_uri": "sqlite:///mlflow.db"}, "hydra": {"runtime": {"cwd": str(started)}}}
-    OmegaConf.save(OmegaConf.create(multirun), sweep_dir / "multirun.yaml")
+    OmegaConf.update(config, "hydra.runtime.cwd", str(started), force_add=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
     assert report_main([str(sweep_dir), "--out", str(tmp_path / "again")]) == 0, capsys.readouterr().err
 
     # The store gone: the refusal names the sweep's store, and no --tracking-uri that was not passed.

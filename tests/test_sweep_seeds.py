@@ -16,7 +16,8 @@ import yaml
 from helpers.sweeps import children, client_for, kill_sweep_while_training, parent_id_of, summary_rows, sweep_command
 from runner.metric_table import DEFAULT_TABLE
 from runner.sweeps.report.summary import CSV_FILE, CURVES_FILE, JOBS_CSV_FILE
-from runner.sweeps.study.study import JOURNAL_FILE, REPLICATES_ATTR, open_storage
+from runner.sweeps.study.study import REPLICATES_ATTR, open_storage
+from runner.sweeps.terms import JOURNAL_FILE
 from runner.tracking.mlflow_tracker import run_model
 
 pytestmark = pytest.mark.slow

@@ -27,8 +27,9 @@ from runner.errors import RunnerError
 from runner.run_lock import LOCK_FILE
 from runner.sweeps.launch.launchers import check_before_sweep
 from runner.sweeps.launch.warm_pool import WorkerKind, worker_kind
-from runner.sweeps.study.study import JOURNAL_FILE, open_storage
+from runner.sweeps.study.study import open_storage
 from runner.sweeps.sweep_config import SweepConfig
+from runner.sweeps.terms import JOURNAL_FILE
 
 # What a run trains, bit for bit under runtime.deterministic; timings and the job's own wall time differ.
 TRAINED = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "eval_accuracy")

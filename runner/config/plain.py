@@ -16,6 +16,11 @@ def as_dict(config: DictConfig) -> dict[str, Any]:
     return cast(dict[str, Any], container)
 
 
+def as_plain(node: Any) -> Any:
+    """A config node as plain Python (a DictConfig resolved into a dict); anything else as it is."""
+    return as_dict(node) if isinstance(node, DictConfig) else node
+
+
 def job_config(sweep_config: DictConfig) -> DictConfig:
     """A copy of a sweep's config without its `hydra` node: the keys each of its jobs validates (Hydra's sweep
     config holds none of the swept values)."""

@@ -16,7 +16,7 @@ import functools
 import keyword
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -477,6 +477,67 @@ class SweepSettings:
         "every",
         Choice(*TRIAL_MODELS, why="a sweep logs every run's model or its champion's alone"),
         "pass sweep.trial_models=every (each run logs its model) or champion (only the sweep's best, at its end)",
+    )
+
+
+# hydra.sweeper.enqueue: trials to run first, each one trial's values as overrides.
+OVERRIDE_LINES = Check(
+    'it must be a list of strings, each one trial\'s overrides, e.g. ["optimizer.lr=0.001 batch=64"]',
+    lambda value: isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value),
+    tuple,
+)
+# hydra.sweeper.params: the search space in Hydra's sweep syntax, by key.
+SEARCH_SPACE = Check(
+    "it must be a mapping of keys to choice(...), range(...), interval(...) or tag(log, interval(...))",
+    lambda value: isinstance(value, Mapping),
+    dict,
+)
+# hydra.sweeper.terminate: the study terminators (runner.sweeps.study.terminator).
+TERMINATORS = ("regret",)
+
+
+@dataclass(frozen=True)
+class OptunaSweeperSettings:
+    """hparams_search=optuna's sweeper (conf/hydra/sweeper/optuna.yaml): the `hydra.sweeper` node, checked with the
+    sweep before its parent run exists (runner.config.settings.optuna_sweeper_settings)."""
+
+    # minimize or maximize sweep.objective; null: sweep.direction, else the objective's own (runner.config.objective).
+    direction: str | None = key(
+        None,
+        Choice(*DIRECTIONS, why="a study maximizes or minimizes sweep.objective"),
+        "pass hydra.sweeper.direction=maximize (scores) or minimize (losses, errors), or null for the objective's own",
+    )
+    n_trials: int = key(10, Int(), "pass how many trials the study has in all, e.g. hydra.sweeper.n_trials=20")
+    # Trials at once; null: as many as the launcher runs at once.
+    n_jobs: int | None = key(
+        None, Int(), "pass how many trials run at once, e.g. hydra.sweeper.n_jobs=2, or null for the launcher's"
+    )
+    # A database URL every job can reach, or a journal file; null: optuna_study.journal in the sweep directory.
+    storage: str | None = key(
+        None,
+        TEXT,
+        "pass a database URL (hydra.sweeper.storage=postgresql://user@host/optuna), a journal file path, or null "
+        "for optuna_study.journal in the sweep directory",
+    )
+    study_name: str = key("runner", TEXT, "pass a name, e.g. hydra.sweeper.study_name=runner")
+    # The sampler's config node ({_target_: optuna.samplers.TPESampler, seed: 42}), instantiated by the sweeper.
+    sampler: Any = key(None, UNCHECKED, "")
+    enqueue: tuple[str, ...] = key(
+        (), OVERRIDE_LINES, "pass e.g. hydra.sweeper.enqueue='[\"optimizer.lr=0.001 batch=64\"]', or [] for none"
+    )
+    params: dict[str, Any] | None = key(
+        None, SEARCH_SPACE, "give each searched key, e.g. hydra.sweeper.params.batch='choice(32, 64)'"
+    )
+    terminate: str | None = key(
+        None,
+        Choice(*TERMINATORS, why="the study terminators are " + ", ".join(TERMINATORS)),
+        "pass hydra.sweeper.terminate=regret, or null to run n_trials trials",
+    )
+    terminate_min_trials: int = key(
+        5,
+        Int(minimum=2),
+        "pass how many trials complete before the study may stop, at least 2 (the bound needs two), e.g. "
+        "hydra.sweeper.terminate_min_trials=5",
     )
 
 

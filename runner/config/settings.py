@@ -19,6 +19,8 @@ from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
 from runner.config import schema
 from runner.config.checks import TEXT, Choice, Number, refusal
 from runner.config.components import Component, check_targets
+from runner.config.objective import Objective
+from runner.config.plain import as_plain
 from runner.config.schema import (
     REQUIRED_TARGET_PATHS,
     TARGET_ARGUMENTS,
@@ -31,7 +33,6 @@ from runner.config.schema import (
 )
 from runner.errors import RunnerError
 from runner.metric_table import MetricTable, snake_case
-from runner.outcome import default_objective
 from runner.task_kinds import KINDS
 
 # The strategies that run several replicas on one machine's CPU, and those that train in several processes.
@@ -214,10 +215,8 @@ def validate(config: Mapping[str, Any]) -> Settings:
 
 
 def metric_table_of(config: Mapping[str, Any]) -> MetricTable:
-    """The metric table of a composed config's `metrics` alone (a sweep's, before its jobs validate the rest); the
-    default's where the config has none (a study started from a bare config)."""
-    node = config.get("metrics")
-    return schema.table_of(schema.read_metrics(node) if node is not None else schema.DEFAULT_METRICS)
+    """The metric table of a composed config's `metrics` alone (a sweep's, before its jobs validate the rest)."""
+    return schema.table_of(schema.read_metrics(config.get("metrics")))
 
 
 def check_metric_keys(table: MetricTable, sweep: SweepSettings, score: str) -> None:
@@ -225,8 +224,7 @@ def check_metric_keys(table: MetricTable, sweep: SweepSettings, score: str) -> N
     against it (or the default objective of the task's `score`) unless sweep.direction_against_metric says so."""
     why = "a sweep job can only return one of its final numbers"
     _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
-    objective = sweep.objective or default_objective(score)
-    table.check_direction(objective, sweep.direction, "sweep.direction", sweep.direction_against_metric)
+    Objective.of(sweep, score, table)  # refuses a direction against the objective's own
 
 
 def check_monitor(table: MetricTable, monitor: str | None) -> None:
@@ -314,10 +312,76 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     return settings
 
 
+def objective_of(config: Mapping[str, Any], hydra: Mapping[str, Any] | None = None) -> Objective:
+    """The objective of a composed config (runner.config.objective) and its direction, hydra.sweeper.direction
+    included; `hydra`: Hydra's node where `config` has none (a sweep job's config beside HydraConfig's)."""
+    if hydra is None:
+        hydra = config.get("hydra") or {}
+    sweeper = hydra.get("sweeper") or {}
+    score = task_settings(config).objective
+    return Objective.of(sweep_settings(config), score, metric_table_of(config), sweeper.get("direction"))
+
+
+@dataclasses.dataclass(frozen=True)
+class JobValues:
+    """A sweep job's own values, as composed: its training process validates them, so that a bad swept value fails
+    that job and not the sweep. What decides the process its runs may train in is among them (strategy,
+    cpu_replicas, deterministic, cluster_kind: runner.sweeps.launch.warm_pool)."""
+
+    seed: Any
+    epochs: int
+    progress: Any
+    validation_fraction: Any
+    split_seed: Any
+    strategy: Any
+    cpu_replicas: Any
+    deterministic: Any
+    cluster_kind: Any
+
+
+def job_values(config: Mapping[str, Any]) -> JobValues:
+    """The JobValues of a sweep's or a job's composed config."""
+
+    def value(path: str) -> Any:
+        node: Any = config
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        return node
+
+    return JobValues(
+        seed=value("seed"),
+        epochs=int(config["epochs"]),
+        progress=value("progress"),
+        validation_fraction=value("dataset.validation_fraction"),
+        split_seed=value("dataset.split_seed"),
+        strategy=value("strategy.name"),
+        cpu_replicas=value("strategy.cpu_replicas"),
+        deterministic=value("runtime.deterministic"),
+        cluster_kind=value("cluster.kind"),
+    )
+
+
+def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `pruner` group as a plain mapping ({_target_: ..., arguments}), or None for pruner=none; its `_target_`
+    and arguments are checked where the pruner is made (runner.sweeps.study.pruning)."""
+    node = config.get("pruner")
+    if node is None:
+        return None
+    plain = dict(as_plain(node))
+    return plain if plain.get("_target_") else None
+
+
+def optuna_sweeper_settings(node: Mapping[str, Any]) -> schema.OptunaSweeperSettings:
+    """The Optuna sweeper's node (`hydra.sweeper`), each key checked by its declaration; a direction given as Hydra's
+    Direction enum (a config written for hydra-optuna-sweeper) is read by its name."""
+    direction = node.get("direction")
+    defaults = {item.name: item.default for item in dataclasses.fields(schema.OptunaSweeperSettings)}
+    plain = {**defaults, **node, "direction": getattr(direction, "name", direction)}
+    return schema.read(schema.OptunaSweeperSettings, plain, "hydra.sweeper.")
+
+
 def task_settings(config: Mapping[str, Any]) -> TaskSettings:
-    """The task group validated alone (a config without one, such as a bare sweeper's: the schema's default)."""
-    if config.get("task") is None:
-        return TaskSettings()
+    """The task group validated alone."""
     return schema.read(TaskSettings, schema.section(config, "task"), "task.")
 
 

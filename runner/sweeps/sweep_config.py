@@ -10,20 +10,27 @@ which fails that job and not the sweep.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config.schema import MlflowSettings, SweepSettings
-from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings, task_settings
-from runner.errors import RunnerError
+from runner.config.objective import Objective
+from runner.config.schema import MlflowSettings, OptunaSweeperSettings, SweepSettings
+from runner.config.settings import (
+    job_values,
+    metric_table_of,
+    mlflow_settings,
+    optuna_sweeper_settings,
+    pruner_node,
+    sweep_settings,
+    task_settings,
+)
 from runner.metric_table import MetricTable
-from runner.outcome import default_objective, fallback_objective
-from runner.sweeps.terms import SWEEPER_TARGET, worst_value
+from runner.sweeps.terms import DEFAULT_STUDY_NAME, JOURNAL_FILE, SWEEPER_TARGET
 
 # Hydra's own sweeper (a grid, `-m optimizer.lr=0.01,0.001`): with a pruner, its jobs report to a grid study
 # (runner.sweeps.study.grid_study).
@@ -40,6 +47,11 @@ PRUNER_OPTIONS = {
 # process
 # reports no epoch.
 REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
+
+
+def pruner_option(target: str) -> str:
+    """How a refusal names a pruner: its option (`median`), or its `_target_` where it is none of the runner's."""
+    return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")
 
 
 def sweep_dir_of(config: DictConfig) -> str:
@@ -59,32 +71,21 @@ def swept_keys(config: DictConfig) -> list[str]:
     return keys
 
 
-def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The `pruner` group as a plain mapping ({_target_: ..., arguments}), or None for pruner=none."""
-    node = config.get("pruner")
-    if node is None:
-        return None
-    plain = dict(_plain(node))
-    return plain if plain.get("_target_") else None
+def storage_of(storage: str | None, sweep_dir: str) -> str:
+    """An Optuna study's storage as runner.sweeps.study opens it: a database URL (sqlite:///..., postgresql://...) as
+    given, else the absolute path of a journal file (`hydra.sweeper.storage=null`: optuna_study.journal in the sweep
+    directory)."""
+    if not storage:
+        return os.path.join(os.path.abspath(sweep_dir), JOURNAL_FILE)
+    return storage if "://" in storage else os.path.abspath(storage)
 
 
-def _plain(node: Any) -> Mapping[str, Any]:
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a mapping node
-    return node
+@dataclass(frozen=True)
+class StudyAddress:
+    """Where an Optuna sweep's study lives (a database URL or a journal file's absolute path) and its name."""
 
-
-def direction_of(sweeper: Any, sweep: Any) -> str | None:
-    """The sweep's direction: the Optuna sweeper's (hydra.sweeper.direction, an enum or its name) or sweep.direction,
-    which must agree where both are set; None: the objective's own (runner.metric_table)."""
-    sweeper = getattr(sweeper, "name", sweeper)
-    if sweeper is not None and sweep is not None and sweeper != sweep:
-        raise RunnerError(
-            f"hydra.sweeper.direction={sweeper} is not valid with sweep.direction={sweep}: a sweep has one "
-            "direction. Fix: set one of them, or neither for the objective's own direction."
-        )
-    chosen = sweeper if sweeper is not None else sweep
-    return None if chosen is None else str(chosen)
+    storage: str
+    name: str = DEFAULT_STUDY_NAME  # "": the storage's only study (a report that found the storage alone)
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,11 @@ class SweepConfig:
 
     tracking: MlflowSettings  # the `mlflow` group: the store, the experiment, the model and its registry name
     sweep: SweepSettings  # the `sweep` group: objective, seeds, folds
-    direction: str | None  # hydra.sweeper.direction or sweep.direction (None: the objective's own, runner.metric_table)
+    goal: Objective  # what the jobs return and the sweep chooses by, and its direction (runner.config.objective)
     sweeper: str | None  # hydra.sweeper._target_
+    optuna: OptunaSweeperSettings | None  # the Optuna sweeper's settings (hydra.sweeper); None: another sweeper
+    sweep_dir: str | None  # hydra.sweep.dir, absolute
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
-    terminate: Any  # hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.study.terminator), None: none
-    table: MetricTable  # the jobs' metrics, from the `metrics` group: what the objective can be, and its direction
-    score: str  # task.objective: the score a null sweep.objective chooses on (val_<it>, test_<it> as the fallback)
     epochs: int  # a trial's runs continue one another's steps, epochs apart
     # A job's own values, as composed (its training process validates them).
     seed: Any
@@ -117,31 +117,24 @@ class SweepConfig:
         (a job's task config: HydraConfig.get()); without either, the sweeper's defaults."""
         if hydra is None:
             hydra = config.get("hydra") or OmegaConf.create({})
+        sweeper = OmegaConf.select(hydra, "sweeper._target_")
+        optuna = optuna_sweeper_settings(hydra.sweeper) if sweeper == SWEEPER_TARGET else None
+        sweep_dir = OmegaConf.select(hydra, "sweep.dir")
         sweep = sweep_settings(config)
-        table = metric_table_of(config)
-        sweeper_direction = OmegaConf.select(hydra, "sweeper.direction")
-        direction = direction_of(sweeper_direction, sweep.direction)  # the two agree, or this refuses
-        objective = sweep.objective or default_objective(task_settings(config).objective)
-        against = sweep.direction_against_metric
-        table.check_direction(objective, sweeper_direction, "hydra.sweeper.direction", against)
         return cls(
             tracking=mlflow_settings(config),
             sweep=sweep,
-            direction=direction,
-            sweeper=OmegaConf.select(hydra, "sweeper._target_"),
+            goal=Objective.of(
+                sweep,
+                task_settings(config).objective,
+                metric_table_of(config),
+                OmegaConf.select(hydra, "sweeper.direction"),  # the two directions agree, or this refuses
+            ),
+            sweeper=sweeper,
+            optuna=optuna,
+            sweep_dir=None if sweep_dir is None else os.path.abspath(str(sweep_dir)),
             pruner=pruner_node(config),
-            terminate=OmegaConf.select(hydra, "sweeper.terminate"),
-            table=table,
-            score=task_settings(config).objective,
-            seed=config.get("seed"),
-            epochs=int(config.epochs),
-            progress=config.get("progress"),
-            validation_fraction=OmegaConf.select(config, "dataset.validation_fraction"),
-            split_seed=OmegaConf.select(config, "dataset.split_seed"),
-            strategy=OmegaConf.select(config, "strategy.name"),
-            cpu_replicas=OmegaConf.select(config, "strategy.cpu_replicas"),
-            deterministic=OmegaConf.select(config, "runtime.deterministic"),
-            cluster_kind=OmegaConf.select(config, "cluster.kind"),
+            **dataclasses.asdict(job_values(config)),
         )
 
     @property
@@ -152,27 +145,55 @@ class SweepConfig:
     @property
     def objective(self) -> str:
         """The metric a job returns to the sweeper (sweep.objective; null: the task's score on validation)."""
-        return self.sweep.objective or default_objective(self.score)
+        return self.goal.name
+
+    @property
+    def direction(self) -> str | None:
+        """hydra.sweeper.direction or sweep.direction; None: the objective's own (runner.metric_table)."""
+        return self.goal.direction
+
+    @property
+    def table(self) -> MetricTable:
+        """The jobs' metrics, from the `metrics` group: what the objective can be, and its direction."""
+        return self.goal.table
+
+    @property
+    def score(self) -> str:
+        """task.objective: the score a null sweep.objective chooses on (val_<it>, test_<it> as the fallback)."""
+        return self.goal.score
 
     @property
     def fallback_objective(self) -> str:
         """What a null sweep.objective chooses on where the data cannot be split: the task's score on test."""
-        return fallback_objective(self.score)
+        return self.goal.fallback
 
     @property
     def objective_is_default(self) -> bool:
         """sweep.objective was left null: the sweep chooses on validation, or on test where the data cannot be
         split."""
-        return self.sweep.objective is None
+        return self.goal.is_default
 
     @property
     def lower_is_better(self) -> bool:
-        return self.table.lower_is_better(self.objective, self.direction)
+        return self.goal.lower_is_better()
 
     @property
     def worst(self) -> float:
-        """What a failed job returns (runner.sweeps.terms.worst_value)."""
-        return worst_value(self.objective, self.direction, self.table)
+        """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
+        such a trial as FAIL)."""
+        return self.goal.worst
+
+    @property
+    def terminate(self) -> str | None:
+        """hydra.sweeper.terminate: an Optuna study's terminator (runner.sweeps.study.terminator); None: none."""
+        return None if self.optuna is None else self.optuna.terminate
+
+    @property
+    def study(self) -> StudyAddress | None:
+        """Where an Optuna sweep's study lives and its name; None: not an Optuna sweep."""
+        if self.optuna is None or self.sweep_dir is None:
+            return None
+        return StudyAddress(storage_of(self.optuna.storage, self.sweep_dir), self.optuna.study_name)
 
     @property
     def seeds(self) -> list[Any]:
@@ -190,10 +211,7 @@ class SweepConfig:
     @property
     def pruner_option(self) -> str | None:
         """The pruner's option (`median`), or its `_target_` where it is none of the runner's; None: no pruner."""
-        if self.pruner is None:
-            return None
-        target = self.pruner["_target_"]
-        return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")  # runner.sweeps.study.pruning's words too
+        return None if self.pruner is None else pruner_option(self.pruner["_target_"])
 
     @property
     def per_epoch_objectives(self) -> str:

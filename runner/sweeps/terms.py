@@ -1,18 +1,16 @@
-"""The words a sweep and its runs share: the tag and file names on the parent and child runs, and the objective
-each job returns to the sweeper. A leaf: the callback, the sweep job, the summary and a training job all read
-it without importing one another."""
+"""The words a sweep and its runs share: the tag and file names on the parent and child runs, and what the metric
+that chose says of the winner (the objective itself is runner.config.objective's). A leaf: the callback, the sweep
+job, the summary and a training job all read it without importing one another."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from runner.config.settings import sweep_settings, task_settings
-from runner.metric_table import DEFAULT_TABLE, MetricTable
-from runner.outcome import default_objective
 
 # The sweeper's class, conf/hydra/sweeper/optuna.yaml's _target_ (hydra_plugins/runner_optuna_sweeper.py).
 SWEEPER_TARGET = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
+# An Optuna sweep's default storage: Optuna's journal file in the sweep directory; its study's default name.
+JOURNAL_FILE = "optuna_study.journal"
+DEFAULT_STUDY_NAME = "runner"
 PARENT_RUN_ID_FILE = "mlflow_parent_run_id.txt"
 # The sweep's MLflow store, absolute (a sqlite file's path is relative to where the sweep started, so
 # `python -m runner.report <sweep dir>` run from elsewhere would otherwise open another, empty store).
@@ -56,12 +54,6 @@ TASK_OBJECTIVE_TAG = "task_objective"
 CHOSEN_BY_TAG = "chosen_by"
 
 
-def objective_name(config: Any) -> str:
-    """The metric a sweep job returns to the sweeper: `sweep.objective`, validated (null: the task's score on the
-    validation split, runner.outcome.default_objective)."""
-    return sweep_settings(config).objective or default_objective(task_settings(config).objective)
-
-
 def chosen_on_test(objective: str) -> bool:
     """Whether `objective` is measured on the test set (eval_accuracy is the test set, once more)."""
     return objective.startswith("test_") or objective == "eval_accuracy"
@@ -86,12 +78,6 @@ def what_chose(objective: str, asked: bool) -> str:
             "winner's test metrics below are an honest estimate."
         )
     return f"{objective} chose the winner (a training metric); its test metrics are reported beside."
-
-
-def worst_value(objective: str, sweeper_direction: Any = None, table: MetricTable = DEFAULT_TABLE) -> float:
-    """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
-    such a trial as FAIL)."""
-    return float("inf") if table.lower_is_better(objective, sweeper_direction) else float("-inf")
 
 
 def run_name_for(path: str) -> str:

@@ -17,10 +17,11 @@ from omegaconf import OmegaConf
 from runner.builtins import keras_lane
 from runner.clusters.agreement import any_worker_stops
 from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
+from runner.config.objective import Objective
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
-from runner.outcome import default_objective, fallback_objective, model_at_sweep_end
+from runner.outcome import model_at_sweep_end
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
@@ -169,12 +170,10 @@ def _build_end_actions(
         else:
             actions.append(LogModel(restored, model_logging, tracker))
     if settings.mlflow.register:
-        score = settings.task.objective
-        default = default_objective(score) if trainer.passes.validate is not None else fallback_objective(score)
-        objective = settings.sweep.objective or default
+        goal = Objective.of(settings.sweep, settings.task.objective, table)
+        objective = goal.chosen_by(validates=trainer.passes.validate is not None)
         name = settings.mlflow.registered_model_name
-        lower = table.lower_is_better(objective, settings.sweep.direction)
-        actions.append(RegisterModel(name, objective, lower, tracker, tracking_uri, run_id))
+        actions.append(RegisterModel(name, objective, goal.lower_is_better(objective), tracker, tracking_uri, run_id))
     return EndActions(finished=actions, stopped=[curves])
 
 

@@ -59,7 +59,7 @@ from runner.sweeps.launch.ray_worker import ray_node_tags
 from runner.sweeps.launch.warm_pool import POOL, worker_kind
 from runner.sweeps.study.grid_study import JobTrial
 from runner.sweeps.study.pruning import report_replicate
-from runner.sweeps.study.study import PRUNED_TAG, REPLICATES_ATTR, TrialLink, storage_of, study_name_of
+from runner.sweeps.study.study import PRUNED_TAG, REPLICATES_ATTR, TrialLink
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
@@ -73,7 +73,6 @@ from runner.sweeps.terms import (
     SEED_KEY,
     SEED_TAG,
     SLURM_JOB_ID_TAG,
-    SWEEPER_TARGET,
     SWEPT_KEYS_TAG,
     WALL_SECONDS,
     read_parent_run_id,
@@ -205,7 +204,7 @@ class _Job:
         self.hydra_config = hydra_config
         self.cwd = str(hydra_config.runtime.cwd)
         self.validation = ValidationOfJob()  # the validation split it chooses on (validation_of_job)
-        self.trial = trial_link(hydra_config)  # an Optuna sweep's trial, which the training process reports to
+        self.trial = trial_link(config, hydra_config)  # an Optuna sweep's trial, which the training process reports to
         self.grid_trial: JobTrial | None = None  # a pruned grid sweep's: asked and told by this job
         self.pruned_at: int | None = None  # the epoch at which the pruner stopped one of the job's runs
         self.failed = False  # one of its runs failed
@@ -533,13 +532,12 @@ def _point_name(overrides: list[str], swept_keys: str, number: int) -> str:
     return ",".join(swept or overrides) or f"job {number}"
 
 
-def trial_link(hydra_config: DictConfig):
+def trial_link(config: SweepConfig, hydra_config: DictConfig) -> TrialLink | None:
     """The Optuna trial this job is (runner.sweeps.plugins.optuna_sweeper launches trial N as job N), or None."""
-    sweeper = hydra_config.get("sweeper")
-    if sweeper is None or sweeper.get("_target_") != SWEEPER_TARGET:
+    study = config.study
+    if study is None:
         return None
-    storage = storage_of(sweeper.get("storage"), str(hydra_config.sweep.dir))
-    return TrialLink(storage, study_name_of(sweeper), int(hydra_config.job.num))
+    return TrialLink(study.storage, study.name, int(hydra_config.job.num))
 
 
 def lifeline_of(launcher: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ from runner.sweeps.launch.launchers import check_before_sweep, launcher_of
 from runner.sweeps.launch.warm_pool import POOL, worker_kind
 from runner.sweeps.study.grid_study import create_grid_study
 from runner.sweeps.study.pruning import check_sweep
-from runner.sweeps.study.study import is_optuna_sweep, open_storage, storage_of
+from runner.sweeps.study.study import open_storage
 from runner.sweeps.sweep_config import SweepConfig, sweep_dir_of
 from runner.sweeps.terms import run_name_for
 from runner.tracking.server_access import check_server
@@ -43,10 +43,10 @@ def start_sweep(config: DictConfig) -> None:
     try:
         sweep_settings(config)
         check_sweep_points(config)
-        check_optuna_sweep(config)
         # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
         # this user, leaves nothing behind.
         sweep = SweepConfig.read(config)  # also refuses an empty experiment name, a bad model name, ...
+        check_optuna_sweep(config, sweep)
         check_server(sweep.tracking, registers=sweep.tracking.log_model)
         check_before_sweep(config, sweep.sweep.trial_models)
         verbose = is_verbose(config.get("verbose"), config.hydra.verbose)
@@ -105,13 +105,13 @@ def _start_first_worker(config: DictConfig, sweep: SweepConfig) -> bool:
     return True
 
 
-def check_optuna_sweep(config: DictConfig) -> None:
+def check_optuna_sweep(config: DictConfig, sweep: SweepConfig) -> None:
     """The sweep's rules and its pruner (runner.sweeps.study.pruning.check_sweep) and, for an Optuna sweep, its
-    settings and a study storage that opens."""
+    search space and queued trials, and a study storage that opens."""
 
     check_sweep(config)
-    if is_optuna_sweep(config):
+    if sweep.study is not None:
         from runner.sweeps.plugins.optuna_sweeper import check_settings  # noqa: PLC0415  Optuna: only for an Optuna sweep
 
-        check_settings(config)
-        open_storage(storage_of(OmegaConf.select(config, "hydra.sweeper.storage"), sweep_dir_of(config)))
+        check_settings(config, sweep)
+        open_storage(sweep.study.storage)

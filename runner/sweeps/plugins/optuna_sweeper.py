@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -29,11 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
-from runner.config.schema import SweepSettings
-from runner.config.settings import metric_table_of, mlflow_settings, sweep_settings, task_settings
 from runner.errors import RunnerError
-from runner.metric_table import DIRECTIONS
-from runner.outcome import default_objective
 from runner.sweeps.launch.launchers import class_path, launcher_of
 from runner.sweeps.study.study import (
     DUPLICATE_ATTR,
@@ -45,11 +41,9 @@ from runner.sweeps.study.study import (
     frozen_trial,
     live_trial,
     open_storage,
-    storage_of,
-    study_name_of,
 )
 from runner.sweeps.study.terminator import StudyTerminator, study_terminator
-from runner.sweeps.sweep_config import direction_of
+from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import STOPPED_EARLY_TAG, read_parent_run_id
 
 log = logging.getLogger("runner")
@@ -74,27 +68,31 @@ def launches_from_threads(launcher: Any) -> bool:
 class OptunaSweep:
     """One sweep: the sweeper's settings (conf/hydra/sweeper/optuna.yaml), its launcher, its study."""
 
-    def __init__(
-        self,
-        settings: Mapping[str, Any],
-        config: DictConfig,
-        launcher: Any,
-    ):
-        self.settings = settings
+    def __init__(self, config: DictConfig, launcher: Any):
+        """`config`: the sweep's composed config, its `hydra` node included (the sweeper's settings are its
+        `hydra.sweeper`); `launcher`: Hydra's launcher, set up."""
         self.config = config
+        self.sweep = SweepConfig.read(config)
+        if self.sweep.optuna is None or self.sweep.study is None or self.sweep.sweep_dir is None:
+            raise RunnerError(
+                f"hydra.sweeper._target_={self.sweep.sweeper} is not the runner's Optuna sweeper. Fix: select it with "
+                "hparams_search=optuna (or hydra/sweeper=optuna)."
+            )
+        self.settings = self.sweep.optuna
+        self.study_address = self.sweep.study
         self.launcher = launcher
-        self.sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        self.sweep_dir = self.sweep.sweep_dir
         self.lock = threading.Lock()
 
     def run(self, arguments: list[str]) -> list[JobReturn]:
         os.makedirs(self.sweep_dir, exist_ok=True)
         OmegaConf.save(self.config, os.path.join(self.sweep_dir, "multirun.yaml"))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        space = SearchSpace.parse(self.settings.get("params"), arguments)
-        storage = storage_of(self.settings.get("storage"), self.sweep_dir)
-        direction = _direction(self.settings.get("direction"), self.config)
+        space = SearchSpace.parse(self.settings.params or {}, arguments)
+        storage = self.study_address.storage
+        direction = self.sweep.goal.study_direction
         study = optuna.create_study(
-            study_name=study_name_of(self.settings),
+            study_name=self.study_address.name,
             storage=open_storage(storage),
             sampler=optuna.samplers.RandomSampler(),  # replaced below, once the study's trials are known
             direction=direction,
@@ -103,11 +101,11 @@ class OptunaSweep:
         _check_continued_direction(study, direction, storage)
         # The sampler's config node: Hydra has already instantiated the sweeper's nested _target_s in its settings.
         node = OmegaConf.select(self.config, "hydra.sweeper.sampler")
-        sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else self.settings.get("sampler")
+        sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else self.settings.sampler
         study.sampler = continued_sampler(sampler, len(study.trials), instantiate)
-        n_trials = int(self.settings.get("n_trials") or 1)
+        n_trials = self.settings.n_trials
         if not study.trials:  # queued once: a re-run of the command finds them among the study's trials
-            for text in self.settings.get("enqueue") or []:
+            for text in self.settings.enqueue:
                 study.enqueue_trial(_enqueued_params(text, space))
         slots = self._slots(n_trials)
         state = _Progress(study, space, n_trials, self.sweep_dir, self._terminator())
@@ -132,16 +130,12 @@ class OptunaSweep:
         return returns
 
     def _terminator(self) -> StudyTerminator | None:
-        """The study's terminator, or None; the sweep group is read only when one is asked for (a study started from a
-        bare config, as the bookkeeping bench does, has none)."""
-        terminate = self.settings.get("terminate")
-        if terminate is None:
-            return None
+        """The study's terminator (hydra.sweeper.terminate), or None."""
         return study_terminator(
-            terminate,
-            self.settings.get("terminate_min_trials"),
-            sweep_settings(self.config).folds,
-            OmegaConf.select(self.config, "seed"),
+            self.settings.terminate,
+            self.settings.terminate_min_trials,
+            self.sweep.sweep.folds,
+            self.sweep.seed if isinstance(self.sweep.seed, int) else None,
         )
 
     def _tag_stopped_early(self, reason: str) -> None:
@@ -150,12 +144,12 @@ class OptunaSweep:
 
         parent_id = read_parent_run_id(self.sweep_dir)
         if parent_id is not None:
-            client = MlflowClient(tracking_uri=mlflow_settings(self.config).tracking_uri or None)
+            client = MlflowClient(tracking_uri=self.sweep.tracking_uri)
             client.set_tag(parent_id, STOPPED_EARLY_TAG, reason)
 
     def _slots(self, n_trials: int) -> int:
-        requested = self.settings.get("n_jobs")
-        slots = launcher_parallelism(self.launcher) if requested is None else int(requested)
+        requested = self.settings.n_jobs
+        slots = launcher_parallelism(self.launcher) if requested is None else requested
         return max(1, min(slots, n_trials))
 
     def _in_slots(self, state: _Progress, slots: int, returns: list[JobReturn]) -> None:
@@ -339,23 +333,6 @@ def continued_sampler(sampler: Any, asked: int, instantiate: Callable[[Any], Any
     return instantiate(node)
 
 
-def _direction(value: Any, config: DictConfig) -> Literal["minimize", "maximize"]:
-    """The study's direction: hydra.sweeper.direction or sweep.direction, else the objective's own
-    (runner.metric_table: sweep.objective=val_loss is minimized with no other flag)."""
-    name = getattr(value, "name", value)  # Hydra's Direction enum, or its name
-    if name not in (None, *DIRECTIONS):
-        raise RunnerError(
-            f"hydra.sweeper.direction={value!r} is not valid: a study maximizes or minimizes sweep.objective. "
-            "Fix: pass hydra.sweeper.direction=maximize (scores) or minimize (losses, errors), or null for the "
-            "objective's own."
-        )
-    # A study started from a bare config (the sweeper's own tests, the bookkeeping bench) has no sweep group.
-    sweep = sweep_settings(config) if OmegaConf.select(config, "sweep") is not None else SweepSettings()
-    objective = sweep.objective or default_objective(task_settings(config).objective)
-    lower = metric_table_of(config).lower_is_better(objective, direction_of(name, sweep.direction))
-    return "minimize" if lower else "maximize"
-
-
 def _check_continued_direction(study: optuna.Study, direction: str, storage: str) -> None:
     """A study continued from its storage keeps the direction it was created with (Optuna loads it as it is): one
     that differs from this sweep's would rank its trials one way and the sweep's summary the other."""
@@ -388,26 +365,22 @@ def _enqueued_params(text: Any, space: SearchSpace) -> dict[str, Any]:
     return params
 
 
-def check_settings(config: DictConfig) -> None:
-    """Before the sweep's parent run exists: the search space parses, the queued trials lie in it, the direction
-    is one a study has."""
-    settings = config.hydra.sweeper
+def check_settings(config: DictConfig, sweep: SweepConfig) -> None:
+    """Before the sweep's parent run exists (its settings already checked by SweepConfig.read): the search space
+    parses and the queued trials lie in it."""
+    assert sweep.optuna is not None  # an Optuna sweep's
     arguments = [str(item) for item in config.hydra.overrides.task]
-    params = settings.get("params")
     try:
-        space = SearchSpace.parse(params if params is not None else {}, arguments)
+        space = SearchSpace.parse(sweep.optuna.params or {}, arguments)
     except (ValueError, TypeError) as error:
         raise RunnerError(
             f"hydra.sweeper.params is not valid: {error}. Fix: give each searched key as choice(a, b), range(a, b), "
             "interval(a, b) or tag(log, interval(a, b)), e.g. hydra.sweeper.params.batch='choice(32, 64)'."
         ) from None
-    for text in settings.get("enqueue") or []:
+    for text in sweep.optuna.enqueue:
         _enqueued_params(text, space)
-    _direction(settings.get("direction"), config)
-    terminate = settings.get("terminate")
-    study_terminator(terminate, settings.get("terminate_min_trials"), None, None)
 
 
-def sweep(sweeper: Any, arguments: list[str], settings: Callable[[], Mapping[str, Any]]) -> list[JobReturn]:
+def sweep(sweeper: Any, arguments: list[str]) -> list[JobReturn]:
     """The plugin's sweep(): `sweeper` was set up by Hydra (config, launcher)."""
-    return OptunaSweep(settings(), sweeper.config, sweeper.launcher).run(arguments)
+    return OptunaSweep(sweeper.config, sweeper.launcher).run(arguments)

@@ -14,7 +14,8 @@ from mlflow.tracking import MlflowClient
 from runner.metric_table import MetricTable
 from runner.plots import import_pyplot
 from runner.sweeps.report import summary as sweep_summary
-from runner.sweeps.report.report import StudySource, write_report
+from runner.sweeps.report.report import write_report
+from runner.sweeps.sweep_config import StudyAddress
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,11 @@ class SweepFacts:
     """What the summaries and the report need to know of a sweep beyond its runs."""
 
     objective: str  # what chooses (sweep.objective, or the one its end recorded)
-    direction: str | None  # the sweep's (runner.sweeps.sweep_config.direction_of; None: the objective's own)
+    direction: str | None  # the sweep's (runner.config.objective; None: the objective's own)
     table: MetricTable  # the jobs' metrics (the sweep's `metrics`): the objective's direction, the columns, curves
     fallback: str | None  # where no finished job has `objective` (the default on data that could not be split)
     asked: bool  # sweep.objective named the objective
-    study: StudySource | None  # an Optuna sweep's study, for the parameter importances
+    study: StudyAddress | None  # an Optuna sweep's study, for the parameter importances
     log_keys: frozenset[str]  # keys swept on a log scale, drawn on a log axis
 
 

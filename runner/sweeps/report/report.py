@@ -18,7 +18,6 @@ import math
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -28,10 +27,12 @@ from optuna.importance import FanovaImportanceEvaluator
 from optuna.trial import TrialState
 from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotly ships no type information
 
+from runner.config.settings import optuna_sweeper_settings
 from runner.errors import RunnerError
 from runner.sweeps.report.summary import JobRow, Summary, every_job_failed, methods
-from runner.sweeps.study.study import JOURNAL_FILE, is_optuna_sweep, open_storage, storage_of, study_name_of
-from runner.sweeps.terms import chosen_on_test, what_chose
+from runner.sweeps.study.study import is_optuna_sweep, open_storage
+from runner.sweeps.sweep_config import StudyAddress, storage_of
+from runner.sweeps.terms import JOURNAL_FILE, chosen_on_test, what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
 
 LOG_DECADES = 2  # positive values spanning more than this many decades get a log axis
@@ -50,15 +51,7 @@ tr.best { background: #e8f5e9; } tr.worse { color: #888; } tr.pruned, tr.failed 
 """
 
 
-@dataclass(frozen=True)
-class StudySource:
-    """Where an Optuna sweep's study is: its storage (a database URL or a journal file's path) and its name."""
-
-    storage: str
-    name: str = ""  # "": the storage's only study
-
-
-def find_study(sweep_dir: str, given: Mapping[str, str], config: Any = None) -> StudySource | None:
+def find_study(sweep_dir: str, given: Mapping[str, str], config: Any = None) -> StudyAddress | None:
     """An Optuna sweep's study, found from what the sweep left: its composed config (`config`, which the sweep's
     own end holds; else the sweep directory's multirun.yaml, where Hydra writes it), else `hydra.sweeper.storage=`
     and `hydra.sweeper.study_name=` among the command's overrides (`given`: the parent's `overrides` tag, by key),
@@ -71,14 +64,14 @@ def find_study(sweep_dir: str, given: Mapping[str, str], config: Any = None) -> 
     if config is not None:
         if not is_optuna_sweep(config):
             return None
-        sweeper = config.hydra.sweeper
-        return StudySource(storage_of(sweeper.get("storage"), sweep_dir), study_name_of(sweeper))
+        sweeper = optuna_sweeper_settings(config.hydra.sweeper)
+        return StudyAddress(storage_of(sweeper.storage, sweep_dir), sweeper.study_name)
     name = given.get("hydra.sweeper.study_name", "")
     storage = given.get("hydra.sweeper.storage")
     if storage and storage != "null":
-        return StudySource(storage if "://" in storage else os.path.join(sweep_dir, storage), name)
+        return StudyAddress(storage if "://" in storage else os.path.join(sweep_dir, storage), name)
     journal = os.path.join(sweep_dir, JOURNAL_FILE)
-    return StudySource(journal, name) if os.path.exists(journal) else None
+    return StudyAddress(journal, name) if os.path.exists(journal) else None
 
 
 def given_overrides(overrides: str) -> dict[str, str]:
@@ -106,7 +99,7 @@ def write_report(
     directory: str,
     sweep_dir: str,
     lower_is_better: bool,
-    study: StudySource | None = None,
+    study: StudyAddress | None = None,
     log_keys: Collection[str] = (),
 ) -> str:
     """Write sweep_report.html into directory; return its path. `log_keys`: the keys swept on a log scale
@@ -472,7 +465,7 @@ def _shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _importances(study: StudySource | None) -> str:
+def _importances(study: StudyAddress | None) -> str:
     """An Optuna sweep's parameter importances (fANOVA, seeded), or a sentence saying why there are none."""
     if study is None:
         return ""

@@ -24,14 +24,14 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import OmegaConf
 
+from runner.config.objective import Objective, agreed_direction
 from runner.config.schema import TaskSettings
-from runner.config.settings import metric_table_of
+from runner.config.settings import mlflow_settings
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE, MetricTable
-from runner.outcome import default_objective, fallback_objective
 from runner.sweeps.report.outputs import SweepFacts, write_outputs
 from runner.sweeps.report.report import find_study, given_overrides, log_scaled_keys
-from runner.sweeps.sweep_config import direction_of
+from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
     OVERRIDES_TAG,
@@ -72,7 +72,7 @@ def _store(target: str, given: str | None) -> Store:
         if recorded is not None:
             return Store(recorded, f"the sweep's store {recorded!r} (from its {TRACKING_URI_FILE})")
         config = _multirun(target)
-        named = OmegaConf.select(config, "mlflow.tracking_uri") if config is not None else None
+        named = mlflow_settings(config).tracking_uri if config is not None else None
         if named:
             started_in = OmegaConf.select(config, "hydra.runtime.cwd") or os.getcwd()
             uri = absolute_tracking_uri(str(named), str(started_in))
@@ -157,36 +157,25 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
 def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local_dir: str) -> SweepFacts:
     """The sweep's facts from its parent run (the objective its end recorded as chosen_by; before it ends, the one
     it will choose on) and its multirun.yaml where the sweep directory is here."""
-    # The task's score a null sweep.objective chooses on, and the jobs' scores: the sweep's config where its directory
-    # is here, else what its parent run recorded (the schema's defaults for a sweep that recorded neither).
-    score = (
-        given.get("task.objective")
-        or _select(config, "task.objective")
-        or tags.get(TASK_OBJECTIVE_TAG)
-        or TaskSettings().objective
-    )
-    if config is not None:
-        table = metric_table_of(config)
-    else:
-        table = MetricTable.from_text(tags[SCORES_TAG]) if SCORES_TAG in tags else DEFAULT_TABLE
-    objective = tags.get(CHOSEN_BY_TAG) or given.get("sweep.objective") or default_objective(score)
-    direction = direction_of(
-        given.get("hydra.sweeper.direction", _select(config, "hydra.sweeper.direction")),
-        given.get("sweep.direction", _select(config, "sweep.direction")),
-    )
-    # Whether sweep.objective named it (else the default chose, or its fallback on test), as the sweep's end says.
-    asked = "sweep.objective" in given or (
-        config is not None and OmegaConf.select(config, "sweep.objective") is not None
-    )
+    goal = SweepConfig.read(config).goal if config is not None else _recorded_goal(tags, given)
     return SweepFacts(
-        objective=objective,
-        direction=direction,
-        table=table,
-        fallback=None if CHOSEN_BY_TAG in tags or "sweep.objective" in given else fallback_objective(score),
-        asked=asked,
+        objective=tags.get(CHOSEN_BY_TAG) or goal.name,  # what the sweep's end recorded as having chosen
+        direction=goal.direction,
+        table=goal.table,
+        fallback=None if CHOSEN_BY_TAG in tags or not goal.is_default else goal.fallback,
+        asked=not goal.is_default,  # whether sweep.objective named it, as the sweep's end says
         study=find_study(local_dir, given, config),
         log_keys=frozenset(log_scaled_keys(config, tags.get(OVERRIDES_TAG, ""))),
     )
+
+
+def _recorded_goal(tags: Mapping[str, str], given: Mapping[str, str]) -> Objective:
+    """The objective of a sweep whose directory is not here: what its parent run recorded (the jobs' scores, the
+    task's score) and the command's overrides (the schema's defaults for a sweep that recorded neither)."""
+    table = MetricTable.from_text(tags[SCORES_TAG]) if SCORES_TAG in tags else DEFAULT_TABLE
+    score = given.get("task.objective") or tags.get(TASK_OBJECTIVE_TAG) or TaskSettings().objective
+    direction = agreed_direction(given.get("hydra.sweeper.direction"), given.get("sweep.direction"))
+    return Objective(given.get("sweep.objective"), score, direction, table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,8 +201,3 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         print(path)
     return 0
-
-
-def _select(config: Any, key: str) -> Any:
-    """`key` of the sweep's multirun.yaml, None where the sweep directory is not here."""
-    return None if config is None else OmegaConf.select(config, key)

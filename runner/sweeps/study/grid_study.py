@@ -20,7 +20,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from runner.sweeps.study.study import JOURNAL_FILE, SWEEP_DIR_ATTR, TrialLink, end_trial, open_storage
+from runner.sweeps.study.study import SWEEP_DIR_ATTR, TrialLink, end_trial, open_storage
+from runner.sweeps.terms import JOURNAL_FILE
 
 if TYPE_CHECKING:
     from runner.sweeps.sweep_config import SweepConfig

@@ -15,15 +15,12 @@ from typing import Any
 from hydra.utils import instantiate
 
 from runner.config.components import check_arguments, import_target
-from runner.config.settings import RULES, SWEEP
+from runner.config.settings import RULES, SWEEP, objective_of, pruner_node
 from runner.errors import RunnerError
 from runner.sweeps.study.study import PRUNED_TAG, TrialLink
-from runner.sweeps.sweep_config import PRUNER_OPTIONS, REPLICATE_PRUNERS, SweepConfig, pruner_node
-from runner.sweeps.terms import objective_name
+from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_option
 
 log = logging.getLogger("runner")
-
-PRUNERS = ("none", "median", "successive_halving", "hyperband", "wilcoxon")
 
 
 def check_sweep(config: Any) -> None:
@@ -59,10 +56,6 @@ def report_replicate(link: TrialLink, config: SweepConfig, replicate: int, value
         config.objective,
     )
     return True
-
-
-def _option_of(target: str) -> str:
-    return PRUNER_OPTIONS.get(target, f"<pruner._target_={target}>")
 
 
 class TrialReporter:
@@ -105,10 +98,10 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
     if link is None:
         if node is not None:
             raise RunnerError(
-                f"pruner={_option_of(node['_target_'])} is not valid without a sweep: a pruner stops a sweep's trials "
-                "whose epochs are worse than the trials' before them, and this is a single run. Fix: sweep (-m with "
-                "hparams_search=optuna, or a grid such as -m optimizer.lr=0.01,0.001), or drop the pruner override "
-                "(pruner=none)."
+                f"pruner={pruner_option(node['_target_'])} is not valid without a sweep: a pruner stops a sweep's "
+                "trials whose epochs are worse than the trials' before them, and this is a single run. Fix: sweep "
+                "(-m with hparams_search=optuna, or a grid such as -m optimizer.lr=0.01,0.001), or drop the pruner "
+                "override (pruner=none)."
             )
         return None
     if not chief or node is not None and node["_target_"] in REPLICATE_PRUNERS:
@@ -117,4 +110,4 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
 
     # pruner=none still reports each epoch (the study's intermediate values), and never prunes.
     _, trial = link.open(instantiate(node) if node is not None else optuna.pruners.NopPruner())
-    return TrialReporter(trial, objective_name(config), link.first_step)
+    return TrialReporter(trial, objective_of(config).name, link.first_step)

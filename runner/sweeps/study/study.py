@@ -20,10 +20,6 @@ from omegaconf import OmegaConf
 from runner.errors import RunnerError
 from runner.sweeps.terms import SWEEPER_TARGET
 
-# The default storage: Optuna's journal file in the sweep directory.
-JOURNAL_FILE = "optuna_study.journal"
-# The study's name where hydra.sweeper.study_name is null (conf/hydra/sweeper/optuna.yaml's default too).
-DEFAULT_STUDY_NAME = "runner"
 # Set by a sweep job for its training process: JSON of a TrialLink.
 TRIAL_VARIABLE = "RUNNER_OPTUNA_TRIAL"
 # On a trial (an Optuna user attribute) and on its child run (a tag): the epoch after which the pruner stopped it.
@@ -41,25 +37,6 @@ RESULTS_FILE = "optimization_results.yaml"
 
 def is_optuna_sweep(config: Any) -> bool:
     return OmegaConf.select(config, "hydra.sweeper._target_") == SWEEPER_TARGET
-
-
-def study_name_of(sweeper: Any) -> str:
-    """The study an Optuna sweep's settings (the hydra.sweeper node) name."""
-    return str(sweeper.get("study_name") or DEFAULT_STUDY_NAME)
-
-
-def storage_of(storage: Any, sweep_dir: str) -> str:
-    """The study's storage as this module opens it: a database URL (sqlite:///..., postgresql://...) as given,
-    else the absolute path of a journal file (`hydra.sweeper.storage=null`: optuna_study.journal in the sweep dir)."""
-    if storage is None or storage == "":
-        return os.path.join(os.path.abspath(sweep_dir), JOURNAL_FILE)
-    if not isinstance(storage, str):
-        raise RunnerError(
-            f"hydra.sweeper.storage={storage!r} is not valid: it is a database URL or a file path. Fix: pass e.g. "
-            "hydra.sweeper.storage=postgresql://user@host/optuna, a journal file path, or null for "
-            f"{JOURNAL_FILE} in the sweep directory."
-        )
-    return storage if "://" in storage else os.path.abspath(storage)
 
 
 def open_storage(storage: str):

@@ -30,11 +30,9 @@ from optuna.study import Study, StudyDirection
 from optuna.terminator import BaseErrorEvaluator, BaseImprovementEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-from runner.errors import RunnerError
 from runner.sweeps.study.study import DUPLICATE_ATTR, REPLICATES_ATTR
 from runner.sweeps.uncertainty import standard_error
 
-TERMINATORS = ("regret",)
 TOP_TRIALS_RATIO = 0.5  # the bound looks at the better half of the trials (Optuna's default)
 CANDIDATES = 2048  # random points of the search space where the upper confidence bound is sought
 DELTA = 0.1  # the bound holds with probability 1 - DELTA under the Gaussian process
@@ -175,19 +173,11 @@ class StudyTerminator:
         )
 
 
-def study_terminator(terminate: Any, min_trials: Any, folds: int | None, seed: int | None) -> StudyTerminator | None:
-    """The terminator `hydra.sweeper.terminate` names (null: none)."""
+def study_terminator(
+    terminate: str | None, min_trials: int, folds: int | None, seed: int | None
+) -> StudyTerminator | None:
+    """The terminator `hydra.sweeper.terminate` names (null: none), its settings checked by the schema
+    (runner.config.schema.OptunaSweeperSettings)."""
     if terminate is None:
         return None
-    if terminate not in TERMINATORS:
-        raise RunnerError(
-            f"hydra.sweeper.terminate={terminate!r} is not valid: the study terminators are "
-            f"{', '.join(TERMINATORS)}. Fix: pass hydra.sweeper.terminate=regret, or null to run n_trials trials."
-        )
-    if not isinstance(min_trials, int) or isinstance(min_trials, bool) or min_trials < 2:
-        raise RunnerError(
-            f"hydra.sweeper.terminate_min_trials={min_trials!r} is not valid: it is how many trials complete before "
-            "the study may stop, and the bound needs at least 2. Fix: pass an integer of 2 or more, e.g. "
-            "hydra.sweeper.terminate_min_trials=5."
-        )
     return StudyTerminator(min_trials, RegretBound(seed or 0), ReplicateNoise(folds or 0))
