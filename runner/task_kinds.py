@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.errors import RunnerError
 
@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 class TaskKind:
     """A kind of target: numeric labels (float32 targets shaped like the model's output for one example), checked
     by each kind's `_checked`; the classification overrides what differs for class indices."""
+
+    # Its labels are class indices, counted by num_classes, and its model outputs one logit per class
+    # (Classification); otherwise they are numbers shaped like the model's output for one example.
+    class_indices: ClassVar[bool] = False
+    # What the values of a label must be, and what to do about one that is not, in the words of a stream's refusal
+    # (dataset=tfrecord's scan counts the values `outside` returns).
+    values_taken: ClassVar[str] = "finite numbers"
+    values_fix: ClassVar[str] = "drop or fill those examples"
+    # What the served model is called after (`<data>_<role>`).
+    role: ClassVar[str] = "predictor"
 
     name: str
     labels: str  # what one example's label is, in the words of a refusal
@@ -80,6 +90,13 @@ class TaskKind:
             "pick the task that matches the labels (task=classification, regression, binary or multilabel)."
         )
 
+    def outside(self, values: Any) -> Any:
+        """Which of a stream's label values (a float64 tf.Tensor) this kind does not take: a boolean tensor, as
+        dataset=tfrecord's scan counts them per file. A number that is not finite, unless a kind says otherwise."""
+        import tensorflow as tf  # noqa: PLC0415  TensorFlow: only where a stream is scanned
+
+        return tf.logical_not(tf.math.is_finite(values))
+
     def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
         """`values` (the labels as float32) checked and shaped for this kind."""
         raise NotImplementedError
@@ -98,6 +115,11 @@ class TaskKind:
 
 class Classification(TaskKind):
     """One integer class index per example; the model outputs num_classes logits."""
+
+    class_indices = True
+    values_taken = "class indices"
+    values_fix = "store class indices 0..num_classes-1"
+    role = "classifier"
 
     def prepare(self, where: str, split: str, labels: np.ndarray) -> np.ndarray:
         """int64 class indices (their range is checked against num_classes by the data layer)."""
@@ -121,6 +143,9 @@ class Classification(TaskKind):
 class Regression(TaskKind):
     """Finite numbers of any shape per example (a scalar becomes (1,))."""
 
+    values_taken = "finite targets"
+    role = "regressor"
+
     def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
         import numpy as np  # noqa: PLC0415  see the import note above
 
@@ -131,8 +156,20 @@ class Regression(TaskKind):
         return values.reshape(len(values), 1) if values.ndim == 1 else values
 
 
-class Binary(TaskKind):
+class ZeroOrOne(TaskKind):
+    """Labels of 0 or 1: what a stream's scan refuses of them."""
+
+    values_taken = "0/1 labels"
+    values_fix = "store 0 or 1 for each label"
+
+    def outside(self, values: Any) -> Any:
+        return (values != 0) & (values != 1)
+
+
+class Binary(ZeroOrOne):
     """One 0/1 label per example, shaped (1,)."""
+
+    role = "classifier"
 
     def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
         if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
@@ -143,8 +180,10 @@ class Binary(TaskKind):
         return None if label_shape in ((), (1,)) else "give one 0/1 label per example, or use task=multilabel"
 
 
-class Multilabel(TaskKind):
+class Multilabel(ZeroOrOne):
     """A vector of 0/1 labels per example."""
+
+    role = "tagger"
 
     def _checked(self, where: str, split: str, labels: np.ndarray, values: np.ndarray) -> np.ndarray:
         if values.ndim != 2:
@@ -245,3 +284,15 @@ KINDS: dict[str, TaskKind] = {
         ),
     )
 }
+
+
+def kind_named(name: str) -> TaskKind:
+    """The kind a dataset callable is told (`task`, the run's task.kind, which the runner supplies), or one
+    paragraph naming the kinds."""
+    kind = KINDS.get(name)
+    if kind is None:
+        raise RunnerError(
+            f"task={name!r} is not valid: the task kinds are {', '.join(KINDS)}. Fix: pass one of them (the runner "
+            "passes the run's task.kind to a dataset callable that takes `task`)."
+        )
+    return kind

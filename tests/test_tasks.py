@@ -19,7 +19,7 @@ from runner.config.settings import validate
 from runner.data.loading import load_data
 from runner.errors import RunnerError
 from runner.sweeps.sweep_config import SweepConfig
-from runner.task_kinds import KINDS
+from runner.task_kinds import KINDS, TaskKind
 from runner.training.task import Experiment
 
 SIDE = 28  # the built-in CNN's two poolings need images of at least 28 pixels a side
@@ -297,3 +297,57 @@ def test_a_misspelt_objective_of_the_tasks_metrics_names_the_closest():
     assert message.startswith("sweep.objective='val_mea' is not valid")
     assert "(did you mean sweep.objective=val_mae?)" in message
     assert "\n" not in message
+
+
+class Counts(TaskKind):
+    """A kind of one's own, added by the test below (a subclass and a row of KINDS): whole counts of 0 or more per
+    example, served as the model's values."""
+
+    values_taken = "counts of 0 or more"
+    values_fix = "store whole counts of 0 or more"
+    role = "counter"
+
+    def outside(self, values):
+        return tf.logical_not(tf.math.is_finite(values)) | (values < 0) | (values != tf.floor(values))
+
+    def _checked(self, where, split, labels, values):
+        if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values != np.floor(values)):
+            raise self._refusal(where, split, labels, self.values_fix)
+        return values.reshape(len(values), 1) if values.ndim == 1 else values
+
+
+def counts(images):
+    return np.round(np.abs(_brightness(images)[:, 0]) / 10).astype(np.float32)  # 0 to 5
+
+
+@pytest.mark.slow  # two trainings in this process: about 15 s
+def test_a_task_kind_of_ones_own_trains_on_arrays_and_tfrecord_files_without_touching_the_runner(
+    train, tmp_path, monkeypatch
+):
+    """A fifth kind is a TaskKind subclass and a row of KINDS, here in the test itself: task.kind accepts it, the
+    .npz loader and dataset=tfrecord's scan check its labels by its own rules, and it trains on both."""
+    from helpers.data import tfrecord_options, write_tfrecords
+
+    monkeypatch.setitem(
+        KINDS, "counts", Counts("counts", "whole counts of 0 or more per example", None, False, "MeanAbsoluteError")
+    )
+    own = ["task=regression", "task.kind=counts", "epochs=1", "strategy=one_device"]
+    path = _write(tmp_path / "counts.npz", counts)
+    on_arrays = train(*own, "dataset=npz", f"dataset.path={path}", run_dir=tmp_path / "arrays")
+    assert np.isfinite(on_arrays.final["test_mae"]) and on_arrays.final["test_mae"] < 5
+
+    records = tmp_path / "records"
+    records.mkdir()
+    for prefix, files in (("train", 2), ("test", 1)):
+        write_tfrecords(records, prefix, files, 64, labels=lambda image: [float(counts(image[None])[0])])
+    on_files = train(*own, *tfrecord_options(records), run_dir=tmp_path / "files")
+    assert np.isfinite(on_files.final["test_mae"])
+
+    negative = tmp_path / "negative"
+    negative.mkdir()
+    for prefix, files in (("train", 2), ("test", 1)):
+        write_tfrecords(negative, prefix, files, 64, labels=lambda image: [-1.0])
+    with pytest.raises(RunnerError, match=r"label value\(s\) that are not counts of 0 or more .* task=counts takes"):
+        train(*own, *tfrecord_options(negative), run_dir=tmp_path / "refused")
+    with pytest.raises(RunnerError, match=r"task=counts takes whole counts of 0 or more per example"):
+        train(*own, "dataset=npz", f"dataset.path={_write(tmp_path / 'bad.npz', lambda x: counts(x) - 0.5)}")

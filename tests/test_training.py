@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from helpers.config import CONF
 from helpers.tracking import metric_history, mlflow_client
-from runner.config.schema import STRATEGIES
+from runner.strategy_kinds import STRATEGIES
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from runner.clusters.roles import Task
 from runner.config.schema import Settings
 from runner.errors import Preempted
+from runner.strategy_kinds import strategy_kind
 
 # Written by the chief into the run directory when it is done with the servers: {"token", "outcome"}.
 END_FILE = "cluster_end.json"
@@ -39,7 +40,7 @@ def read_end(path: str) -> dict | None:
 def telling_servers_the_end(task: Task, settings: Settings, run_dir: str) -> Iterator[None]:
     """Around the chief's training: write END_FILE with how it ended (finished, preempted, failed), so
     that the servers of a parameter_server cluster end too."""
-    if not (task.chief and task.type is not None and settings.strategy.name == "parameter_server"):
+    if not (task.chief and task.type is not None and strategy_kind(settings.strategy.name).coordinated):
         yield
         return
     ending = "failed"

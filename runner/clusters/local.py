@@ -40,6 +40,7 @@ from runner.errors import RunnerError, report
 from runner.outcome import FAILED, FINISHED, KILLED, OUTCOME_VARIABLE, Outcome, resume_advice
 from runner.overrides import quoted
 from runner.searchpath import searchpath_overrides
+from runner.strategy_kinds import strategy_kind
 from runner.tracking.lifecycle import failure_message
 from runner.tracking.run_id_file import read_run_id
 
@@ -120,7 +121,8 @@ def launch(settings: Settings, hydra_config) -> Outcome:
         for task in reversed(tasks):  # the servers first, the chief (tasks[0]) last
             _start(task, command, cwd)
         # ClusterCoordinator survives a worker that dies and comes back; no other task can be replaced.
-        restart = (lambda task: _start(task, command, cwd)) if settings.strategy.name == "parameter_server" else None
+        replaceable = strategy_kind(settings.strategy.name).coordinated
+        restart = (lambda task: _start(task, command, cwd)) if replaceable else None
         chief_outcome, error = _watch(tasks, restart, run_dir)
         if error is None and chief_outcome.status in (FINISHED, KILLED):
             _wait(tasks[1:], FOLLOW_SECONDS)
@@ -176,7 +178,7 @@ def free_ports(count: int) -> list[int]:
 def _plan(strategy: str, cluster: ClusterSettings, run_dir: str) -> list[_Task]:
     """The tasks and their TF_CONFIG, the chief first."""
     log_dir = os.path.join(run_dir, "tasks")
-    if strategy == "multi_worker_mirrored":
+    if not strategy_kind(strategy).coordinated:  # MultiWorkerMirrored: every task a worker, the first the chief
         jobs = [("worker", cluster.workers)]
     else:
         jobs = [("chief", 1), ("worker", cluster.workers), ("ps", cluster.ps)]

@@ -16,19 +16,9 @@ from typing import Any
 
 from runner.config.schema import Settings
 from runner.errors import RunnerError
+from runner.strategy_kinds import strategy_kind
 
 TF_CONFIG = "TF_CONFIG"
-# The jobs each strategy's cluster may hold; the first list is what it needs at least one task of.
-_JOBS = {
-    "multi_worker_mirrored": ("chief", "worker"),
-    "parameter_server": ("chief", "worker", "ps"),
-}
-_EXAMPLE = {
-    "multi_worker_mirrored": '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, '
-    '"task": {"type": "worker", "index": 0}}',
-    "parameter_server": '{"cluster": {"chief": ["host0:12345"], "worker": ["host1:12345", "host2:12345"], '
-    '"ps": ["host3:12345"]}, "task": {"type": "chief", "index": 0}}',
-}
 
 
 @dataclass(frozen=True)
@@ -74,7 +64,7 @@ def tracks_the_run(settings: Settings, environ: Mapping[str, str] = os.environ) 
 
 def read_tf_config(text: str | None, strategy: str) -> dict:
     """Parse and check TF_CONFIG without TensorFlow: a bad one fails in a second with the fix."""
-    example = _EXAMPLE[strategy]
+    example = strategy_kind(strategy).tf_config_example
     if not text:
         raise RunnerError(
             f"cluster=tf_config reads the cluster and this task from the {TF_CONFIG} environment variable, which "
@@ -106,7 +96,7 @@ def read_tf_config(text: str | None, strategy: str) -> dict:
 
 def check_cluster(cluster: Mapping[str, Any], task_type: str, index: int, strategy: str, source: str) -> None:
     """Refuse a cluster the strategy cannot run on, naming what is wrong and the fix."""
-    allowed = _JOBS[strategy]
+    allowed = strategy_kind(strategy).cluster_jobs
     shape = json.dumps(cluster)[:300]
     for job, addresses in cluster.items():
         if job not in allowed:
@@ -130,7 +120,7 @@ def check_cluster(cluster: Mapping[str, Any], task_type: str, index: int, strate
             f"{source}'s cluster {shape} is not valid: it has {len(cluster['chief'])} chief tasks. Fix: keep one "
             "chief (the task that logs to MLflow and keeps the checkpoints) and make the others workers."
         )
-    if strategy == "parameter_server":
+    if strategy_kind(strategy).coordinated:
         for job, role in (
             ("chief", "the coordinator, which runs the training loop"),
             ("worker", "the tasks that run the training steps"),
@@ -140,12 +130,12 @@ def check_cluster(cluster: Mapping[str, Any], task_type: str, index: int, strate
                 raise RunnerError(
                     f"{source}'s cluster {shape} has no {job} task: strategy=parameter_server needs {role}. "
                     f'Fix: add a "{job}" job to the cluster and start one more process as that task, as in '
-                    f"{_EXAMPLE[strategy]}."
+                    f"{strategy_kind(strategy).tf_config_example}."
                 )
     elif not cluster.get("chief") and not cluster.get("worker"):
         raise RunnerError(
             f"{source}'s cluster {shape} has no chief and no worker 0 to run the training loop and log to "
-            f"MLflow. Fix: list the workers, e.g. {_EXAMPLE[strategy]}."
+            f"MLflow. Fix: list the workers, e.g. {strategy_kind(strategy).tf_config_example}."
         )
     if task_type not in cluster or not 0 <= index < len(cluster[task_type]):
         raise RunnerError(
@@ -197,7 +187,7 @@ def _slurm_resolver(settings: Settings):
     try:
         tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])
         ps = settings.cluster.ps
-        if settings.strategy.name == "parameter_server":
+        if strategy_kind(settings.strategy.name).coordinated:
             if tasks < ps + 2:
                 raise RunnerError(
                     f"cluster.ps={ps} is not valid for this SLURM job step of {tasks} task(s): parameter_server "

@@ -17,6 +17,7 @@ from runner.clusters.end_of_job import END_FILE, SERVER_EXIT, read_end
 from runner.clusters.roles import Task
 from runner.config.schema import Settings
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
+from runner.strategy_kinds import strategy_kind
 
 log = logging.getLogger("runner")
 
@@ -27,7 +28,7 @@ _POLL_SECONDS = 0.5
 
 def serves(task_type: str, strategy: str) -> bool:
     """Whether a task of this type only serves (the coordinator runs the steps on it)."""
-    return task_type == "ps" or (strategy == "parameter_server" and task_type == "worker")
+    return task_type == "ps" or (strategy_kind(strategy).coordinated and task_type == "worker")
 
 
 def serve_if_a_server(task: Task, settings: Settings, run_dir: str, write: Callable[[Outcome], None]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -97,6 +97,20 @@ class Choice(Check):
                 raise
             why = self.why + (self.or_null if nullable else "")
             raise refusal(key, value, f"{why} (did you mean {key}={close[0]}?)", fix) from None
+
+
+class Among(Check):
+    """One of a table's names (runner.task_kinds.KINDS), read when a value is checked: a row added to the table
+    after this module was imported (a kind of a user's own) is an option too. Refused as a Choice of them."""
+
+    registry: Mapping[str, Any]
+
+    def __init__(self, registry: Mapping[str, Any]) -> None:
+        super().__init__("", lambda value: value in registry, holds=str)
+        object.__setattr__(self, "registry", registry)  # the dataclass is frozen
+
+    def __call__(self, key: str, value: Any, fix: str, nullable: bool = False) -> Any:
+        return Choice(*self.registry)(key, value, fix, nullable)
 
 
 BOOL = Check("it must be true or false", lambda value: isinstance(value, bool))

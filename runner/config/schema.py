@@ -33,6 +33,7 @@ from runner.config.checks import (
     TEXT,
     TRACKING_URI,
     UNCHECKED,
+    Among,
     Check,
     Choice,
     Int,
@@ -42,13 +43,13 @@ from runner.config.checks import (
 from runner.config.components import Component, import_target
 from runner.errors import RunnerError
 from runner.metric_table import DIRECTIONS, Metric, MetricTable
+from runner.strategy_kinds import STRATEGIES
 from runner.task_kinds import KINDS
 
 SCHEMA_NAME = "runner_schema"
 Kind = TypeVar("Kind")
 # sweep.trial_models: every run of a sweep logs its model, or only the sweep's champion (runner.sweeps.job.champion).
 TRIAL_MODELS = ("every", "champion")
-STRATEGIES = tuple("default one_device mirrored central_storage multi_worker_mirrored parameter_server tpu".split())
 
 
 def key(default: Any, check: Check, fix: str, *, shown_as: str | None = None, name: str | None = None) -> Any:
@@ -224,7 +225,7 @@ class TaskSettings:
 
     kind: str = key(
         "classification",
-        Choice(*KINDS),
+        Among(KINDS),
         "pick one of the task group's options: task=classification, regression, binary or multilabel",
     )
     # The score a sweep chooses on when sweep.objective is null: val_<objective> (test_<objective> without a

@@ -33,11 +33,9 @@ from runner.config.schema import (
 )
 from runner.errors import RunnerError
 from runner.metric_table import MetricTable, snake_case
+from runner.strategy_kinds import strategy_kind
 from runner.task_kinds import KINDS
 
-# The strategies that run several replicas on one machine's CPU, and those that train in several processes.
-MULTI_REPLICA_CPU_STRATEGIES = ("mirrored", "central_storage")
-MULTI_PROCESS_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 __all__ = [
     "Settings",
     "MlflowSettings",
@@ -81,7 +79,7 @@ SWEEP = "sweep_config"
 RULES = (
     Rule(
         "strategy.cpu_replicas",
-        lambda s: s.strategy.cpu_replicas is not None and s.strategy.name not in MULTI_REPLICA_CPU_STRATEGIES,
+        lambda s: s.strategy.cpu_replicas is not None and not strategy_kind(s.strategy.name).splits_the_cpu,
         "strategy={strategy} cannot use several CPU replicas on one machine",
         "use strategy=mirrored or strategy=central_storage with it, or drop strategy.cpu_replicas",
     ),
@@ -93,19 +91,23 @@ RULES = (
     ),
     Rule(
         "strategy.communication",
-        lambda s: s.strategy.communication != "auto" and s.strategy.name != "multi_worker_mirrored",
+        lambda s: (
+            s.strategy.communication != "auto" and not strategy_kind(s.strategy.name).all_reduces_across_processes
+        ),
         "strategy={strategy} does not all-reduce across processes",
         "use it with strategy=multi_worker_mirrored, or drop strategy.communication",
     ),
     Rule(
         "strategy.variable_partitioner.max_shards",
-        lambda s: s.strategy.variable_partitioner.max_shards is not None and s.strategy.name != "parameter_server",
+        lambda s: (
+            s.strategy.variable_partitioner.max_shards is not None and not strategy_kind(s.strategy.name).coordinated
+        ),
         "strategy={strategy} keeps whole variables (only parameter servers hold shards)",
         "use it with strategy=parameter_server, or set it to null",
     ),
     Rule(
         "cluster",
-        lambda s: s.cluster.kind == "none" and s.strategy.name in MULTI_PROCESS_STRATEGIES,
+        lambda s: s.cluster.kind == "none" and strategy_kind(s.strategy.name).multi_process,
         "strategy={strategy} trains in several processes that form a TensorFlow cluster",
         "add cluster=local to start one on this machine (cluster.workers=2, and cluster.ps=1 for "
         "parameter_server), or cluster=tf_config / cluster=slurm where TF_CONFIG or srun describe the cluster",
@@ -113,21 +115,21 @@ RULES = (
     ),
     Rule(
         "cluster",
-        lambda s: s.cluster.kind != "none" and s.strategy.name not in MULTI_PROCESS_STRATEGIES,
+        lambda s: s.cluster.kind != "none" and not strategy_kind(s.strategy.name).multi_process,
         "strategy={strategy} trains in a single process",
         "use strategy=multi_worker_mirrored or strategy=parameter_server with a cluster, or drop the cluster override",
         path="cluster.kind",
     ),
     Rule(
         "loop.steps_per_epoch",
-        lambda s: s.strategy.name == "parameter_server" and s.loop.steps_per_epoch is None,
+        lambda s: strategy_kind(s.strategy.name).coordinated and s.loop.steps_per_epoch is None,
         "strategy=parameter_server has no natural end of an epoch (each worker draws batches from its "
         "own endless dataset)",
         "pass a fixed number of steps per epoch, e.g. loop.steps_per_epoch=50",
     ),
     Rule(
         "runtime.deterministic",
-        lambda s: s.runtime.deterministic and s.strategy.name == "parameter_server",
+        lambda s: s.runtime.deterministic and strategy_kind(s.strategy.name).coordinated,
         "strategy=parameter_server trains asynchronously: each worker applies its updates whenever it finishes "
         "a step, so the order of updates (and every number after the first step) depends on timing, and each "
         "worker shuffles with a seed of its own",

@@ -9,6 +9,7 @@ import numpy as np
 
 from runner.data.source import DataSplits
 from runner.errors import RunnerError
+from runner.task_kinds import kind_named
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 _FIX_KEYS = (
@@ -26,7 +27,7 @@ def npz(path: str, num_classes: int | None = None, task: str = "classification")
     for split in ("train", "test"):
         _check_split(where, split, arrays[f"x_{split}"], arrays[f"y_{split}"], task)
     _check_example_shapes(where, arrays["x_train"], arrays["x_test"])
-    classes = _classes(where, arrays, num_classes) if task == "classification" else None
+    classes = _classes(where, arrays, num_classes) if kind_named(task).class_indices else None
     return DataSplits(
         (arrays["x_train"], arrays["y_train"]),
         (arrays["x_test"], arrays["y_test"]),
@@ -71,7 +72,7 @@ def _arrays(where: str, full: str) -> dict[str, np.ndarray]:
 
 def _check_split(where: str, split: str, inputs: np.ndarray, labels: np.ndarray, task: str) -> None:
     """n > 0 examples of rank 1 or more, and n labels: integer class indices for task=classification."""
-    classes = task == "classification"
+    classes = kind_named(task).class_indices
     if (
         inputs.ndim < 2
         or labels.ndim < 1

@@ -109,7 +109,7 @@ def in_memory(
         train_x, train_y = train_x[held_out[0]], train_y[held_out[0]]
     labelled = (("training", train_y), ("test", test_y), *((("validation", validation[1]),) if validation else ()))
     num_classes = None
-    if kind.name == "classification":
+    if kind.class_indices:
         largest = max(int(labels.max()) for _, labels in labelled)
         num_classes = splits.num_classes if splits.num_classes is not None else largest + 1
         for split, labels in labelled:

@@ -183,7 +183,7 @@ class StreamingData:
         decode_batch = split.records.decode_batch if split.records is not None else None
         if decode_record is not None:
             records = records.map(decode_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        spec, classes = self.spec, self.kind.name == "classification"
+        spec, classes = self.spec, self.kind.class_indices
 
         def finish(*batch):  # a batch of records, or of (inputs, labels)
             inputs, labels = decode_batch(*batch) if decode_batch is not None else batch
@@ -246,7 +246,7 @@ def streamed(
     if splits.test_examples is not None and test.records is None and test.examples is None:
         test = Split(None, test.dataset, examples=_prefixed(splits.test_examples, settings.test_examples))
     train, validation = _validation_split(settings, splits, train, seed)
-    classes = kind.name == "classification"
+    classes = kind.class_indices
     (train_shape, train_dtype), (test_shape, _) = _example(train, target, classes), _example(test, target, classes)
     shapes = [test_shape, *([_example(validation, target, classes)[0]] if validation is not None else [])]
     if any(shape != train_shape for shape in shapes):

@@ -19,15 +19,16 @@ import numpy as np
 
 from runner.data.source import DataSplits, FileRecords
 from runner.errors import RunnerError
+from runner.task_kinds import TaskKind, kind_named
 
 ENCODINGS = ("raw", "png", "jpeg")
 READ_BUFFER_BYTES = 4 << 20  # per file: large sequential reads
 _SCAN_BATCH = 1024  # records parsed at once per file: bounded memory, whatever the file size
-# A file's summary is seven float64s (exact for counts and labels below 2**53): its records, its lowest and highest
-# label value, its smallest and largest image in bytes (raw images only; 0 otherwise), and how many label values are
-# not finite and how many are neither 0 nor 1. _NO_RECORDS is an empty file's: where each file's sum starts.
-_NO_RECORDS = (0.0, np.inf, -np.inf, np.inf, -np.inf, 0.0, 0.0)
-RECORDS, LOW, HIGH, SMALLEST, LARGEST, NOT_FINITE, NOT_BINARY = range(7)
+# A file's summary is six float64s (exact for counts and labels below 2**53): its records, its lowest and highest
+# label value, its smallest and largest image in bytes (raw images only; 0 otherwise), and how many label values the
+# task's kind does not take (TaskKind.outside). _NO_RECORDS is an empty file's: where each file's sum starts.
+_NO_RECORDS = (0.0, np.inf, -np.inf, np.inf, -np.inf, 0.0)
+RECORDS, LOW, HIGH, SMALLEST, LARGEST, NOT_TAKEN = range(6)
 
 
 @dataclass(frozen=True)
@@ -63,18 +64,19 @@ def tfrecord(
     _check_shuffle_buffer(shuffle_buffer)
     train, test = _glob("train_files", train_files), _glob("test_files", test_files)
     train_where, test_where = f"dataset.train_files={train_files!r}", f"dataset.test_files={test_files!r}"
-    labels = Labels(label_key, _label_shape(label_shape, task))
+    kind = kind_named(task)
+    labels = Labels(label_key, _label_shape(label_shape, kind))
     for where, files in ((train_where, train), (test_where, test)):
-        labels = _check_first_record(where, files[0], image_key, labels, shape, image_encoding, task)
-    train_counts, train_rows = _scan(train_where, train, image_key, labels, shape, image_encoding)
-    test_counts, test_rows = _scan(test_where, test, image_key, labels, shape, image_encoding)
+        labels = _check_first_record(where, files[0], image_key, labels, shape, image_encoding, kind)
+    train_counts, train_rows = _scan(train_where, train, image_key, labels, shape, image_encoding, kind)
+    test_counts, test_rows = _scan(test_where, test, image_key, labels, shape, image_encoding, kind)
     classes = None
-    if task == "classification":
+    if kind.class_indices:
         ranges = ((train_where, _label_range(train, train_rows)), (test_where, _label_range(test, test_rows)))
         classes = _classes(num_classes, ranges)
     else:
         for where, files, rows in ((train_where, train, train_rows), (test_where, test, test_rows)):
-            _check_label_values(where, files, rows, task)
+            _check_label_values(where, files, rows, kind)
     record_decoder, batch_decoder = _decoders(image_key, labels, shape, image_encoding)
     splits = [
         FileRecords(
@@ -134,14 +136,14 @@ def _classes(num_classes: int | None, splits: tuple[tuple[str, tuple[int, int, s
     return classes
 
 
-def _label_shape(label_shape: Sequence[int] | None, task: str) -> tuple[int, ...]:
+def _label_shape(label_shape: Sequence[int] | None, kind: TaskKind) -> tuple[int, ...]:
     """dataset.label_shape as a shape: () for null; a classification's labels are one class index."""
     if label_shape is None:
         return ()
-    if task == "classification":
+    if kind.class_indices:
         raise RunnerError(
             f"dataset.label_shape={label_shape!r} is for a regression's or a multi-label's labels, but task="
-            "classification reads one class index per example. Fix: leave dataset.label_shape null, or pick the "
+            f"{kind.name} reads one class index per example. Fix: leave dataset.label_shape null, or pick the "
             "task that matches the labels (task=regression, binary or multilabel)."
         )
     try:
@@ -156,17 +158,17 @@ def _label_shape(label_shape: Sequence[int] | None, task: str) -> tuple[int, ...
     return shape
 
 
-def _check_label_values(where: str, files: list[str], rows: list[list[float]], task: str) -> None:
-    """A regression's targets are finite; a binary's or a multi-label's labels are 0 or 1."""
-    column, takes = (NOT_FINITE, "finite targets") if task == "regression" else (NOT_BINARY, "0/1 labels")
+def _check_label_values(where: str, files: list[str], rows: list[list[float]], kind: TaskKind) -> None:
+    """Every label value of every file is one the task's kind takes (TaskKind.outside: a regression's targets are
+    finite; a binary's or a multi-label's labels are 0 or 1)."""
+    takes = kind.values_taken
     for file, row in zip(files, rows, strict=True):
-        if row[column]:
-            fix = "drop or fill those examples" if task == "regression" else "store 0 or 1 for each label"
+        if row[NOT_TAKEN]:
             raise RunnerError(
-                f"{where}: {file} holds {int(row[column])} label value(s) that are not {takes} (its labels run "
-                f"from {row[LOW]:g} to {row[HIGH]:g}), but task={task} takes {takes}. Fix: {fix}, or pick the task "
-                "that matches the labels (task=classification for class indices 0..n-1, task=regression for other "
-                "targets)."
+                f"{where}: {file} holds {int(row[NOT_TAKEN])} label value(s) that are not {takes} (its labels run "
+                f"from {row[LOW]:g} to {row[HIGH]:g}), but task={kind.name} takes {takes}. Fix: {kind.values_fix}, "
+                "or pick the task that matches the labels (task=classification for class indices 0..n-1, "
+                "task=regression for other targets)."
             )
 
 
@@ -257,7 +259,7 @@ def _glob(key: str, patterns) -> list[str]:
 
 
 def _check_first_record(
-    where: str, file: str, image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str, task: str
+    where: str, file: str, image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str, kind: TaskKind
 ) -> Labels:
     """The first record has both keys, of the right kinds, an image of the configured shape and the label's values;
     the labels as the records hold them (floats where its label is a float_list)."""
@@ -265,7 +267,7 @@ def _check_first_record(
     if example is None:
         return labels  # an empty file: the scan counts 0 records in it
     feature = example.features.feature
-    labels = _check_feature_kinds(file, feature, image_key, labels, task)
+    labels = _check_feature_kinds(file, feature, image_key, labels, kind)
     data = feature[image_key].bytes_list.value[0] if feature[image_key].bytes_list.value else b""
     if encoding == "raw":
         _check_raw_size(file, data, shape)
@@ -297,15 +299,15 @@ def _first_example(where: str, file: str) -> Any:
         ) from None
 
 
-def _check_feature_kinds(file: str, feature: Any, image_key: str, labels: Labels, task: str) -> Labels:
+def _check_feature_kinds(file: str, feature: Any, image_key: str, labels: Labels, kind: TaskKind) -> Labels:
     """The record has the image as bytes and the label under the configured keys: int64s for a classification,
     int64s or floats for the other tasks, dataset.label_shape's count of them."""
     found = ", ".join(sorted(feature)) or "none"
-    label_kinds = ("int64_list",) if task == "classification" else ("int64_list", "float_list")
+    label_kinds = ("int64_list",) if kind.class_indices else ("int64_list", "float_list")
     if labels.key in feature and feature[labels.key].WhichOneof("kind") in label_kinds:
         label_kinds = (feature[labels.key].WhichOneof("kind"),)  # the first file's, which every file must share
     for option, name, kinds in (("image_key", image_key, ("bytes_list",)), ("label_key", labels.key, label_kinds)):
-        kind = kinds[0]
+        wanted = kinds[0]
         if name not in feature:
             raise RunnerError(
                 f"dataset.{option}={name!r}: the records of {file} have no feature {name!r} (their "
@@ -317,7 +319,7 @@ def _check_feature_kinds(file: str, feature: Any, image_key: str, labels: Labels
             raise RunnerError(
                 f"dataset.{option}={name!r}: in {file} that feature is a "
                 f"{feature[name].WhichOneof('kind')}, not a {' or '.join(kinds)}. Fix: store the "
-                f"{'image as bytes' if kind == 'bytes_list' else label} under it"
+                f"{'image as bytes' if wanted == 'bytes_list' else label} under it"
                 + (", or use task=regression for float targets." if option == "label_key" and len(kinds) == 1 else ".")
             )
     values = len(getattr(feature[labels.key], label_kinds[0]).value)
@@ -361,12 +363,12 @@ def _check_encoded_size(file: str, data: bytes, shape: tuple[int, ...], encoding
 
 
 def _scan(
-    where: str, files: list[str], image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str
+    where: str, files: list[str], image_key: str, labels: Labels, shape: tuple[int, ...], encoding: str, kind: TaskKind
 ) -> tuple[list[int], list[list[float]]]:
     """Each file's record count and summary, in one streaming pass that parses only the label (and, for raw
     images, the image's byte count)."""
     raw = encoding == "raw"
-    rows = _summaries(where, files, image_key, labels, raw)
+    rows = _summaries(where, files, image_key, labels, raw, kind)
     counts = [int(row[RECORDS]) for row in rows]
     if not sum(counts):
         raise RunnerError(
@@ -378,11 +380,13 @@ def _scan(
     return counts, rows
 
 
-def _summaries(where: str, files: list[str], image_key: str, labels: Labels, raw: bool) -> list[list[float]]:
+def _summaries(
+    where: str, files: list[str], image_key: str, labels: Labels, raw: bool, kind: TaskKind
+) -> list[list[float]]:
     """Each file's summary, two files read at once."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    summarise = _file_summariser(image_key, labels, raw)
+    summarise = _file_summariser(image_key, labels, raw, kind)
     summaries = tf.data.Dataset.from_tensor_slices(files).map(summarise, num_parallel_calls=2, deterministic=True)
     try:
         return [row.numpy().tolist() for row in summaries]
@@ -396,11 +400,11 @@ def _summaries(where: str, files: list[str], image_key: str, labels: Labels, raw
         ) from None
 
 
-def _file_summariser(image_key: str, labels: Labels, raw: bool) -> Callable[[Any], Any]:
+def _file_summariser(image_key: str, labels: Labels, raw: bool, kind: TaskKind) -> Callable[[Any], Any]:
     """A file name -> its summary, summed up batch by batch."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
-    summarise_batch = _batch_summariser(image_key, labels, raw)
+    summarise_batch = _batch_summariser(image_key, labels, raw, kind)
 
     def summarise(file):
         batches = tf.data.TFRecordDataset(file, buffer_size=READ_BUFFER_BYTES).batch(_SCAN_BATCH)
@@ -409,7 +413,7 @@ def _file_summariser(image_key: str, labels: Labels, raw: bool) -> Callable[[Any
     return summarise
 
 
-def _batch_summariser(image_key: str, labels: Labels, raw: bool) -> Callable[[Any], Any]:
+def _batch_summariser(image_key: str, labels: Labels, raw: bool, kind: TaskKind) -> Callable[[Any], Any]:
     """A batch of records -> its summary, parsing only the label (and a raw image's bytes, for their count)."""
     import tensorflow as tf  # noqa: PLC0415  TensorFlow: only once the config is valid
 
@@ -426,8 +430,7 @@ def _batch_summariser(image_key: str, labels: Labels, raw: bool) -> Callable[[An
                 tf.reduce_max(values),
                 tf.cast(tf.reduce_min(sizes), tf.float64),
                 tf.cast(tf.reduce_max(sizes), tf.float64),
-                tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(values)), tf.float64)),
-                tf.reduce_sum(tf.cast((values != 0) & (values != 1), tf.float64)),
+                tf.reduce_sum(tf.cast(kind.outside(values), tf.float64)),
             ]
         )
 
@@ -445,8 +448,7 @@ def _summed(total: Any, part: Any) -> Any:
             tf.maximum(total[HIGH], part[HIGH]),
             tf.minimum(total[SMALLEST], part[SMALLEST]),
             tf.maximum(total[LARGEST], part[LARGEST]),
-            total[NOT_FINITE] + part[NOT_FINITE],
-            total[NOT_BINARY] + part[NOT_BINARY],
+            total[NOT_TAKEN] + part[NOT_TAKEN],
         ]
     )
 

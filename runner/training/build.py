@@ -19,6 +19,7 @@ from runner.data.in_memory import batches_per_epoch
 from runner.data.loading import load_data
 from runner.data.source import TrainingData
 from runner.errors import RunnerError
+from runner.strategy_kinds import strategy_kind
 from runner.tracking.run_id_file import read_run_id
 from runner.training.checkpoints import Checkpointer
 from runner.training.controller import EpochPasses, make_evaluate, make_validate
@@ -87,7 +88,7 @@ def _build_strategy(settings: Settings, task: Task) -> tf.distribute.Strategy:
 
 def _input_workers(settings: Settings, task: Task) -> int:
     """How many MultiWorkerMirrored workers split the training set (each reads its own part of it)."""
-    if settings.strategy.name != "multi_worker_mirrored" or task.resolver is None:
+    if not strategy_kind(settings.strategy.name).all_reduces_across_processes or task.resolver is None:
         return 1
     cluster = task.resolver.cluster_spec().as_dict()
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
@@ -193,7 +194,7 @@ def _build_passes(
     (dataset.validation_fraction, if any) and the test set's. ParameterServerStrategy's coordinator runs the
     replica steps itself over plain batches (`inline`), reading the variables from the parameter servers."""
     reaper = IteratorReaper()
-    inline = settings.strategy.name == "parameter_server"
+    inline = strategy_kind(settings.strategy.name).coordinated
     loop = _build_loop(settings, steps, data, plan, restored, reaper)
     evaluate = make_evaluate(steps, _distributed(steps, test_batches, inline), reaper, inline=inline)
     validation_batches = data.validation_dataset(plan.global_batch)
@@ -220,7 +221,7 @@ def _build_loop(
 ) -> TrainingLoop:
     """The loop style's loop over the training set, ready to train the epoch after the restored ones."""
     global_batch, seed, strategy = plan.global_batch, settings.seed, steps.strategy
-    if settings.strategy.name == "parameter_server":
+    if strategy_kind(settings.strategy.name).coordinated:
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         dataset_fn = _worker_dataset_fn(data, global_batch, seed)
         return CoordinatorLoop(steps, coordinator, dataset_fn, plan.steps_per_epoch)
@@ -238,7 +239,8 @@ def _build_loop(
         int(restored.checkpointer.partial.steps.numpy()),
         reaper=reaper,
         # A TPU's input pipeline runs on its host, which cannot read a variable of this process.
-        epoch_read_when_iterated=data.epoch_read_when_iterated and settings.strategy.name != "tpu",
+        epoch_read_when_iterated=data.epoch_read_when_iterated
+        and strategy_kind(settings.strategy.name).pipeline_in_process,
     )
 
 

@@ -86,7 +86,7 @@ class Experiment:
 
     def _output_refusal(self, outputs: tuple) -> str:
         key, target, spec = "model._target_", self.model.target, self.spec
-        if self.kind.name == "classification":
+        if self.kind.class_indices:
             wanted = f"the data has {spec.num_classes} classes"
             fix = "end the model with a layer of num_classes units (the callable receives num_classes), giving logits"
         else:
@@ -207,5 +207,4 @@ class Experiment:
             outputs = keras.layers.Activation("sigmoid", dtype="float32", name="probabilities")(outputs)
         else:
             outputs = keras.layers.Activation("linear", dtype="float32", name="predictions")(outputs)
-        role = {"regression": "regressor", "multilabel": "tagger"}.get(self.kind.name, "classifier")
-        return keras.Model(raw, outputs, name=f"{spec.name}_{role}")
+        return keras.Model(raw, outputs, name=f"{spec.name}_{self.kind.role}")

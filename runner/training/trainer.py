@@ -22,6 +22,7 @@ from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
 from runner.outcome import model_at_sweep_end
+from runner.strategy_kinds import strategy_kind
 from runner.tracking.lifecycle import RunLifecycle
 from runner.tracking.params import flatten
 from runner.tracking.protocol import Tracker
@@ -130,7 +131,7 @@ def _build_stopping(job: Job, strategy: tf.distribute.Strategy) -> Stopping:
     """A MultiWorkerMirrored cluster's task trains in step with the others: any of them stopping stops them all, at
     one agreed step for a preemption (whichever task got the SIGTERM), after the epoch for the chief's pruner (the
     others have no trial to ask). Any other process stops alone."""
-    if job.settings.strategy.name == "multi_worker_mirrored" and job.task.type is not None:
+    if strategy_kind(job.settings.strategy.name).all_reduces_across_processes and job.task.type is not None:
         return Stopping(CoordinatedPreemption(strategy.cluster_resolver), any_worker_stops(strategy))
     return Stopping(PreemptionGuard())
 

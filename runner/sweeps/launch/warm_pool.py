@@ -34,12 +34,12 @@ import threading
 from dataclasses import dataclass
 
 from runner.lifeline import sweep_process
+from runner.strategy_kinds import STRATEGIES
 from runner.sweeps.sweep_config import SweepConfig
 
 log = logging.getLogger("runner")
 
 # The strategies whose processes belong to a cluster: each run starts its own (and its cluster's).
-CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server", "tpu")
 # How long a retired worker may take to exit once its standard input closes, and a stopped run to save.
 EXIT_SECONDS = 60.0
 # Workers of one kind at most in the sweep's own process: one trains while the other ends its last run.
@@ -57,7 +57,8 @@ class WorkerKind:
 def worker_kind(config: SweepConfig) -> WorkerKind | None:
     """The kind of warm worker a job's runs may train in, or None: a fresh process per run (the key is off, a
     cluster trains the run, or the values are not a valid config: the training process refuses them as usual)."""
-    if not config.sweep.warm_workers or config.strategy in CLUSTER_STRATEGIES:
+    strategy = STRATEGIES.get(str(config.strategy))  # as composed: a name no strategy has fails in a fresh process
+    if not config.sweep.warm_workers or strategy is None or strategy.own_process:
         return None
     if config.cluster_kind not in (None, "none"):
         return None
