@@ -18,7 +18,6 @@ from runner.clusters.preemption import AgreedStop, PreemptionGuard
 from runner.compat.keras_metrics import build_for_outputs
 from runner.errors import Preempted, RunnerError
 from runner.training.checkpoints import Checkpointer
-from runner.training.early_stopping import EarlyStopping
 from runner.training.loop import TrainingLoop
 from runner.training.optimizer import current_learning_rate
 from runner.training.progress import EpochProgress
@@ -59,16 +58,21 @@ class Listener(Protocol):
 
 @runtime_checkable
 class StopsTraining(Protocol):
-    """A listener that may end training early at an epoch boundary (a sweep's pruned trial,
-    runner.sweeps.study.pruning.TrialReporter); a listener without `stop_requested` never stops it."""
+    """A listener that may end training early at an epoch boundary: a sweep's pruned trial
+    (runner.sweeps.study.pruning.TrialReporter: the run is stopped, its `stopped` end actions run) or early stopping
+    (runner.training.early_stopping.EarlyStopping, which `finishes` the run: its `finished` end actions run, and a
+    run restored in that state trains no further epoch). A listener without `stop_requested` never stops it."""
 
     @property
     def stop_requested(self) -> bool: ...
 
+    @property
+    def finishes(self) -> bool: ...
 
-def _stop_requested(listeners: Iterable[Listener]) -> bool:
-    """Whether a listener that may stop training asks to, after this epoch."""
-    return any(listener.stop_requested for listener in listeners if isinstance(listener, StopsTraining))
+
+def _asking_to_stop(listeners: Iterable[Listener]) -> list[StopsTraining]:
+    """The listeners that may stop training and ask to, after this epoch."""
+    return [listener for listener in listeners if isinstance(listener, StopsTraining) and listener.stop_requested]
 
 
 # What the controller calls with the run's history once training ends (the actions of runner.training.actions).
@@ -175,11 +179,11 @@ class ScoreResults:
 
 
 class _Stop(enum.Enum):
-    """Why training stops before its last epoch: a listener asked (a pruned trial: the run's `stopped` end
-    actions), or early stopping ended it (the `finished` ones: the run is done)."""
+    """Why training stops before its last epoch: a listener stopped it (a pruned trial: the run's `stopped` end
+    actions), or one finished it (early stopping: the `finished` ones, the run is done)."""
 
     LISTENER = "listener"
-    EARLY = "early"
+    FINISHED = "finished"
 
 
 class Controller:
@@ -197,7 +201,6 @@ class Controller:
         *,
         stopping: Stopping,
         end: EndActions,
-        early_stopping: EarlyStopping | None = None,
     ):
         self.state = state
         self.passes = passes
@@ -208,7 +211,6 @@ class Controller:
         self.stopping = stopping
         self.end = end
         self.stopped_at: int | None = None  # the epoch after which a listener stopped training early
-        self.early_stopping = early_stopping  # early_stopping.patience's state, None: off
         self.epoch: int | None = None  # the epoch being trained, once training has started
         # A preemption mid-epoch checkpoints how far the epoch got (checkpointer.partial), and the resume
         # continues it; a loop that cannot (ParameterServer's) starts the epoch over.
@@ -318,9 +320,9 @@ class Controller:
         guard, history = self.stopping.guard, []
         done_steps = int(self.checkpointer.partial.steps.numpy()) if self.resumes_mid_epoch else 0
         restored_epoch = int(self.state.epoch.numpy())
-        # A run restored after its early stop trains no further epoch.
-        stopped_early = self.early_stopping is not None and self.early_stopping.stopped
-        last = restored_epoch if stopped_early else self.epochs
+        # A run restored after a listener finished it (early stopping) trains no further epoch.
+        finished = any(listener.finishes for listener in _asking_to_stop(self.listeners))
+        last = restored_epoch if finished else self.epochs
         try:
             for epoch in range(restored_epoch + 1, last + 1):
                 guard.check()
@@ -332,7 +334,7 @@ class Controller:
                 with guard.deferred():
                     history.append(result)
                     stop = self._after_epoch(result)
-                if stop is _Stop.EARLY:
+                if stop is _Stop.FINISHED:
                     break
                 if stop is _Stop.LISTENER:
                     self.stopped_at = epoch
@@ -350,13 +352,14 @@ class Controller:
         return history
 
     def _after_epoch(self, result: EpochResult) -> _Stop | None:
-        """The epoch's result to the listeners and to early stopping, then its checkpoint when due; whether
-        training stops here, and why: a listener's stop (a pruned trial) wins over early stopping's."""
+        """The epoch's result to the listeners, then its checkpoint when due; whether training stops here, and
+        why: a listener that stops the run (a pruned trial) wins over one that finishes it (early stopping)."""
         for listener in self.listeners:
             listener.on_epoch_end(result)
-        listener_stop = _stop_requested(self.listeners)
-        early = self.early_stopping is not None and self.early_stopping.after_epoch(result.epoch, result.metrics())
-        stopping = listener_stop or early
+        asking = _asking_to_stop(self.listeners)
+        listener_stop = any(not listener.finishes for listener in asking)
+        finishes = any(listener.finishes for listener in asking)
+        stopping = listener_stop or finishes
         if self.stopping.agree is not None:  # every worker, after every epoch: the chief's stop is theirs
             stopping = self.stopping.agree(stopping)
         if self.checkpointer.due(result.epoch) or stopping:  # a run stopped early keeps its last epoch
@@ -364,7 +367,7 @@ class Controller:
         if not stopping:
             return None
         # Another task's stop this task did not see itself is the chief's pruner's (early stopping agrees).
-        return _Stop.EARLY if early and not listener_stop else _Stop.LISTENER
+        return _Stop.FINISHED if finishes and not listener_stop else _Stop.LISTENER
 
 
 def make_evaluate(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -25,6 +26,9 @@ from runner.config.settings import refuse_test_monitor
 from runner.errors import RunnerError
 from runner.metric_table import DEFAULT_TABLE, MetricTable
 from runner.outcome import BEST_EPOCH_TAG, STOPPED_AT_EPOCH_TAG
+
+if TYPE_CHECKING:
+    from runner.training.controller import EpochResult
 
 log = logging.getLogger("runner")
 
@@ -84,7 +88,12 @@ def watch_of(
 
 
 class EarlyStopping(tf.Module):
-    """The state of one run's watch, its variables checkpointed with the run. `model`: whose weights are kept."""
+    """The state of one run's watch, its variables checkpointed with the run. `model`: whose weights are kept.
+
+    A listener of the controller (runner.training.controller.StopsTraining) that `finishes` the run: after each
+    epoch it takes the epoch's metrics in, and asks training to stop once the patience has run out."""
+
+    finishes = True  # a run early stopping ends is done: FINISHED, its end actions run
 
     def __init__(self, watch: Watch, model: tf.keras.Model):
         super().__init__(name="early_stopping")
@@ -135,6 +144,16 @@ class EarlyStopping(tf.Module):
             epoch,
         )
         return True
+
+    def on_epoch_end(self, result: EpochResult) -> None:
+        self.after_epoch(result.epoch, result.metrics())
+
+    def on_checkpoint_saved(self, epoch: int, files: list[str]) -> None:
+        pass
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stopped
 
     @property
     def stopped(self) -> bool:

@@ -234,11 +234,12 @@ def _build_controller(
         trainer.passes,
         trainer.restored.checkpointer,
         progress,
-        listeners,
+        # Early stopping last: it takes in the epoch the other listeners have logged, and its stop is checked after
+        # a pruner's (a pruned trial is stopped, not finished).
+        [*listeners, *([trainer.early_stopping] if trainer.early_stopping is not None else [])],
         settings.epochs,
         stopping=stopping,
         end=end,
-        early_stopping=trainer.early_stopping,
     )
 
 

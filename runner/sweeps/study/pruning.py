@@ -62,6 +62,8 @@ class TrialReporter:
     """A controller listener: after each epoch, the objective goes to the trial and the pruner decides; a pruned
     trial's `stop_requested` stops training at this epoch's boundary."""
 
+    finishes = False  # a pruned trial's run is stopped, not done: its `stopped` end actions run
+
     def __init__(self, trial, objective: str, first_step: int = 0):
         self.trial = trial
         self.objective = objective
