@@ -1,5 +1,6 @@
-"""The private names of MLflow and tqdm that runner/compat/ relies on: each test fails, naming the library and its
-installed version, when the internal it checks has changed."""
+"""The private names of MLflow, tqdm, TensorFlow, Hydra and Optuna that runner/compat/ relies on: each test fails,
+naming the library and its installed version, when the internal it checks has changed; and no module outside
+runner/compat/ uses a private name of a library."""
 
 from __future__ import annotations
 
@@ -136,3 +137,86 @@ def test_tensorflows_retracing_counts_are_where_the_runner_forgets_them():
     assert len(manager._detectors) > 0, _changed("tensorflow", "how it counts traces", "tf_internals.py")
     forget_tracing_counts()
     assert len(manager._detectors) == 0
+
+
+def test_tensorflows_preemption_handler_and_checkpoint_state_are_where_the_runner_reads_them():
+    import tensorflow as tf
+
+    from runner.compat import tf_internals
+
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler
+    for name in ("_stop_cluster_wise_termination_watcher_thread", "_stop_poll_termination_signal_thread"):
+        assert callable(getattr(handler, name, None)), _changed("tensorflow", f"{name}", "tf_internals.py")
+    assert "self._received_own_sigterm = " in inspect.getsource(handler), _changed(
+        "tensorflow", "_received_own_sigterm", "tf_internals.py"
+    )
+    assert tf_internals.TERMINATED_WORKER_KEY in inspect.getsource(inspect.getmodule(handler)), _changed(
+        "tensorflow", "the coordination key of the signalled task", "tf_internals.py"
+    )
+    state = tf_internals.CheckpointState(model_checkpoint_path="ckpt-2", all_model_checkpoint_paths=["ckpt-2"])
+    assert list(state.all_model_checkpoint_paths) == ["ckpt-2"], _changed(
+        "tensorflow", "CheckpointState", "tf_internals.py"
+    )
+
+
+def test_hydras_job_return_and_submitit_launchers_hold_what_the_runner_reads():
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
+    from runner.compat.hydra_internals import job_error, submitit_executor
+
+    error = ValueError("the job's own error")
+    assert job_error(JobReturn(status=JobStatus.FAILED, _return_value=error)) is error, _changed(
+        "hydra-core", "JobReturn._return_value", "hydra_internals.py"
+    )
+    executors = (submitit_executor(LocalLauncher), submitit_executor(SlurmLauncher))
+    assert executors == ("local", "slurm"), _changed("hydra-submitit-launcher", "_EXECUTOR", "hydra_internals.py")
+
+
+def test_optunas_frozen_trial_holds_the_storage_id_the_runner_opens_a_live_trial_by():
+    import optuna
+
+    from runner.compat.optuna_internals import trial_id
+
+    study = optuna.create_study()
+    asked = study.ask()
+    frozen = study.get_trials(deepcopy=False)[0]
+    assert trial_id(frozen) == asked._trial_id, _changed("optuna", "FrozenTrial._trial_id", "optuna_internals.py")
+    optuna.trial.Trial(study, trial_id(frozen)).report(0.5, 1)
+    assert study.get_trials(deepcopy=False)[0].intermediate_values == {1: 0.5}
+
+
+# Names that begin with an underscore and are public all the same: os._exit, and a namedtuple's own methods.
+_PUBLIC_UNDERSCORE_NAMES = {"_exit", "_replace", "_asdict", "_fields", "_make"}
+
+
+def test_no_module_outside_runner_compat_uses_a_private_name_of_a_library():
+    """A private attribute (`x._name` on anything but self or cls), a private module (`a._b`, or TensorFlow's
+    `tensorflow.python`) or a private name imported from a library: runner/compat/ alone may hold them, each pinned by
+    a test above."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "runner").rglob("*.py")):
+        if "compat" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.endswith("__"):
+                own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+                if not own and node.attr not in _PUBLIC_UNDERSCORE_NAMES:
+                    found.append(f"{where} .{node.attr}")
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                for module in modules:
+                    parts = module.split(".")
+                    if parts[0] == "runner" or module == "__future__":
+                        continue
+                    if any(part.startswith("_") for part in parts) or module.startswith("tensorflow.python"):
+                        found.append(f"{where} import {module}")
+                if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("runner"):
+                    found += [
+                        f"{where} {a.name}" for a in node.names if a.name.startswith("_") and a.name != "__future__"
+                    ]
+    assert not found, "private library names outside runner/compat/: " + "; ".join(found)

@@ -133,17 +133,18 @@ class CoordinatedPreemption(PreemptionGuard):
         """Every worker has trained its last step: stop watching for the peers' preemption notices (TensorFlow
         does this only when the handler is garbage-collected, maybe after the coordination service is gone)."""
         if self.handler is not None:
-            self.handler._stop_cluster_wise_termination_watcher_thread()  # noqa: SLF001 (no public API for it)
-            self.handler._stop_poll_termination_signal_thread()  # noqa: SLF001
+            from runner.compat.tf_internals import stop_preemption_watchers  # noqa: PLC0415  TensorFlow: only once the config is valid
+
+            stop_preemption_watchers(self.handler)
 
     def _stop(self) -> None:
         """The handler's exit_fn, called by every worker right after the agreed step's save."""
-        from tensorflow.python.eager import context  # noqa: PLC0415  TensorFlow: only once the config is valid
+        from runner.compat.tf_internals import received_own_sigterm, terminated_worker  # noqa: PLC0415  TensorFlow: only once the config is valid
 
         assert self.handler is not None  # it calls this
-        own = self.handler._received_own_sigterm.is_set()  # noqa: SLF001
+        own = received_own_sigterm(self.handler)
         try:
-            signalled = _task_name(self.resolver, context.context().get_config_key_value("TERMINATED_WORKER"))
+            signalled = _task_name(self.resolver, terminated_worker())
         except Exception:  # noqa: BLE001 (the words only)
             signalled = "a task of the cluster"
         raise AgreedStop(self._step(), own, signalled)

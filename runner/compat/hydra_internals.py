@@ -50,3 +50,15 @@ def mode_from_command_line(arguments: Sequence[str]) -> Iterator[None]:
         yield
     finally:
         Hydra.get_mode = probe  # type: ignore[method-assign]  # restored as Hydra wrote it
+
+
+def job_error(ret: Any) -> Any:
+    """What a failed JobReturn holds instead of a value (its `_return_value`: the job's exception); its public
+    `return_value` raises it instead."""
+    return ret._return_value
+
+
+def submitit_executor(launcher: Any) -> str:
+    """The submitit executor a hydra-submitit-launcher launcher submits to (its class's `_EXECUTOR`: slurm or
+    local)."""
+    return str(launcher._EXECUTOR)

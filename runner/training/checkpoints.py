@@ -13,8 +13,8 @@ from typing import Any
 
 import tensorflow as tf
 from google.protobuf import text_format
-from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
+from runner.compat.tf_internals import CheckpointState
 from runner.config.schema import CheckpointSettings
 from runner.errors import RunnerError
 from runner.training.steps import TrainingState

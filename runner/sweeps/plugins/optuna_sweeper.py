@@ -29,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
+from runner.compat.hydra_internals import job_error
 from runner.errors import RunnerError
 from runner.sweeps.launch.launchers import class_path, launcher_of
 from runner.sweeps.study.study import (
@@ -314,7 +315,7 @@ class _Progress:
         value = ret.return_value if ret.status == JobStatus.COMPLETED else None
         state = end_trial(self.study, trial, value if isinstance(value, int | float) else None)
         if ret.status != JobStatus.COMPLETED:
-            log.error("trial %d failed: %s", trial.number, ret._return_value)
+            log.error("trial %d failed: %s", trial.number, job_error(ret))
         elif state == "PRUNED":
             log.info("trial %d pruned at epoch %s", trial.number, self._frozen(trial).user_attrs[PRUNED_TAG])
 

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from runner import outcome
+from runner.compat.hydra_internals import submitit_executor
 from runner.errors import RunnerError
 from runner.outcome import OUTCOME_FILE
 
@@ -59,7 +60,7 @@ _SLURM_POLL_SECONDS = 5.0
 
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-    """`launcher.launch`: submit the jobs with the executor `launcher._EXECUTOR` names (slurm, local) and wait on
+    """`launcher.launch`: submit the jobs with the executor the launcher names (slurm, local) and wait on
     them as the module says. `launcher` is a hydra-submitit-launcher BaseSubmititLauncher, set up by Hydra."""
     return _Sweep(launcher).launch(job_overrides, initial_job_idx)
 
@@ -69,7 +70,7 @@ class _Sweep:
 
     def __init__(self, launcher):
         self.launcher = launcher
-        self.executor = launcher._EXECUTOR  # slurm | local
+        self.executor = submitit_executor(launcher)  # slurm | local
         self.params = launcher.params
         self.config = launcher.config
         self.hydra_context = launcher.hydra_context

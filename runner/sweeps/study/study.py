@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
 from omegaconf import OmegaConf
 
+from runner.compat.optuna_internals import trial_id
 from runner.errors import RunnerError
 from runner.sweeps.terms import SWEEPER_TARGET
 
@@ -108,7 +109,7 @@ def live_trial(study, number: int):
     storage id, which a FrozenTrial holds)."""
     import optuna  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
-    return optuna.trial.Trial(study, frozen_trial(study, number)._trial_id)
+    return optuna.trial.Trial(study, trial_id(frozen_trial(study, number)))
 
 
 def end_trial(study, trial, value: float | None, pruned: bool = False) -> str:
