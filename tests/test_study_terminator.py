@@ -119,3 +119,15 @@ def test_a_terminator_setting_that_cannot_work_is_one_paragraph(terminate, min_t
         optuna_sweeper_settings(node)
     assert str(refused.value).startswith(paragraph)
     assert study_terminator(None, 5, None, 0) is None
+
+
+def test_the_terminator_stands_on_optunas_public_api_and_the_sweep_side_imports_without_a_future_warning():
+    """optuna.terminator is deprecated since Optuna 4.9 (removed in 6.0): the regret terminator does not import it,
+    and importing the sweep side's modules raises no FutureWarning (turned into an error here)."""
+    import subprocess
+    import sys
+
+    modules = "runner.sweeps.study.terminator, runner.sweeps.plugins.optuna_sweeper, runner.sweeps.plugins.lifecycle"
+    code = f"import {modules}; import sys; sys.exit('optuna.terminator' in sys.modules)"
+    done = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:] or "optuna.terminator was imported"

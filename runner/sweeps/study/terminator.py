@@ -2,7 +2,8 @@
 configuration could still improve is smaller than the noise of the objective between that configuration's
 replicates (its seeds and folds), that is, once a better trial could not be told from a luckier one. This is the
 rule of Makarova et al., "Automatic Termination for Hyperparameter Optimization" (AutoML 2022), as Optuna's
-Terminator applies it, with two parts of the runner's own:
+Terminator applied it (optuna.terminator, deprecated since Optuna 4.9), on Optuna's public API and two parts of the
+runner's own:
 
 - The room for improvement, RegretBound: the paper's upper bound on the regret (the largest upper confidence bound
   over the search space minus the largest lower confidence bound over the best trials) from a Gaussian process fitted
@@ -21,13 +22,12 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.search_space import intersection_search_space
 from optuna.study import Study, StudyDirection
-from optuna.terminator import BaseErrorEvaluator, BaseImprovementEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 from runner.sweeps.study.study import DUPLICATE_ATTR, REPLICATES_ATTR
@@ -36,6 +36,13 @@ from runner.sweeps.uncertainty import standard_error
 TOP_TRIALS_RATIO = 0.5  # the bound looks at the better half of the trials (Optuna's default)
 CANDIDATES = 2048  # random points of the search space where the upper confidence bound is sought
 DELTA = 0.1  # the bound holds with probability 1 - DELTA under the Gaussian process
+
+
+class Evaluator(Protocol):
+    """One side of the rule, a number in the objective's units from the study's trials: the room for improvement
+    (RegretBound) or the noise between replicates (ReplicateNoise)."""
+
+    def evaluate(self, trials: list[FrozenTrial], study_direction: StudyDirection) -> float: ...
 
 
 def beta(n_params: int, n_trials: int, delta: float = DELTA) -> float:
@@ -78,7 +85,7 @@ def _random_points(space: dict[str, BaseDistribution], count: int, rng: numpy.ra
     return numpy.hstack(columns)
 
 
-class RegretBound(BaseImprovementEvaluator):
+class RegretBound:
     """The upper bound on the regret of the study's best trial (in the objective's units): how much better than it
     the best configuration of the search space could still be, at confidence 1 - DELTA under a Gaussian process
     (Matérn 5/2 with a length scale per dimension, plus a learnt noise) fitted to the better half of the trials."""
@@ -125,9 +132,9 @@ class RegretBound(BaseImprovementEvaluator):
         return (highest_upper - highest_lower) * scale
 
 
-class ReplicateNoise(BaseErrorEvaluator):
+class ReplicateNoise:
     """The standard error of the best trial's mean objective over its replicates (REPLICATES_ATTR); minus infinity
-    (never stop, as Optuna's Terminator reads it) while the best trial has fewer than two: noise that cannot be
+    (never stop) while the best trial has fewer than two: noise that cannot be
     measured stops nothing."""
 
     def __init__(self, folds: int = 0):
@@ -151,8 +158,8 @@ class StudyTerminator:
     improvement is below the noise between replicates."""
 
     min_trials: int
-    improvement: BaseImprovementEvaluator
-    noise: BaseErrorEvaluator
+    improvement: Evaluator
+    noise: Evaluator
 
     def reason_to_stop(self, study: Study) -> str | None:
         """Why the study should ask no more trials (one sentence for the log and the summary), or None."""
