@@ -1,7 +1,6 @@
 """What the runner's Optuna sweeper costs per trial on its own, as a study grows to thousands of trials: the sweep's
 loop (runner.sweeps.plugins.optuna_sweeper.OptunaSweep, one slot) with Hydra's launch replaced by a stand-in that
-returns at
-once, in a journal file (the default storage) and in a real PostgreSQL (tests/helpers/servers.py's throwaway
+returns at once, in a journal file (the default storage) and in a real PostgreSQL (tests/helpers/servers.py's throwaway
 cluster, the `hydra.sweeper.storage=postgresql+psycopg2://...` a team would give). Per trial:
 
 - ask: the sweeper's next trial (_Progress.next_trial: the study's count of started trials, study.ask with the

@@ -98,8 +98,7 @@ def test_mlflows_context_tags_and_git_source_are_where_the_runner_reads_them():
 
 def test_mlflows_rest_helpers_and_the_uis_bulk_history_route_are_where_the_runner_reads_them():
     """runner.sweeps.report.histories reads a tracking server's histories in bulk through these (the read itself,
-    through a
-    real server, is tests/test_sweep_report.py's 500-run test)."""
+    through a real server, is tests/test_sweep_report.py's 500-run test)."""
     import mlflow.server
     from mlflow.utils import credentials, rest_utils
 

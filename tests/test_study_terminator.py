@@ -1,6 +1,5 @@
 """hydra.sweeper.terminate=regret (runner.sweeps.study.terminator) on real Optuna studies of made-up trials: the
-noise is
-the best trial's standard error over its replicates as scipy computes it (s/√n over seeds, Nadeau and Bengio's
+noise is the best trial's standard error over its replicates as scipy computes it (s/√n over seeds, Nadeau and Bengio's
 corrected variance over folds); the bound's width factor is Optuna's own; a study whose configurations all score
 the same stops once it may, one whose scores still climb steeply does not; a repeated configuration and a trial
 without replicates add nothing."""

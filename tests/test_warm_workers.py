@@ -1,8 +1,7 @@
-"""Warm training workers (runner.sweeps.launch.warm_pool, runner.warm_worker): a sweep's runs trained one after
-another in
-long-lived processes train the numbers a fresh process per run trains, on the devices each run asks for; a run
-that fails, diverges or has its worker killed fails alone; nothing outlives the sweep. Real sweeps, real MLflow
-and Optuna stores in tmp_path."""
+"""Warm training workers (runner.sweeps.launch.warm_pool, runner.warm_worker): a sweep's runs trained one after another
+in long-lived processes train the numbers a fresh process per run trains, on the devices each run asks for; a run that
+fails, diverges or has its worker killed fails alone; nothing outlives the sweep. Real sweeps, real MLflow and Optuna
+stores in tmp_path."""
 
 from __future__ import annotations
 

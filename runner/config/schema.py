@@ -463,8 +463,7 @@ class SweepSettings:
     )
     # Train a sweep's runs on the basic, joblib and Ray launchers in warm worker processes that have imported
     # TensorFlow, MLflow and the runner once and train run after run (runner.sweeps.launch.warm_pool); false: every
-    # run in
-    # a fresh `python -m runner` process. Cluster strategies and submitit's launchers always start their own.
+    # run in a fresh `python -m runner` process. Cluster strategies and submitit's launchers always start their own.
     warm_workers: bool = key(True, BOOL, "pass sweep.warm_workers=true (warm workers) or false (a process per run)")
     # A warm worker whose resident memory exceeds this many MiB after a trial is replaced by a fresh one.
     worker_memory_mb: int = key(

@@ -44,8 +44,7 @@ PRUNER_OPTIONS = {
 }
 # Pruners that compare a trial's replicates (its seeds and folds) rather than its epochs: the sweep job reports each
 # run's final objective as the step of its replicate (runner.sweeps.study.pruning.report_replicate); the training
-# process
-# reports no epoch.
+# process reports no epoch.
 REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
 
 
@@ -227,6 +226,5 @@ class SweepConfig:
     @property
     def prunes_a_grid(self) -> bool:
         """A sweep with a pruner that is not an Optuna sweep (runner.sweeps.study.pruning.check_sweep allows only
-        Hydra's
-        basic sweeper besides): its jobs report to a grid study (runner.sweeps.study.grid_study)."""
+        Hydra's basic sweeper besides): its jobs report to a grid study (runner.sweeps.study.grid_study)."""
         return self.pruner is not None and self.sweeper != SWEEPER_TARGET

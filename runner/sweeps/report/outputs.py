@@ -1,9 +1,7 @@
 """A sweep's outputs, built in one place: the summaries (runner.sweeps.report.summary) and the report
-(runner.sweeps.report.report)
-from the parent run's children, for the sweep's own end (runner.sweeps.plugins.lifecycle) and for `python -m
-runner.report`
-(runner.sweeps.report.report_command), which differ only in where they learn the sweep's facts (its composed config, or
-its parent run and directory)."""
+(runner.sweeps.report.report) from the parent run's children, for the sweep's own end
+(runner.sweeps.plugins.parent_run) and for `python -m runner.report` (runner.sweeps.report.report_command), which
+differ only in where they learn the sweep's facts (its composed config, or its parent run and directory)."""
 
 from __future__ import annotations
 

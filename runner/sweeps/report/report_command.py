@@ -6,8 +6,7 @@ finished.
 It reads what the sweep's own end (runner.sweeps.plugins.parent_run.finish_parent_run) reads: the parent run's children,
 the objective the parent records as chosen_by, the swept keys; so the report it writes equals the sweep's own, up
 to its `Generated` line (runner.sweeps.report.outputs builds both). Nothing is logged to MLflow: the files are
-written to
---out."""
+written to --out."""
 
 from __future__ import annotations
 
