@@ -1,15 +1,16 @@
 """A warm training worker of a sweep: one process that trains run after run, each as `python -m runner` would.
 
-A sweep job on the basic, joblib or Ray launcher (runner.sweeps.launch.warm_pool) starts this process once,
-as `python -m runner.warm_worker <reply fd>`, and hands it one run at a time on its standard input: a JSON line with the run's
-command-line arguments, working directory and environment. The worker has imported TensorFlow, tf_keras, MLflow, Hydra
-and the runner before the first run, and starts the next run's tracker process
-(runner.tracking.tracker_process.start_spare) while it waits, so a run pays only for what is its own: Hydra's compose,
-its strategy, data pipeline, model and optimizer (built fresh, seeded per run: runner.training.build), its training,
-evaluation and model. It answers on the reply descriptor as soon as the run's outcome is written
-(runner.outcome.listen_early), before the model's export and the MLflow run's end, which then finish while the job goes
-on (runner.sweeps.launch.warm_pool); then it says it is free. It leaves nothing of the run behind: its environment,
-working directory and command line are restored, its run directory let go (runner.run_lock), the Keras session cleared.
+A sweep job on the basic, joblib or Ray launcher (runner.sweeps.launch.warm_pool) starts this process once, as
+`python -m runner.warm_worker <reply fd>`, and hands it one run at a time on its standard input: a JSON line with
+the run's command-line arguments, working directory and environment. The worker has imported TensorFlow, tf_keras,
+MLflow, Hydra and the runner before the first run, and starts the next run's tracker process
+(runner.tracking.tracker_process.start_spare) while it waits, so a run pays only for what is its own: Hydra's
+compose, its strategy, data pipeline, model and optimizer (built fresh, seeded per run: runner.training.build), its
+training, evaluation and model. It answers on the reply descriptor as soon as the run's outcome is written
+(runner.outcome.listen_early), before the model's export and the MLflow run's end, which then finish while the job
+goes on (runner.sweeps.launch.warm_pool); then it says it is free. It leaves nothing of the run behind: its
+environment, working directory and command line are restored, its run directory let go (runner.run_lock), the Keras
+session cleared.
 
 What TensorFlow fixes for a whole process (the logical CPU devices of strategy.cpu_replicas, op determinism) is
 fixed by the worker's first run: the pool gives a worker only runs that agree with it (WorkerKind). The worker
