@@ -72,3 +72,17 @@ def test_each_sweeps_subpackage_docstring_says_what_it_may_import():
         if not docstring or "import" not in docstring:
             silent.append(init.relative_to(ROOT).as_posix())
     assert not silent, f"these docstrings are empty or do not say what their package may import: {', '.join(silent)}"
+
+
+def test_every_package_of_the_tree_is_one_the_wheel_ships():
+    """pyproject.toml lists the packages setuptools puts in the wheel: a subpackage missing there would be absent
+    from an installed runner (tests/test_packaging.py installs the wheel; this finds it without building one)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tree = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for top in ("runner", "hydra_plugins")
+        for path in (ROOT / top).rglob("__init__.py")
+    }
+    assert tree - listed == set(), f"packages missing from pyproject.toml's [tool.setuptools] packages: {tree - listed}"
