@@ -494,6 +494,12 @@ SEARCH_SPACE = Check(
 )
 # hydra.sweeper.terminate: the study terminators (runner.sweeps.study.terminator).
 TERMINATORS = ("regret",)
+# hydra.sweeper.max_failure_rate: a share of the trials, 0 and 1 included.
+RATE = Check(
+    "it must be a number from 0 to 1 (the share of the trials that may fail)",
+    lambda value: not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 1,
+    float,
+)
 
 
 @dataclass(frozen=True)
@@ -519,7 +525,8 @@ class OptunaSweeperSettings:
         "pass a database URL (hydra.sweeper.storage=postgresql://user@host/optuna), a journal file path, or null "
         "for optuna_study.journal in the sweep directory",
     )
-    study_name: str = key("runner", TEXT, "pass a name, e.g. hydra.sweeper.study_name=runner")
+    # null: the runner's default name (hydra-optuna-sweeper's configs write null for Optuna's own).
+    study_name: str | None = key(None, TEXT, "pass a name, e.g. hydra.sweeper.study_name=runner, or null")
     # The sampler's config node ({_target_: optuna.samplers.TPESampler, seed: 42}), instantiated by the sweeper.
     sampler: Any = key(None, UNCHECKED, "")
     enqueue: tuple[str, ...] = key(
@@ -538,6 +545,20 @@ class OptunaSweeperSettings:
         Int(minimum=2),
         "pass how many trials complete before the study may stop, at least 2 (the bound needs two), e.g. "
         "hydra.sweeper.terminate_min_trials=5",
+    )
+    # As Hydra's Optuna sweeper: a function(config, trial) that suggests more parameters with the trial (conditional
+    # ones: `if trial.params["optimizer"] == "sgd": trial.suggest_float("optimizer.momentum", 0.0, 0.99)`); each is
+    # passed to the trial's job as an override of its name.
+    custom_search_space: str | None = key(
+        None,
+        TEXT,
+        "pass the dotted path of a function taking (config, trial), e.g. "
+        "hydra.sweeper.custom_search_space=mylab.search.extend, or null",
+    )
+    # As Hydra's Optuna sweeper: once more than this share of the study's ended trials failed, it asks no new trial
+    # (the sweep then ends naming the failed jobs). null: no limit, every trial runs (0: stop at the first failure).
+    max_failure_rate: float | None = key(
+        None, RATE, "pass a share of the trials, e.g. hydra.sweeper.max_failure_rate=0.25, or null for no limit"
     )
 
 

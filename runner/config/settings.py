@@ -376,8 +376,17 @@ def pruner_node(config: Mapping[str, Any]) -> dict[str, Any] | None:
 def optuna_sweeper_settings(node: Mapping[str, Any]) -> schema.OptunaSweeperSettings:
     """The Optuna sweeper's node (`hydra.sweeper`), each key checked by its declaration; a direction given as Hydra's
     Direction enum (a config written for hydra-optuna-sweeper) is read by its name."""
-    direction = node.get("direction")
     defaults = {item.name: item.default for item in dataclasses.fields(schema.OptunaSweeperSettings)}
+    unknown = sorted(str(key) for key in node if key not in defaults and key != "_target_")
+    if unknown:
+        raise RunnerError(
+            f"hydra.sweeper.{unknown[0]} is not a key of the runner's Optuna sweeper (its keys: "
+            f"{', '.join(defaults)}). Fix: drop it"
+            + (", and give the search space as hydra.sweeper.params" if unknown[0] == "search_space" else "")
+            + " (the runner's sweeper takes Hydra's Optuna sweeper's keys but this one).",
+            key=f"hydra.sweeper.{unknown[0]}",
+        )
+    direction = node.get("direction")
     plain = {**defaults, **node, "direction": getattr(direction, "name", direction)}
     return schema.read(schema.OptunaSweeperSettings, plain, "hydra.sweeper.")
 

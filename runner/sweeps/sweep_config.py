@@ -192,7 +192,8 @@ class SweepConfig:
         """Where an Optuna sweep's study lives and its name; None: not an Optuna sweep."""
         if self.optuna is None or self.sweep_dir is None:
             return None
-        return StudyAddress(storage_of(self.optuna.storage, self.sweep_dir), self.optuna.study_name)
+        name = self.optuna.study_name or DEFAULT_STUDY_NAME
+        return StudyAddress(storage_of(self.optuna.storage, self.sweep_dir), name)
 
     @property
     def seeds(self) -> list[Any]:

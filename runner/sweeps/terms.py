@@ -8,6 +8,8 @@ import os
 
 # The sweeper's class, conf/hydra/sweeper/optuna.yaml's _target_ (hydra_plugins/runner_optuna_sweeper.py).
 SWEEPER_TARGET = "hydra_plugins.runner_optuna_sweeper.OptunaSweeper"
+# Hydra's own Optuna sweeper (hydra-optuna-sweeper), whose configs name it: the runner's takes its keys instead.
+HYDRAS_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 # An Optuna sweep's default storage: Optuna's journal file in the sweep directory; its study's default name.
 JOURNAL_FILE = "optuna_study.journal"
 DEFAULT_STUDY_NAME = "runner"

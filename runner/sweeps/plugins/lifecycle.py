@@ -30,7 +30,7 @@ from runner.sweeps.study.grid_study import create_grid_study
 from runner.sweeps.study.pruning import check_sweep
 from runner.sweeps.study.study import open_storage
 from runner.sweeps.sweep_config import SweepConfig, sweep_dir_of
-from runner.sweeps.terms import run_name_for
+from runner.sweeps.terms import HYDRAS_OPTUNA_SWEEPER, SWEEPER_TARGET, run_name_for
 from runner.tracking.server_access import check_server
 from runner.verbosity import configure, is_verbose, loading_tensorflow
 
@@ -41,6 +41,7 @@ def start_sweep(config: DictConfig) -> None:
     """Check the sweep, then create (or reuse) its parent run; a bad sweep is one paragraph and exit 2, leaving
     nothing behind."""
     try:
+        refuse_hydras_optuna_sweeper(config)
         sweep_settings(config)
         check_sweep_points(config)
         # Before the parent run exists: a sweep that cannot start, or a server that is down or refuses
@@ -103,6 +104,22 @@ def _start_first_worker(config: DictConfig, sweep: SweepConfig) -> bool:
         return False
     POOL.start_ahead(lifeline([Process.this()]))
     return True
+
+
+def refuse_hydras_optuna_sweeper(config: DictConfig) -> None:
+    """A config written for hydra-optuna-sweeper names that sweeper's class: the runner's sweeper replaces it (it
+    records pruned trials, on a current Optuna) and takes the same keys, so the fix is to drop the line."""
+    target = OmegaConf.select(config, "hydra.sweeper._target_")
+    if target == HYDRAS_OPTUNA_SWEEPER:
+        raise RunnerError(
+            f"hydra.sweeper._target_={target} is Hydra's Optuna sweeper, which the runner replaces with its own "
+            f"({SWEEPER_TARGET}: ask/tell over the launcher, pruned trials recorded, on the Optuna this project pins). "
+            "Fix: drop the `_target_` line from the config's hydra.sweeper node and keep `override /hydra/sweeper: "
+            "optuna` in its defaults (or pass hparams_search=optuna): the runner's sweeper takes the same keys "
+            "(direction, n_trials, n_jobs, storage, study_name, sampler, params, custom_search_space, "
+            "max_failure_rate).",
+            key="hydra.sweeper._target_",
+        )
 
 
 def check_optuna_sweep(config: DictConfig, sweep: SweepConfig) -> None:

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
 from runner.compat.hydra_internals import job_error
+from runner.config.components import import_target
 from runner.errors import RunnerError
 from runner.sweeps.launch.launchers import class_path, launcher_of
 from runner.sweeps.study.study import (
@@ -109,7 +110,15 @@ class OptunaSweep:
             for text in self.settings.enqueue:
                 study.enqueue_trial(_enqueued_params(text, space))
         slots = self._slots(n_trials)
-        state = _Progress(study, space, n_trials, self.sweep_dir, self._terminator())
+        state = _Progress(
+            study,
+            space,
+            n_trials,
+            self.sweep_dir,
+            self._terminator(),
+            search_space_extender(self.settings.custom_search_space, self.config),
+            self.settings.max_failure_rate,
+        )
         log.info(
             "Optuna study %r in %s: %d of %d trials done, %d slot(s); sampler %s",
             study.study_name,
@@ -236,11 +245,21 @@ class _Progress:
     """The study as this sweep goes through it: which trial runs next, and how each ended."""
 
     def __init__(
-        self, study, space: SearchSpace, n_trials: int, sweep_dir: str, terminator: StudyTerminator | None = None
+        self,
+        study,
+        space: SearchSpace,
+        n_trials: int,
+        sweep_dir: str,
+        terminator: StudyTerminator | None = None,
+        extend: Callable[[Any], None] | None = None,
+        max_failure_rate: float | None = None,
     ):
         self.study, self.space, self.n_trials, self.sweep_dir = study, space, n_trials, sweep_dir
         self.terminator = terminator
-        self.stopped_early: str | None = None  # why the terminator ended the study, once it has
+        # hydra.sweeper.custom_search_space, bound to the sweep's config: suggests a new trial's further parameters.
+        self.extend = extend
+        self.max_failure_rate = max_failure_rate  # hydra.sweeper.max_failure_rate
+        self.stopped_early: str | None = None  # why the terminator or the failures ended the study, once they have
         # Trials this sweep directory's last command left RUNNING (it was killed): they run again first.
         self.unfinished = [
             trial
@@ -264,16 +283,44 @@ class _Progress:
             return None
         trial = self.study.ask(fixed_distributions=self.space.distributions)
         trial.set_user_attr(SWEEP_DIR_ATTR, self.sweep_dir)
+        if self.extend is not None:
+            self._extended(trial)
         return trial
 
+    def _extended(self, trial) -> None:
+        """hydra.sweeper.custom_search_space's parameters added to `trial`; one that a fixed override also sets is
+        one paragraph (the job would be given the key twice), the trial FAIL."""
+        assert self.extend is not None
+        self.extend(trial)
+        twice = sorted(set(trial.params) & set(self.space.fixed))
+        if twice:
+            end_trial(self.study, trial, None)
+            raise RunnerError(
+                f"hydra.sweeper.custom_search_space suggested {', '.join(twice)}, which the sweep also sets to one "
+                "value. Fix: drop those keys from the command line and hydra.sweeper.params, or suggest other ones."
+            )
+
     def _should_stop(self) -> bool:
-        """hydra.sweeper.terminate: no new trial once the terminator finds the study done (trials still running
-        finish)."""
+        """hydra.sweeper.terminate and max_failure_rate: no new trial once the terminator finds the study done, or
+        once too many of its trials failed (trials still running finish)."""
         if self.stopped_early is None and self.terminator is not None:
             self.stopped_early = self.terminator.reason_to_stop(self.study)
-            if self.stopped_early:
-                log.info("Optuna study %r: %s; no new trial", self.study.study_name, self.stopped_early)
+        if self.stopped_early is None and self.max_failure_rate is not None:
+            self.stopped_early = self._too_many_failures(self.max_failure_rate)
+        if self.stopped_early:
+            log.info("Optuna study %r: %s; no new trial", self.study.study_name, self.stopped_early)
         return self.stopped_early is not None
+
+    def _too_many_failures(self, rate: float) -> str | None:
+        """Why the study stops for its failures (more than `rate` of its ended trials FAIL), or None."""
+        ended = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+        failed = sum(trial.state == TrialState.FAIL for trial in ended)
+        if not ended or failed / len(ended) <= rate:
+            return None
+        return (
+            f"the study stopped after {failed} of its {len(ended)} ended trials failed, more than "
+            f"hydra.sweeper.max_failure_rate={rate:g} allows"
+        )
 
     def overrides(self, trial) -> list[str]:
         return self.space.overrides(trial.params)
@@ -380,6 +427,16 @@ def check_settings(config: DictConfig, sweep: SweepConfig) -> None:
         ) from None
     for text in sweep.optuna.enqueue:
         _enqueued_params(text, space)
+    search_space_extender(sweep.optuna.custom_search_space, config)  # it imports
+
+
+def search_space_extender(path: str | None, config: DictConfig) -> Callable[[Any], None] | None:
+    """hydra.sweeper.custom_search_space: the function, called with the sweep's config and each new trial (as
+    Hydra's Optuna sweeper calls it); None without one."""
+    if path is None:
+        return None
+    function = import_target("hydra.sweeper.custom_search_space", path)
+    return lambda trial: function(config, trial)
 
 
 def sweep(sweeper: Any, arguments: list[str]) -> list[JobReturn]:
