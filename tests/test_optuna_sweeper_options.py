@@ -11,8 +11,8 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from helpers import search_spaces
 from helpers.cli import run_cli
+from helpers.config import REPO
 from runner.config.check import compose_config
 from runner.errors import RunnerError
 from runner.sweeps.plugins.lifecycle import refuse_hydras_optuna_sweeper
@@ -52,29 +52,30 @@ def _sweep_config(tmp_path, *overrides: str, lr: str = "choice(0.01, 0.001)"):
     return config
 
 
-def test_a_custom_search_space_adds_the_parameters_it_suggests_to_those_trials_alone(tmp_path):
-    """As in Hydra's Optuna sweeper: the function gets the sweep's config and each new trial, after the trial's
-    params are drawn; what it suggests is the trial's override too, only where it suggested it."""
-    search_spaces.CALLS.clear()
+def test_the_documented_custom_search_space_draws_a_momentum_for_the_sgd_trials_alone(tmp_path, monkeypatch):
+    """docs/sweeps.md's example (examples/mylab/mylab/search.py), as Hydra's Optuna sweeper calls it: with the
+    sweep's config and each new trial, after the trial's params are drawn; what it suggests is that trial's
+    override too, and only that trial's."""
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "mylab"))
     config = _sweep_config(
         tmp_path,
         "hydra.sweeper.n_trials=8",
         "hydra.sweeper.sampler.n_startup_trials=8",
-        "hydra.sweeper.custom_search_space=helpers.search_spaces.batch_for_large_rates",
-        lr="tag(log, interval(0.0001, 0.1))",  # continuous: no configuration is proposed twice
+        "hydra.sweeper.custom_search_space=mylab.search.momentum_for_sgd",
     )
+    OmegaConf.update(config, "hydra.sweeper.params", {"optimizer": "choice(adam, sgd)"}, merge=False)
     check_settings(config, SweepConfig.read(config))  # it imports
     launcher = _StandInLauncher()
     OptunaSweep(config, launcher).run([])
-    assert len(launcher.launched) == 8 and len(search_spaces.CALLS) == 8
-    assert all(called.epochs == config.epochs for called in search_spaces.CALLS)  # the sweep's own config
+    assert len(launcher.launched) >= 4  # a repeated configuration (two Adam trials) is told, not launched
     for overrides in launcher.launched:
         values = dict(item.split("=", 1) for item in overrides)
-        assert ("batch" in values) == (float(values["optimizer.lr"]) > 0.005), overrides
-    assert {"batch" in dict(item.split("=", 1) for item in o) for o in launcher.launched} == {True, False}
+        assert ("optimizer.momentum" in values) == (values["optimizer"] == "sgd"), overrides
+        assert 0.0 <= float(values.get("optimizer.momentum", 0.5)) <= 0.99
+    assert {dict(item.split("=", 1) for item in o)["optimizer"] for o in launcher.launched} == {"adam", "sgd"}
 
-    with pytest.raises(RunnerError, match=r"^hydra.sweeper.custom_search_space='helpers.search_spaces.nothing'"):
-        bad = _sweep_config(tmp_path, "hydra.sweeper.custom_search_space=helpers.search_spaces.nothing")
+    with pytest.raises(RunnerError, match=r"^hydra.sweeper.custom_search_space='mylab.search.nothing'"):
+        bad = _sweep_config(tmp_path, "hydra.sweeper.custom_search_space=mylab.search.nothing")
         check_settings(bad, SweepConfig.read(bad))
 
 
