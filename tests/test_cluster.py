@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,9 +18,11 @@ import pytest
 
 from helpers.cluster import assert_losses_match_two_mirrored_replicas, train_losses
 from helpers.config import compose
+from helpers.preemption import Task, checkpoints, cluster_tasks
 from helpers.presets import TWO_EPOCHS, WITH_MODEL
-from helpers.processes import children
+from helpers.processes import is_running
 from helpers.tracking import metric_history, only_run
+from helpers.waiting import exited, wait_for
 from runner import outcome
 from runner.config.settings import validate
 from runner.errors import RunnerError
@@ -68,24 +69,6 @@ def _models(client, run) -> list[str]:
     ]
 
 
-def _task_of(pid: int) -> dict | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            variables = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
-    except OSError:
-        return None
-    config = variables.get(b"TF_CONFIG")
-    return json.loads(config)["task"] if config else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _processes_mentioning(text: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -96,55 +79,24 @@ def _processes_mentioning(text: str) -> list[int]:
                         found.append(int(entry))
             except OSError:
                 continue
-    return [pid for pid in found if _alive(pid)]
+    return [pid for pid in found if is_running(pid)]
 
 
-class _Launcher:
+class _Launcher(Task):
     """`python -m runner ... cluster=local` in the background, its output (logs on stdout, the error
     paragraph on stderr) read as it comes."""
 
     def __init__(self, tmp_path: Path, *overrides: str):
         self.run_dir = tmp_path / "run"
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runner",
-                *TWO_EPOCHS,
-                f"mlflow.tracking_uri={uri}",
-                f"hydra.run.dir={self.run_dir}",
-                "cluster=local",
-                *overrides,
-            ],
+        super().__init__(
+            *TWO_EPOCHS,
+            f"mlflow.tracking_uri={uri}",
+            f"hydra.run.dir={self.run_dir}",
+            "cluster=local",
+            *overrides,
             cwd=tmp_path,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
         )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
-        self._reader.start()
-
-    def wait_for(self, text: str, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            assert self.process.poll() is None, "".join(self.lines)[-3000:]
-            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n" + "".join(self.lines)[-3000:]
-            time.sleep(0.1)
-
-    def task_pids(self) -> dict[str, int]:
-        return {
-            f"{task['type']} {task['index']}": pid
-            for pid in children(self.process.pid)
-            if (task := _task_of(pid)) is not None
-        }
-
-    def finish(self, timeout: float = 240) -> str:
-        self.process.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        return "".join(self.lines)
 
 
 # -- configuration and TF_CONFIG checks, in this process ----------------------------------------------------------
@@ -299,12 +251,15 @@ def _exiting_task(tmp_path: Path, type_: str, index: int, code: str):
 
 
 _KILLED = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+# A task that fails after {delay} s. The delay is a sleep on purpose: the launcher (_watch) must find the other task
+# ended while this one still runs, and no event of _watch's tells a test that it has looked.
 _FAILING = (
     "import os, sys, time; from runner import outcome; time.sleep({delay}); "
     "outcome.write(os.environ['RUNNER_OUTCOME_FILE'], outcome.Outcome('FAILED', 2, 'error: {said}')); sys.exit(2)"
 )
 _LOST_PEER = _FAILING.replace("{said}", "another task of the cluster failed")
-_MISTAKE = _FAILING.replace("{said}", "strategy.communication=nccl is not valid").format(delay=0)
+_MISTAKE_SAID = "strategy.communication=nccl is not valid"
+_MISTAKE = _FAILING.replace("{said}", _MISTAKE_SAID).format(delay=0)
 
 
 @pytest.mark.parametrize("chief_delay", [1.0, 0.0], ids=["launcher-sees-the-worker-first", "chief-ends-first"])
@@ -336,8 +291,9 @@ def test_a_mistake_every_task_made_is_left_to_the_chief_to_explain(tmp_path):
     # The chief's paragraph comes from its outcome file alone: its output went to /dev/null.
     assert (ended.status, ended.exit_code, error) == ("FAILED", 2, None)
     assert ended.paragraph == "error: strategy.communication=nccl is not valid"
-    # The worker's mistake seen first: the launcher waits for the chief's own paragraph.
-    chief = _exiting_task(tmp_path, "chief", 0, "import time; time.sleep(1); " + _MISTAKE)
+    # The worker's mistake seen first (the chief sleeps a second: _FAILING): the launcher waits for the chief's own
+    # paragraph.
+    chief = _exiting_task(tmp_path, "chief", 0, _FAILING.replace("{said}", _MISTAKE_SAID).format(delay=1))
     worker = _exiting_task(tmp_path, "worker", 1, _MISTAKE)
     ended, error = _watch([chief, worker], None, str(tmp_path))
     assert (ended.exit_code, ended.paragraph, error) == (2, "error: strategy.communication=nccl is not valid", None)
@@ -487,13 +443,13 @@ def test_parameter_server_trains_survives_a_worker_dying_checkpoints_and_stops_e
         "strategy.variable_partitioner.min_shard_bytes=65536",
     )
     launcher.wait_for("epoch 1/4")
-    tasks = launcher.task_pids()
+    tasks = cluster_tasks(launcher.process.pid)
     assert sorted(tasks) == ["chief 0", "ps 0", "worker 0", "worker 1"]
     os.kill(tasks["worker 1"], signal.SIGKILL)
     output = launcher.finish()
     assert launcher.process.returncode == 0, output[-3000:]
     assert "worker 1 died (killed by SIGKILL); restarting it" in output
-    assert not [pid for pid in tasks.values() if _alive(pid)]
+    assert not [pid for pid in tasks.values() if is_running(pid)]
     # The servers (TF_CONFIG tasks) ended by themselves once the chief was done, as under SLURM.
     for name in ("ps-0", "worker-0"):
         log = (launcher.run_dir / "tasks" / f"{name}.log").read_text()
@@ -530,7 +486,7 @@ def test_parameter_server_trains_survives_a_worker_dying_checkpoints_and_stops_e
 def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     launcher = _Launcher(tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2", "epochs=20", WITH_MODEL)
     launcher.wait_for("epoch 1/20")
-    tasks = launcher.task_pids()
+    tasks = cluster_tasks(launcher.process.pid)
     assert sorted(tasks) == ["worker 0", "worker 1"]
     os.kill(tasks["worker 1"], signal.SIGKILL)
     output = launcher.finish(timeout=120)
@@ -548,7 +504,7 @@ def test_a_killed_worker_stops_the_job_names_it_and_fails_the_run(tmp_path):
     ended = outcome.read(str(launcher.run_dir / "outcome.json"), None)
     assert (ended.status, ended.exit_code, ended.paragraph) == ("FAILED", 2, error)
     # No task outlives the job: not the killed one, not the chief the launcher stopped.
-    assert not [pid for pid in tasks.values() if _alive(pid)]
+    assert not [pid for pid in tasks.values() if is_running(pid)]
     assert _processes_mentioning(str(launcher.run_dir)) == []
     client, run = only_run(tmp_path)
     assert run.info.status == "FAILED"
@@ -569,7 +525,7 @@ def test_multi_worker_mirrored_keeps_no_thread_per_all_reduce(tmp_path):
         tmp_path, "strategy=multi_worker_mirrored", "cluster.workers=2", "dataset.train_examples=4096", "epochs=3"
     )  # 32 steps an epoch, several all-reduces each
     launcher.wait_for("epoch 1/3")
-    tasks = launcher.task_pids()
+    tasks = cluster_tasks(launcher.process.pid)
     after_one = {name: _threads(pid) for name, pid in tasks.items()}
     launcher.wait_for("epoch 2/3")
     after_two = {name: _threads(pid) for name, pid in tasks.items()}
@@ -613,7 +569,7 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     ]
     chief, worker = processes
     try:
-        _wait_for_checkpoint(run_dir, chief)
+        wait_for(lambda: checkpoints(run_dir), 180, "the first checkpoint", every=0.2, unless=exited(chief, "chief"))
         worker.send_signal(signal.SIGSTOP)
         frozen = time.monotonic()
         chief.wait(timeout=120)
@@ -634,11 +590,3 @@ def test_a_frozen_worker_stops_a_tf_config_cluster_with_one_paragraph(tmp_path):
     assert (ended.status, ended.exit_code, ended.paragraph, ended.task) == ("FAILED", 2, error, "worker 0")
     client, run = only_run(tmp_path)
     assert run.info.status == "FAILED" and "stopped answering" in run.data.tags["error"]
-
-
-def _wait_for_checkpoint(run_dir: Path, chief: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
-        assert chief.poll() is None, "the chief ended before its first checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint"
-        time.sleep(0.2)

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.cli import run_cli, start_cli, wait_for
+from helpers.cli import run_cli, start_cli
 from helpers.presets import TINY
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.cli import run_cli, start_cli, wait_for
+from helpers.cli import run_cli, start_cli
 from helpers.data import write_fashion_mnist
 from helpers.presets import TINY, WITH_MODEL
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import wait_for
 
 TEST_IMAGES = 200
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.cli import wait_for
+from helpers.waiting import wait_for
 from runner.lifeline import LIFELINE_VARIABLE, SWEEP_PROCESS_VARIABLE, Process, lifeline, sweep_process
 from runner.run_lock import LOCK_FILE, wait_while_held
 
@@ -29,7 +29,7 @@ _WATCHING = textwrap.dedent(
     signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("stopped"), sys.exit(0)))
     watch(period=0.1)
     print("watching", flush=True)
-    time.sleep(60)
+    time.sleep(60)  # trains on, until its SIGTERM
     sys.exit(3)
     """
 )
@@ -56,7 +56,7 @@ def test_a_process_whose_lifeline_ends_stops_as_on_sigterm_within_seconds(tmp_pa
     )
     try:
         assert watcher.stdout is not None and watcher.stdout.readline().strip() == b"watching"
-        time.sleep(0.5)
+        time.sleep(0.5)  # a sleep on purpose: that it does not stop needs time to pass (its watch polls every 0.1 s)
         assert watcher.poll() is None  # every process it watches lives: it trains on
         sweep.kill()  # kill -9
         sweep.wait()
@@ -80,6 +80,7 @@ def test_without_a_lifeline_nothing_is_watched_and_the_sweep_process_is_read_bac
 
 
 def test_a_job_waits_for_the_process_holding_its_run_directory_then_goes_on(tmp_path):
+    # It holds the directory for as long as it lives (its sleep stands for a training that goes on).
     holding = f"from runner.run_lock import hold; import time; hold({str(tmp_path)!r}); time.sleep(60)"
     holder = subprocess.Popen([sys.executable, "-c", holding])
     told: list[int | None] = []
@@ -90,7 +91,7 @@ def test_a_job_waits_for_the_process_holding_its_run_directory_then_goes_on(tmp_
         thread.start()
         wait_for(lambda: told, 10, "the waiting message")
         assert told == [holder.pid]
-        time.sleep(0.5)
+        time.sleep(0.5)  # a sleep on purpose: that it goes on waiting needs time to pass
         assert thread.is_alive()  # still waiting while the holder lives
         holder.kill()
         thread.join(timeout=10)

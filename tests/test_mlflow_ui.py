@@ -10,8 +10,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,8 +19,9 @@ from helpers.cli import run_cli
 from helpers.presets import TWO_EPOCHS, WITH_MODEL
 from helpers.processes import stop_group
 from helpers.requires import requires
-from helpers.servers import free_port
+from helpers.servers import answers, free_port
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import exited, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("chromium")]
 
@@ -49,17 +48,15 @@ def _serve(command: str, port: int, cwd: Path) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    deadline = time.monotonic() + 120
-    while True:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return process
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
+    wait_for(
+        lambda: answers(f"http://127.0.0.1:{port}/health"),
+        120,
+        "the MLflow UI to answer /health",
+        every=0.5,
+        unless=exited(process, "mlflow ui"),
+        detail=lambda: log.read_text()[-3000:],
+    )
+    return process
 
 
 def test_the_logged_ui_link_opens_the_runs_table_with_the_run_and_its_models(tmp_path):

@@ -146,3 +146,43 @@ def test_a_config_written_for_hydras_optuna_sweeper_runs_without_the_line_naming
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.search_space is not a key of the runner's Optuna sweep"):
         OmegaConf.update(config, "hydra.sweeper.search_space", {"batch": {"type": "categorical"}}, force_add=True)
         SweepConfig.read(config)
+
+
+def test_a_sweeps_journal_opens_in_optuna_dashboard_with_its_trials(tmp_path):
+    """docs/sweeps.md: `optuna-dashboard <sweep dir>/optuna_study.journal`. The dashboard's own WSGI app, given the
+    journal's path as its command line is, lists the study with each of its trials, a pruned one and the runner's
+    user attributes included."""
+    import io
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    import optuna
+    from optuna_dashboard import wsgi
+
+    from runner.sweeps.study.study import open_storage
+    from runner.sweeps.sweep_config import storage_of
+
+    journal = storage_of(None, str(tmp_path / "sweep"))
+    study = optuna.create_study(study_name="fashion_mnist", storage=open_storage(journal), direction="maximize")
+    for value, pruned in ((0.8, False), (0.6, True), (0.85, False)):
+        trial = study.ask({"optimizer.lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)})
+        trial.set_user_attr("replicate_values", [value, value + 0.01])
+        trial.report(value, 1)
+        study.tell(trial, None if pruned else value, state=optuna.trial.TrialState.PRUNED if pruned else None)
+
+    app = wsgi(journal)
+
+    def get(path: str):
+        environ: dict = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "wsgi.input": io.BytesIO()}
+        setup_testing_defaults(environ)
+        status: list[str] = []
+        body = b"".join(app(environ, lambda code, headers, *rest: status.append(code)))
+        assert status[0].startswith("200"), (path, status, body[:500])
+        return json.loads(body)
+
+    [summary] = get("/api/studies")["study_summaries"]
+    assert summary["study_name"] == "fashion_mnist"
+    detail = get(f"/api/studies/{summary['study_id']}")
+    states = [trial["state"] for trial in detail["trials"]]
+    assert states == ["Complete", "Pruned", "Complete"], states
+    assert detail["best_trials"][0]["values"] == [0.85]

@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from helpers.cli import run_cli, wait_for
+from helpers.cli import run_cli
 from helpers.presets import SWEEP_JOB
 from helpers.sweeps import (
     children,
@@ -24,6 +24,7 @@ from helpers.sweeps import (
     sweep_command,
     without_generated_line,
 )
+from helpers.waiting import wait_for
 from runner.sweeps.report.report import REPORT_FILE
 from runner.sweeps.report.summary import CSV_FILE, MARKDOWN_FILE
 from runner.sweeps.study.grid_study import GRID_STUDY

@@ -25,6 +25,7 @@ from helpers.presets import TINY, WITH_MODEL
 from helpers.processes import children, is_running, wait_group
 from helpers.servers import MlflowServer
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import wait_for
 
 # alone: epoch times during and outside an outage are compared, and a journal's replay timed.
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.alone]
@@ -76,7 +77,7 @@ def _outage(server: MlflowServer, seconds: float) -> tuple[float, float]:
     """Stop the server for `seconds`, then start it again on its port; when it went and when it answered again."""
     _stop(server)
     stopped = time.time()
-    time.sleep(seconds)
+    time.sleep(seconds)  # a sleep on purpose: the outage lasts `seconds`
     server.start()
     return stopped, time.time()
 
@@ -134,13 +135,6 @@ class Training:
 
     def checkpoints(self) -> list[int]:
         return sorted(int(path.name[5:-6]) for path in (self.run_dir / "checkpoints").glob("ckpt-*.index"))
-
-
-def _wait_for(condition, timeout: float = 180, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _epochs_logged(client, training: Training) -> int:
@@ -201,7 +195,7 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
         trainings, tmp_path, "run", up, "epochs=50", "dataset.train_examples=4096", "checkpoint.every_epochs=5"
     ).start()
     client = mlflow_client(up.url)
-    _wait_for(lambda: _epochs_logged(client, training) >= 4, what="4 epochs before the outage")
+    wait_for(lambda: _epochs_logged(client, training) >= 4, 180, "4 epochs before the outage", every=0.1)
     stopped, back = _outage(up, outage)
     code = training.wait()
     output = training.output
@@ -235,7 +229,7 @@ def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_deliv
         trainings, tmp_path, "run", up, "epochs=4", "dataset.train_examples=1024", "mlflow.outage_seconds=3", WITH_MODEL
     ).start()
     client = mlflow_client(up.url)
-    _wait_for(lambda: _epochs_logged(client, training) >= 1, what="the first epoch")
+    wait_for(lambda: _epochs_logged(client, training) >= 1, 180, "the first epoch", every=0.1)
     _stop(up)
     started = time.monotonic()
     code = training.wait()
@@ -271,15 +265,15 @@ def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_deliv
 def test_kill_9_during_an_outage_then_resume_loses_nothing_and_logs_each_epoch_once(tmp_path, up, trainings):
     training = Training(trainings, tmp_path, "run", up, "epochs=6", "dataset.train_examples=4096").start()
     client = mlflow_client(up.url)
-    _wait_for(lambda: _epochs_logged(client, training) >= 1, what="the first epoch")
+    wait_for(lambda: _epochs_logged(client, training) >= 1, 180, "the first epoch", every=0.1)
     helpers = children(training.process.pid)
     _stop(up)
     steps = 4096 // 64
-    _wait_for(lambda: training.checkpoints()[-1:] >= [3 * steps], what="two epochs during the outage")
+    wait_for(lambda: training.checkpoints()[-1:] >= [3 * steps], 180, "two epochs during the outage", every=0.1)
     assert "epoch 6/6" not in training.output  # killed while it trains
     training.process.send_signal(signal.SIGKILL)
     training.wait()
-    _wait_for(lambda: not any(is_running(pid) for pid in helpers), timeout=30, what="the tracker process to end")
+    wait_for(lambda: not any(is_running(pid) for pid in helpers), 30, "the tracker process to end", every=0.1)
     journal = training.run_dir / "mlflow_journal.jsonl"
     entries = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
     delivered = int((training.run_dir / "mlflow_journal.delivered").read_text())
@@ -321,7 +315,7 @@ def test_an_outage_during_a_multi_worker_run_stops_none_of_its_workers(tmp_path,
         run=cluster,
     ).start()
     client = mlflow_client(up.url)
-    _wait_for(lambda: _epochs_logged(client, training) >= 3, what="3 epochs before the outage")
+    wait_for(lambda: _epochs_logged(client, training) >= 3, 180, "3 epochs before the outage", every=0.1)
     stopped, back = _outage(up, outage)
     code = training.wait()
     output = training.output

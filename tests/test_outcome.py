@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from helpers.waiting import exited, wait_for
 from runner import outcome
 from runner.outcome import FAILED, FINISHED, KILLED, Outcome
 
@@ -71,10 +72,7 @@ def test_a_reader_never_sees_half_a_file(tmp_path):
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(file):
-            assert writer.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(lambda: os.path.exists(file), 60, "the first outcome", every=0.01, unless=exited(writer, "the writer"))
         reads = 0
         stop = time.monotonic() + 2
         while time.monotonic() < stop:

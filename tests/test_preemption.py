@@ -3,10 +3,10 @@
 import os
 import signal
 import threading
-import time
 
 import pytest
 
+from helpers.waiting import wait_for
 from runner.clusters.preemption import PreemptionGuard
 from runner.errors import Preempted
 
@@ -15,13 +15,6 @@ def _sigterm_self_after(seconds: float) -> threading.Timer:
     timer = threading.Timer(seconds, os.kill, args=(os.getpid(), signal.SIGTERM))
     timer.start()
     return timer
-
-
-def _wait_until(condition, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the SIGTERM handler never ran"
-        time.sleep(0.01)
 
 
 def test_a_sigterm_during_a_wait_lets_the_wait_finish_and_stops_at_the_next_check():
@@ -48,7 +41,7 @@ def test_a_sigterm_inside_a_deferred_block_is_raised_when_the_block_ends():
         with pytest.raises(Preempted):
             with guard.deferred():
                 os.kill(os.getpid(), signal.SIGTERM)
-                _wait_until(lambda: guard.requested)
+                wait_for(lambda: guard.requested, 10, "the SIGTERM handler to run", every=0.01)
                 guard.check()  # inside the block the request waits
                 written.append("checkpoint")
     assert written == ["checkpoint"]
@@ -63,7 +56,7 @@ def test_a_settled_run_finishes_its_ending_whatever_sigterm_comes():
         guard.settle()
         with guard.deferred():
             os.kill(os.getpid(), signal.SIGTERM)
-            _wait_until(lambda: guard.requested)
+            wait_for(lambda: guard.requested, 10, "the SIGTERM handler to run", every=0.01)
             ended.append("model exported")
         guard.check()  # a safe point after it: still no stop
         ended.append("run ended")

@@ -22,6 +22,7 @@ from helpers.preemption import (
     Task,
     any_alive,
     assert_worker_words,
+    checkpoints,
     chief_stop,
     cluster_tasks,
     latest_checkpoint,
@@ -30,6 +31,7 @@ from helpers.preemption import (
 from helpers.presets import TINY
 from helpers.requires import requires
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import wait_for
 from runner import outcome
 
 pytestmark = pytest.mark.slow
@@ -83,7 +85,9 @@ def test_deterministic_multi_worker_mirrored_run_preempted_and_resumed_is_bit_id
         first.wait_for("epoch 1/3")
         tasks = cluster_tasks(first.process.pid)
         assert sorted(tasks) == ["worker 0", "worker 1"]
-        time.sleep(1.0)  # into epoch 2
+        # Epoch 1's checkpoint is written after its line, and epoch 2 starts once it is: the signal lands in epoch 2
+        # (TensorFlow's handler takes it, and the workers stop at a step boundary of epoch 2 they agree on).
+        first.wait_until(lambda: checkpoints(run_dir), "epoch 1's checkpoint (epoch 2 starts after it)")
         signal_sent = time.monotonic()
         os.kill(tasks["worker 1"], signal.SIGTERM)
         output = first.finish(timeout=120)
@@ -156,7 +160,7 @@ def test_sigterm_to_the_chief_of_a_tf_config_cluster_stops_every_worker_and_the_
     chief = tasks[0]
     try:
         chief.wait_for("epoch 1/3")
-        time.sleep(1.0)  # into epoch 2
+        chief.wait_until(lambda: checkpoints(run_dir), "epoch 1's checkpoint (epoch 2 starts after it)")
         chief.process.send_signal(signal.SIGTERM)
         outputs = [task.finish(timeout=120) for task in tasks]
     finally:
@@ -249,7 +253,7 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_itself_and_finishe
     30 s later: its check runs every 30 s), after the tasks' first steps (about 30 s after they start here). The
     tasks stop together after the chief's checkpoint and, with RUNNER_REQUEUE=1, the script requeues the job,
     which resumes under the same job id into the same MLflow run and finishes it."""
-    from helpers.slurm import JOB_STATES_NOT_ENDED, MULTI_WORKER, job_output, start_now_once_pending, submit
+    from helpers.slurm import MULTI_WORKER, job_ended, job_output, start_now_once_pending, submit
 
     run_dir = tmp_path / "run"
     # Longer than the 60-90 s before the signal, at the speed of an idle machine (about 2.5 s an epoch; twice that
@@ -268,11 +272,14 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_itself_and_finishe
         RUNNER_REQUEUE="1",
     )
     requeued = f"runner: job {job} was preempted after its checkpoint; requeueing it (RUNNER_REQUEUE=1)"
-    deadline = time.monotonic() + 240
-    while requeued not in job_output(tmp_path, MULTI_WORKER, job):
-        assert slurm.job(job).get("JobState") in JOB_STATES_NOT_ENDED, job_output(tmp_path, MULTI_WORKER, job)[-3000:]
-        assert time.monotonic() < deadline, job_output(tmp_path, MULTI_WORKER, job)[-3000:]
-        time.sleep(0.5)
+    wait_for(
+        lambda: requeued in job_output(tmp_path, MULTI_WORKER, job),
+        240,
+        f"job {job} to requeue itself",
+        every=0.5,
+        unless=job_ended(slurm, job),
+        detail=lambda: job_output(tmp_path, MULTI_WORKER, job)[-3000:],
+    )
     # Requeued, the job waits out SLURM's BeginTime; start it now, with the time the rest of the run needs.
     start_now_once_pending(slurm, job, "TimeLimit=10")
     state = slurm.wait_job(job, timeout=600)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers.cli import wait_for
+from helpers.waiting import wait_for
 from runner.training.controller import make_evaluate
 from runner.training.loop import EpochDatasets, make_loop
 from runner.training.reaper import IteratorReaper
@@ -31,7 +31,7 @@ class _Iterator:
         self.name, self.dropped, self.linger = name, dropped, linger
 
     def __del__(self):
-        time.sleep(self.linger)
+        time.sleep(self.linger)  # a slow destructor, as TensorFlow's iterator's can be
         self.dropped.append((self.name, threading.current_thread().name))
 
 
@@ -39,7 +39,7 @@ def test_a_release_is_dropped_on_the_reapers_thread_one_release_later_and_close_
     dropped: list[tuple[str, str]] = []
     reaper = IteratorReaper()
     reaper.release(_Iterator("first", dropped))
-    time.sleep(0.05)
+    time.sleep(0.05)  # a sleep on purpose: a release that does not come cannot be waited for, only given time
     assert dropped == []  # held until the next release: the releasing function may still refer to it
     reaper.release(_Iterator("second", dropped))
     wait_for(lambda: dropped, timeout=10, what="the first release")

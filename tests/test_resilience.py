@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.cli import run_cli, start_cli, wait_for
+from helpers.cli import run_cli, start_cli
 from helpers.data import write_fashion_mnist
+from helpers.preemption import checkpoints
 from helpers.presets import TINY, WITH_MODEL
 from helpers.processes import children, is_running
 from helpers.tracking import metric_history, mlflow_client
 from helpers.turns import alone_now
+from helpers.waiting import wait_for
 from runner import outcome
 from runner.outcome import OUTCOME_FILE
 
@@ -45,9 +47,10 @@ def _run_id(tmp_path: Path, name: str) -> str:
     return (tmp_path / name / "mlflow_run_id.txt").read_text().strip()
 
 
-def _checkpoints(run_dir: Path) -> list[Path]:
-    """The index files of run_dir's checkpoints, oldest first: by step number (ckpt-128 is newer than ckpt-64)."""
-    return sorted((run_dir / "checkpoints").glob("ckpt-*.index"), key=lambda path: int(path.name[5:-6]))
+# _INTO_EPOCH_2: the signal (SIGTERM, or the kill -9 of a test "during an epoch") to a single-process run must land
+# after a step of epoch 2, and nothing the run writes says that a step of epoch 2 is done: no progress bar without a
+# terminal, and the first checkpoint comes before epoch 2 starts (a SIGTERM then stops the run at the epoch boundary,
+# with no step of epoch 2 to resume). So these tests let it train a while past that checkpoint.
 
 
 def _assert_each_epoch_logged_once(client, run_id: str, epochs: int = 3) -> None:
@@ -127,8 +130,8 @@ def test_kill_9_during_an_epoch_resumes_the_same_run_exactly(tmp_path, uninterru
     """A second process in the run directory is refused while the first holds it; once the first is killed
     outright its hold is gone with it, and the same command resumes."""
     process = start_cli(*_args(tmp_path, "run"), cwd=tmp_path)
-    wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
-    time.sleep(1.0)  # into epoch 2
+    wait_for(lambda: checkpoints(tmp_path / "run"), what="the first checkpoint")
+    time.sleep(1.0)  # into epoch 2: a sleep on purpose (_INTO_EPOCH_2)
     helpers = children(process.pid)  # the MLflow tracker process (runner.tracking.tracker_process) among them
     assert helpers
     process.send_signal(signal.SIGSTOP)  # holds the directory, however long the duplicate takes
@@ -149,7 +152,7 @@ def test_kill_9_before_the_first_checkpoint_starts_over_in_the_same_run(tmp_path
     wait_for(lambda: (tmp_path / "run" / "mlflow_run_id.txt").exists(), what="the MLflow run")
     process.kill()
     process.wait()
-    assert not _checkpoints(tmp_path / "run")
+    assert not checkpoints(tmp_path / "run")
     _resume_and_check(tmp_path, "run", uninterrupted)
 
 
@@ -194,7 +197,7 @@ def test_damaged_checkpoints_are_skipped_for_the_newest_readable_one(tmp_path, u
     trained again reproduce the reference exactly (no variable was restored from a damaged file)."""
     shutil.copytree(uninterrupted.dir, tmp_path, dirs_exist_ok=True)
     run_dir = tmp_path / "run"
-    newest, older, oldest = reversed(_checkpoints(run_dir))
+    newest, older, oldest = reversed(checkpoints(run_dir))
     harm, resumed_epoch = DAMAGES[damage]
     harm(newest, older, oldest, run_dir / "checkpoints" / "checkpoint")
     run_id = _run_id(tmp_path, "run")
@@ -228,9 +231,9 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     # From its start: the signal must land mid-run, and the run must stop within 30 s of it.
     with alone_now():
         process = start_cli(*args, cwd=tmp_path)
-        wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
-        time.sleep(1.0)
-        before = _checkpoints(tmp_path / "run")
+        wait_for(lambda: checkpoints(tmp_path / "run"), what="the first checkpoint")
+        time.sleep(1.0)  # into epoch 2 or later: a sleep on purpose (_INTO_EPOCH_2)
+        before = checkpoints(tmp_path / "run")
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
@@ -239,7 +242,7 @@ def test_sigterm_saves_marks_killed_and_the_rerun_finishes(tmp_path, uninterrupt
     assert "preempted:" in stderr and "Traceback" not in stderr
     # Saved at the step boundary: one checkpoint newer than any before the signal (the manager may have let the
     # oldest go: it keeps checkpoint.max_to_keep, and a quiet machine trains three epochs in the second above).
-    after = _checkpoints(tmp_path / "run")
+    after = checkpoints(tmp_path / "run")
     assert [path for path in after if path not in before] == after[-1:], (before, after)
     # Whoever started it reads the same paragraph from its outcome file.
     ended = outcome.read(str(tmp_path / "run" / OUTCOME_FILE), None)
@@ -290,7 +293,7 @@ def test_a_diverging_loss_stops_with_epoch_and_step_and_fails_the_run(tmp_path):
     assert run.info.status == "FAILED" and "NaN or infinite" in run.data.tags["error"]
     ended = outcome.read(str(tmp_path / "run" / OUTCOME_FILE), None)
     assert (ended.status, ended.run_id, ended.paragraph) == ("FAILED", run.info.run_id, line)
-    assert not _checkpoints(tmp_path / "run")  # no checkpoint of diverged weights
+    assert not checkpoints(tmp_path / "run")  # no checkpoint of diverged weights
     assert _client(tmp_path).search_logged_models([run.info.experiment_id]) == []  # a FAILED run has no model
 
 
@@ -413,8 +416,8 @@ def test_sigterm_mid_epoch_then_resume_is_bit_identical_to_the_uninterrupted_run
     assert reference.returncode == 0, reference.stderr[-3000:]
 
     process = start_cli(*_args(tmp_path, "run", *args), cwd=tmp_path)
-    wait_for(lambda: _checkpoints(tmp_path / "run"), what="the first checkpoint")
-    time.sleep(0.5)  # into epoch 2
+    wait_for(lambda: checkpoints(tmp_path / "run"), what="the first checkpoint")
+    time.sleep(0.5)  # into epoch 2: a sleep on purpose (_INTO_EPOCH_2)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]

@@ -30,6 +30,7 @@ from helpers.slurm import (
     wait_for_checkpoint,
 )
 from helpers.tracking import metric_history, only_run
+from helpers.waiting import wait_for
 from runner import outcome
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, requires("slurm")]
@@ -43,13 +44,12 @@ def slurm():
 
 def _task_pid(job: str, rank: int, timeout: float = 120) -> int:
     """The pid of task `rank` of the job's step: the `python -m runner` srun started."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = find_process({"SLURM_JOB_ID": job, "SLURM_PROCID": str(rank), "SLURM_STEP_ID": "0"}, "runner")
-        if pid is not None:
-            return pid
-        time.sleep(0.2)
-    raise AssertionError(f"no task {rank} of job {job}")
+    return wait_for(
+        lambda: find_process({"SLURM_JOB_ID": job, "SLURM_PROCID": str(rank), "SLURM_STEP_ID": "0"}, "runner"),
+        timeout,
+        f"task {rank} of job {job}",
+        every=0.2,
+    )
 
 
 def test_multi_worker_mirrored_job_matches_two_mirrored_replicas(slurm, tmp_path):

@@ -34,6 +34,7 @@ from helpers.processes import live_members, stop_group, wait_group
 from helpers.requires import requires
 from helpers.servers import MlflowServer, Postgres
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import wait_for
 from runner.sweeps.report.summary import CSV_FILE, JOBS_CSV_FILE
 from runner.sweeps.terms import PARENT_RUN_ID_FILE
 from runner.tracking.registry import CHAMPION, champion_version
@@ -184,13 +185,17 @@ class Soak:
 
     def _wait_for_training(self, rng: random.Random) -> psutil.Process | None:
         """A training process that has taken its first step and not yet ended (picked at random among them)."""
-        deadline = time.monotonic() + TARGET_WAIT_SECONDS
-        while time.monotonic() < deadline and not self.stopping.is_set():
-            candidates = sorted((p for p in self.trainings() if _is_training(p)), key=lambda p: p.pid)
-            if candidates:
-                return rng.choice(candidates)
-            time.sleep(0.2)
-        return None
+        try:
+            candidates = wait_for(
+                lambda: sorted((p for p in self.trainings() if _is_training(p)), key=lambda p: p.pid),
+                TARGET_WAIT_SECONDS,
+                "a training process",
+                every=0.2,
+                unless=lambda: self.stopping.is_set() and "the soak is stopping",
+            )
+        except AssertionError:  # nothing to hit
+            return None
+        return rng.choice(candidates)
 
     @staticmethod
     def _job_of(process: psutil.Process) -> str:
@@ -229,7 +234,7 @@ class Soak:
         assert wait_group(self.server.process, 30)
         self.note(f"the tracking server is stopped (kill -9) for {OUTAGE_SECONDS} s")
         down = time.monotonic()
-        time.sleep(OUTAGE_SECONDS)
+        time.sleep(OUTAGE_SECONDS)  # a sleep on purpose: the outage lasts OUTAGE_SECONDS
         self.server.start()  # on the same port
         self.server_up.set()
         self.note(

@@ -34,6 +34,7 @@ from helpers.sweeps import (
     sweep,
     sweep_command,
 )
+from helpers.waiting import exited, wait_for
 from runner.clusters.local import free_ports
 from runner.tracking.run_id_file import RUN_ID_FILE
 
@@ -47,14 +48,6 @@ POINTS = [("batch=32",), ("batch=64",)]
 def slurm():
     with running_slurm() as cluster:
         yield cluster
-
-
-def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"the sweep ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.2)
 
 
 def _submitit_process(array_task: str) -> int:
@@ -90,11 +83,12 @@ def test_submitit_slurm_sweep_survives_a_killed_job_and_a_rerun_finishes_it(slur
         # Job 1 created its child run and started its training process: freeze that process, so that it
         # cannot finish meanwhile, and kill the SLURM task's process outright, as a node failure would
         # (scancel's SIGTERM would let it record its own failure). SLURM then kills what is left of the task.
-        _wait_for(lambda: (sweep_dir / "1" / "mlflow_run_id.txt").exists(), "job 1's run", process)
+        sweep_ended = exited(process, "the sweep")
+        wait_for(lambda: (sweep_dir / "1" / "mlflow_run_id.txt").exists(), 240, "job 1's run", unless=sweep_ended)
         array_tasks = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()
         [job_1] = [task for task in array_tasks if task.endswith("_1")]
         task_process = _submitit_process(job_1)
-        _wait_for(lambda: child_processes(task_process), "job 1's training process", process)
+        wait_for(lambda: child_processes(task_process), 240, "job 1's training process", unless=sweep_ended)
         [training] = child_processes(task_process)
         os.kill(training, signal.SIGSTOP)
         os.kill(task_process, signal.SIGKILL)

@@ -24,9 +24,10 @@ from scipy import stats
 
 from helpers.browser import Chromium
 from helpers.requires import requires
-from helpers.servers import MlflowServer
+from helpers.servers import MlflowServer, answers
 from helpers.simulated_sweeps import simulate_sweep, sweep_config
 from helpers.sweeps import without_generated_line
+from helpers.waiting import wait_for
 from runner.errors import RunnerError
 from runner.report import main as report_main
 from runner.sweeps.report import summary as sweep_summary
@@ -229,8 +230,16 @@ def _report_500_runs(tmp_path, store: str) -> None:
         )
         took = time.monotonic() - started
         assert done.returncode == 0, done.stderr[-3000:]
-        time.sleep(0.5)  # the access log's last lines
-        after = _requests_by_path((tmp_path / "server.log").read_text())
+        # The access log's last lines: the report's requests are all logged once a request made after them is.
+        marker = "/health?after-the-report"
+        assert answers(server.url + marker)
+
+        def logged_after_the_report() -> str | None:
+            text = (tmp_path / "server.log").read_text()
+            return text if marker in text else None
+
+        log = wait_for(logged_after_the_report, 30, "the access log line of a request made after the report's")
+        after = _requests_by_path("\n".join(line for line in log.splitlines() if marker not in line))
         # A server without the UI's bulk endpoint is read through the REST API's (sampled, slower): the same points.
         some = [
             row["run_id"] for row in csv.DictReader((tmp_path / sweep_summary.JOBS_CSV_FILE).read_text().splitlines())

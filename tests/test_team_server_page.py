@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from helpers.processes import is_running, live_members, stop_group
 from helpers.requires import requires
 from helpers.servers import free_port, postgres_bin
 from helpers.tracking import as_user, mlflow_client
+from helpers.waiting import holds_within
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "team-server.md"
@@ -131,9 +131,7 @@ def _stop_user_processes(uid: int) -> None:
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, sig)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (_server_processes(uid) or any(map(live_members, groups))):
-            time.sleep(0.2)
+        holds_within(lambda: not (_server_processes(uid) or any(map(live_members, groups))), 30, every=0.2)
     left = _server_processes(uid) + [pid for group in groups for pid in live_members(group)]
     if left:
         raise RuntimeError(f"server processes {left} still run after SIGKILL")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import pytest
 
 from helpers.config import mlflow_settings
-from helpers.processes import is_running
+from helpers.processes import is_running, settled
 from helpers.tracking import metric_history, mlflow_client
+from helpers.waiting import StartLine, wait_for
 from runner.errors import RunnerError
 from runner.tracking.run_id_file import RUN_ID_FILE
 
@@ -116,7 +116,9 @@ def test_an_error_in_the_child_is_raised_where_the_call_was_made(tmp_path, track
 
 
 def test_nothing_is_created_before_the_first_call_and_close_ends_the_child(tmp_path, tracker):
-    time.sleep(3)  # long enough for the child to import MLflow and open a store, were it to open one
+    # Until the child has started and waits for its first call on its pipe: it has imported MLflow, and opened a
+    # store, were it to open one before that call.
+    wait_for(settled(tracker.pid), 120, "the tracker child to wait for its first call", every=0.1)
     assert not (tmp_path / "mlflow.db").exists()
     child = tracker.pid
     assert is_running(child)
@@ -133,12 +135,13 @@ def test_the_training_process_never_imports_mlflow():
     assert child.stdout.strip() == "[]"
 
 
-# Each process waits for the same moment, then opens the fresh store and tracks a run in it.
-_OPEN_TOGETHER = """
-import os, sys, time
+# Each process, MLflow imported, waits at the start line (appended to this), then opens the fresh store and tracks
+# a run in it.
+_IMPORTED = """
+import sys
 from runner.tracking.store import open_client
-while not os.path.exists(sys.argv[2]):
-    time.sleep(0.005)
+"""
+_OPEN = """
 client = open_client(sys.argv[1])
 experiment = client.get_experiment_by_name("together") or client.get_experiment(client.create_experiment("together"))
 client.set_terminated(client.create_run(experiment.experiment_id).info.run_id)
@@ -148,14 +151,13 @@ client.set_terminated(client.create_run(experiment.experiment_id).info.run_id)
 @pytest.mark.slow
 def test_processes_opening_a_fresh_sqlite_store_together_all_succeed(tmp_path):
     """MLflow migrates a new sqlite file in the first process that opens it; open_client makes the others wait."""
-    uri, go = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}", tmp_path / "go"
+    uri, line = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}", StartLine(tmp_path / "start")
+    code = _IMPORTED + line.code() + _OPEN
     processes = [
-        subprocess.Popen([sys.executable, "-c", _OPEN_TOGETHER, uri, str(go)], stderr=subprocess.PIPE, text=True)
-        for _ in range(4)
+        subprocess.Popen([sys.executable, "-c", code, uri], stderr=subprocess.PIPE, text=True) for _ in range(4)
     ]
     try:
-        time.sleep(3)  # until all four have imported MLflow and wait for the signal
-        go.touch()
+        line.go(processes)  # once all four have imported MLflow and wait at the line
         errors = [process.communicate(timeout=120)[1] for process in processes]
     finally:
         for process in processes:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,7 +20,7 @@ from helpers.cli import NOISE, cli_env
 from helpers.config import compose
 from helpers.models import TESTS_PATH
 from helpers.processes import live_members, wait_group
-from helpers.sweeps import children, client_for, parent_id_of, sweep_command
+from helpers.sweeps import children, client_for, parent_id_of, sweep_command, wait_until_training
 from runner.errors import RunnerError
 from runner.run_lock import LOCK_FILE
 from runner.sweeps.launch.launchers import check_before_sweep
@@ -152,12 +151,7 @@ def test_warm_and_cold_sweeps_train_the_same_numbers_on_the_devices_each_run_ask
 
 def _kill_when_training(run_dir, process: subprocess.Popen) -> int:
     """SIGKILL the process that trains in run_dir (its lock's holder) once it trains; its pid."""
-    deadline = time.monotonic() + 240
-    log = run_dir / "runner.log"
-    while not (log.exists() and "steps per epoch" in log.read_text()):
-        assert process.poll() is None, "the sweep ended before the long trial trained"
-        assert time.monotonic() < deadline, "the long trial did not start training in time"
-        time.sleep(0.05)
+    wait_until_training(process, run_dir / "runner.log", "the long trial")
     pid = int((run_dir / LOCK_FILE).read_text().strip())
     os.kill(pid, signal.SIGKILL)
     return pid

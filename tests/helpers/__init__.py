@@ -4,7 +4,8 @@ A test imports what it uses from the module that holds it (tests/ is on sys.path
 
     from helpers.presets import TINY, WITH_MODEL              # named run overrides, each documented once
     from helpers.config import REPO, compose, mlflow_settings  # real Hydra composition of conf/
-    from helpers.cli import run_cli, start_cli, wait_for       # `python -m runner ...` in a fresh process
+    from helpers.cli import run_cli, start_cli                 # `python -m runner ...` in a fresh process
+    from helpers.waiting import wait_for                       # poll a condition with a deadline (never sleep)
     from helpers.tracking import metric_history, mlflow_client
     from helpers.sweeps import children, parent_id_of, sweep   # `python -m runner -m ...` and its runs
     from helpers.data import write_fashion_mnist, write_tfrecords  # IDX, TFRecord, .npz, image folders, tf.data

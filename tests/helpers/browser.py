@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from helpers.processes import stop_group, wait_group
+from helpers.waiting import wait_for
 
 # The machine has no outside network: without these, Chromium keeps trying to reach Google's services.
 FLAGS = [
@@ -116,15 +117,14 @@ class Chromium:
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 60):
-        """Poll a JavaScript expression until it is truthy (the page renders asynchronously)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"the page never satisfied {expression!r}; it shows:\n{self.text()[:3000]}")
-            time.sleep(0.25)
+        """Poll a JavaScript expression until it is truthy (the page renders asynchronously); its value."""
+        return wait_for(
+            lambda: self.evaluate(expression),
+            timeout,
+            f"the page to satisfy {expression!r}",
+            every=0.25,
+            detail=lambda: f"it shows:\n{self.text()[:3000]}",
+        )
 
     def click(self, selector: str) -> None:
         """A left click in the middle of the element, as mouse events (React sees a real click)."""

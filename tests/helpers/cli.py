@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 # What a CPU-only run printed before runner.verbosity: TensorFlow's CUDA probe, oneDNN notice and absl's
@@ -69,11 +68,3 @@ def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_for(condition, timeout: float = 120.0, what: str = "") -> None:
-    """Poll `condition` every 50 ms until it holds; fail after `timeout` seconds naming `what`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

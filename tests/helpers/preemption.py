@@ -11,11 +11,15 @@ import re
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from helpers.cli import cli_env
 from helpers.processes import children, is_running
+from helpers.waiting import exited, wait_for
+
+T = TypeVar("T")
 
 
 class Task:
@@ -38,15 +42,13 @@ class Task:
     def output(self) -> str:
         return "".join(self.lines)
 
+    def wait_until(self, condition: Callable[[], T], what: str, timeout: float = 240) -> T:
+        """Until `condition` holds (its value); fails, with the output's tail, if the process ends first."""
+        return wait_for(condition, timeout, what, unless=exited(self.process), detail=lambda: self.output[-3000:])
+
     def wait_for(self, text: str, timeout: float = 240) -> None:
         """Until a line holds `text`; fails if the process ends first."""
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            assert self.process.poll() is None, (
-                f"ended ({self.process.returncode}) before {text!r}:\n" + (self.output[-3000:])
-            )
-            assert time.monotonic() < deadline, f"no {text!r} within {timeout} s:\n" + self.output[-3000:]
-            time.sleep(0.05)
+        self.wait_until(lambda: any(text in line for line in self.lines), repr(text), timeout)
 
     def finish(self, timeout: float = 240) -> str:
         self.process.wait(timeout=timeout)
@@ -109,10 +111,14 @@ def checkpoint_step(path: Path) -> int:
     return int(path.name[len("ckpt-") : -len(".index")])
 
 
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The index files of a run directory's checkpoints, oldest first (by step: ckpt-128 is newer than ckpt-64)."""
+    return sorted((run_dir / "checkpoints").glob("ckpt-*.index"), key=checkpoint_step)
+
+
 def latest_checkpoint(run_dir: Path) -> Path:
     """The newest checkpoint of a run directory, without its .index suffix."""
-    newest = max((run_dir / "checkpoints").glob("ckpt-*.index"), key=checkpoint_step)
-    return newest.with_suffix("")
+    return checkpoints(run_dir)[-1].with_suffix("")
 
 
 def model_weights(checkpoint: Path) -> dict[str, bytes]:

@@ -10,7 +10,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from helpers.waiting import holds_within
 
 
 def _stat_fields():
@@ -42,16 +45,34 @@ def is_running(pid: int) -> bool:
         return False
 
 
+def settled(pid: int, quiet: float = 0.25) -> Callable[[], bool]:
+    """A condition for wait_for: true once the process has slept without using any CPU time for `quiet` seconds,
+    that is, it has done what it does on starting and now waits (a child started to take calls: on its pipe)."""
+    seen = {"ticks": -1, "since": 0.0}
+
+    def check() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        ticks, now = int(fields[11]) + int(fields[12]), time.monotonic()  # utime + stime
+        if fields[0] != "S" or ticks != seen["ticks"]:
+            seen["ticks"], seen["since"] = ticks, now
+            return False
+        return now - seen["since"] >= quiet
+
+    return check
+
+
 def wait_group(process: subprocess.Popen, timeout: float) -> bool:
     """Wait until no process of the group runs; True if that happened within timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def group_gone() -> bool:
         process.poll()  # reap the leader itself, so that it does not linger as our zombie
-        if not live_members(process.pid):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
+        return not live_members(process.pid)
+
+    return holds_within(group_gone, timeout, every=0.2)
 
 
 def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from helpers.tracking import mlflow_client
+from helpers.waiting import StartLine
 from runner.tracking.registry import champion_version
 
 
@@ -25,14 +28,17 @@ def make_runs_with_models(client, count: int) -> list[str]:
     return run_ids
 
 
-_REGISTER = """
-import sys, time
+# A process that registers a run's model, started with others: the store open, it waits at the start line
+# (StartLine.code(), between the two).
+_OPEN_THE_STORE = """
+import sys
 from mlflow.tracking import MlflowClient
 from runner.tracking.registry import register_run_model
-uri, name, run_id, value, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+uri, name, run_id, value = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 client = MlflowClient(uri)
 client.search_registered_models(max_results=1)  # the store is open before the start line
-time.sleep(max(0.0, start - time.time()))
+"""
+_REGISTER = """
 print(register_run_model(client, name, run_id, "test_accuracy", value, lower_is_better=False).version)
 """
 
@@ -40,10 +46,12 @@ print(register_run_model(client, name, run_id, "test_accuracy", value, lower_is_
 def register_in_parallel(tracking_uri: str, name: str, values: list[float]) -> list[str]:
     """Register one run per value from as many processes, all starting at once; return the run ids."""
     run_ids = make_runs_with_models(mlflow_client(tracking_uri), len(values))
-    start = time.time() + 10  # after every process has imported MLflow
+    start = tempfile.TemporaryDirectory(prefix="start-line-")
+    line = StartLine(Path(start.name))
+    code = _OPEN_THE_STORE + line.code() + _REGISTER
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", _REGISTER, tracking_uri, name, run_id, str(value), str(start)],
+            [sys.executable, "-c", code, tracking_uri, name, run_id, str(value)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -51,6 +59,7 @@ def register_in_parallel(tracking_uri: str, name: str, values: list[float]) -> l
         for run_id, value in zip(run_ids, values, strict=True)
     ]
     try:
+        line.go(processes, timeout=180)  # once every process has imported MLflow and opened the store
         for process in processes:
             _, stderr = process.communicate(timeout=180)
             assert process.returncode == 0, stderr[-3000:]
@@ -59,6 +68,7 @@ def register_in_parallel(tracking_uri: str, name: str, values: list[float]) -> l
             if process.poll() is None:
                 process.kill()
                 process.wait()
+        start.cleanup()
     return run_ids
 
 

@@ -14,12 +14,12 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.processes import is_running, stop_group
+from helpers.waiting import exited, wait_for
 
 INSTALL_HINT = (
     "install Debian's packages as .ci/run does: apt-get install -y --no-install-recommends postgresql chromium"
@@ -30,6 +30,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def answers(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """Whether `url` answers 200 now (a server still starting refuses the connection or resets it)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def postgres_bin() -> Path:
@@ -190,7 +199,14 @@ class BasicAuth:
         return (
             f"[mlflow]\ndefault_permission = {self.default_permission}\ndatabase_uri = {self.database_uri}\n"
             f"admin_username = {self.admin_username}\nadmin_password = {self.admin_password}\n"
+            # A credential checked once is trusted for a minute (docs/team-server.md): without it, every request
+            # of a run pays a scrypt hash of its password.
+            f"auth_cache_ttl_seconds = {AUTH_CACHE_SECONDS}\n"
         )
+
+
+# basic_auth.ini's auth_cache_ttl_seconds, as docs/team-server.md sets it.
+AUTH_CACHE_SECONDS = 60
 
 
 class MlflowServer:
@@ -264,18 +280,16 @@ class MlflowServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout  # the first start creates MLflow's schema in PostgreSQL
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.process.returncode}:\n{_tail(self.log)}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2, context=context) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"mlflow server did not answer /health within {timeout:.0f} s:\n{_tail(self.log)}")
+        # The first start creates MLflow's schema in PostgreSQL.
+        wait_for(
+            lambda: answers(f"{self.url}/health", context),
+            timeout,
+            "the mlflow server to answer /health",
+            every=0.5,
+            unless=exited(self.process, "mlflow server"),
+            detail=lambda: _tail(self.log),
+        )
+        return self
 
     def stop(self) -> None:
         if self.process is not None:

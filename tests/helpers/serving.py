@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,7 +15,8 @@ from pathlib import Path
 
 from helpers.config import REPO
 from helpers.processes import stop_group
-from helpers.servers import free_port
+from helpers.servers import answers, free_port
+from helpers.waiting import exited, wait_for
 
 # The page that documents serving a run's logged model.
 SERVING_PAGE = REPO / "docs" / "tracking-and-models.md"
@@ -69,17 +69,14 @@ def serving(model_uri: str, cwd: Path) -> Iterator[str]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, f"{command} exited:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(f"{url}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"{command} did not answer /ping:\n{log.read_text()[-3000:]}"
-            time.sleep(0.5)
+        wait_for(
+            lambda: answers(f"{url}/ping"),
+            240,
+            f"{command} to answer /ping",
+            every=0.5,
+            unless=exited(process, command),
+            detail=lambda: log.read_text()[-3000:],
+        )
         yield url
     finally:
         stop_group(process)

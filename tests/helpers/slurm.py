@@ -18,13 +18,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from helpers.config import REPO
+from helpers.preemption import checkpoints
 from helpers.presets import TWO_EPOCHS
 from helpers.processes import is_running
+from helpers.waiting import exited, holds_within, wait_for
 from runner.clusters.local import free_ports
 
 INSTALL_HINT = (
@@ -153,18 +155,24 @@ PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 M
         self._write_conf()
         self.controller = self._daemon("slurmctld", "-D", "-i", "-f", str(self.conf), log="slurmctld.out")
         self.node = self._daemon("slurmd", "-D", "-N", "localhost", "-f", str(self.conf), log="slurmd.out")
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            for daemon in (self.controller, self.node):
-                if daemon.poll() is not None:
-                    raise RuntimeError(f"{daemon.args[0]} exited with {daemon.returncode}:\n{self.logs()}")
-            done = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)
-            state = done.stdout.strip()
-            if state == "idle":
-                return self
-            time.sleep(0.5)
-        raise RuntimeError(f"the SLURM node is {state!r}, not idle, after {timeout:.0f} s:\n{self.logs()}")
+        state = [""]
+
+        def idle() -> bool:
+            state[0] = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.strip()
+            return state[0] == "idle"
+
+        def a_daemon_exited() -> str | None:
+            return exited(self.controller, "slurmctld")() or exited(self.node, "slurmd")()
+
+        wait_for(
+            idle,
+            timeout,
+            "the SLURM node to be idle",
+            every=0.5,
+            unless=a_daemon_exited,
+            detail=lambda: f"the node is {state[0]!r}\n{self.logs()}",
+        )
+        return self
 
     def logs(self) -> str:
         return "\n".join(
@@ -199,26 +207,28 @@ PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 M
 
     def wait_job(self, job_id: str, timeout: float = 300) -> dict[str, str]:
         """Wait until the job has ended; return its fields (JobState, ExitCode, ...)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            fields = self.job(job_id)
+        fields: dict[str, str] = {}
+
+        def ended_fields() -> dict[str, str] | None:
+            fields.clear()
+            fields.update(self.job(job_id))
             state = fields.get("JobState")
-            if state is not None and state not in JOB_STATES_NOT_ENDED:
-                return fields
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} still {fields.get('JobState')} after {timeout:.0f} s")
-            time.sleep(0.5)
+            return dict(fields) if state is not None and state not in JOB_STATES_NOT_ENDED else None
+
+        return wait_for(
+            ended_fields,
+            timeout,
+            f"job {job_id} to end",
+            every=0.5,
+            detail=lambda: f"it is still {fields.get('JobState')}",
+        )
 
     def stop(self) -> None:
         """Cancel every job, stop both daemons, and kill anything left that this SLURM started."""
         try:
             if self.controller is not None and self.controller.poll() is None:
                 self.run("scancel", "--full", "--user=root", check=False)
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline:
-                    if not self.run("squeue", "-h", check=False).stdout.strip():
-                        break
-                    time.sleep(0.5)
+                holds_within(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 20, every=0.5)
         finally:
             for daemon in (self.node, self.controller):
                 if daemon is not None and daemon.poll() is None:
@@ -238,9 +248,7 @@ PartitionName=debug Nodes=localhost Default=YES State=UP OverSubscribe=FORCE:4 M
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + 10
-            while _processes_with_environment(entry) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            holds_within(lambda: not _processes_with_environment(entry), 10, every=0.2)
             still = _processes_with_environment(entry)
             shutil.rmtree(self.root, ignore_errors=True)
         if still:
@@ -302,27 +310,43 @@ def job_output(tmp_path: Path, script: Path, job: str) -> str:
     return path.read_text(errors="replace") if path.exists() else f"({path} not written)"
 
 
+def job_ended(slurm: Slurm, job: str) -> Callable[[], str | None]:
+    """For wait_for's `unless`: "job <id> ended (<state>)" once the job is no longer pending or running."""
+
+    def ended() -> str | None:
+        state = slurm.job(job).get("JobState")
+        return None if state in JOB_STATES_NOT_ENDED else f"job {job} ended ({state})"
+
+    return ended
+
+
 def wait_for_checkpoint(run_dir: Path, slurm: Slurm, job: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not list((run_dir / "checkpoints").glob("ckpt-*.index")):
-        assert slurm.job(job).get("JobState") in JOB_STATES_NOT_ENDED, f"job {job} ended before a checkpoint"
-        assert time.monotonic() < deadline, f"no checkpoint within {timeout} s"
-        time.sleep(0.2)
+    wait_for(lambda: checkpoints(run_dir), timeout, "a checkpoint", every=0.2, unless=job_ended(slurm, job))
 
 
 def start_now_once_pending(slurm: Slurm, job: str, *settings: str, timeout: float = 120) -> None:
     """SLURM holds a requeued batch job back (Reason=BeginTime, about two minutes here) before it may start
     again: once it is pending, let it start now, as an administrator would (with any further `scontrol update`
     settings, such as TimeLimit=...)."""
-    deadline = time.monotonic() + timeout
-    while slurm.job(job).get("JobState") != "PENDING":
-        assert time.monotonic() < deadline, f"job {job} not pending again within {timeout} s: {slurm.job(job)}"
-        time.sleep(0.2)
+    deadline = time.monotonic() + timeout  # for both waits together
+    wait_for(
+        lambda: slurm.job(job).get("JobState") == "PENDING",
+        timeout,
+        f"job {job} to be pending again",
+        every=0.2,
+        detail=lambda: str(slurm.job(job)),
+    )
     # SLURM's own wait lets the job's earlier run finish ending; started at once, it must have ended too.
-    while left := _processes_with_environment(f"SLURM_JOB_ID={job}".encode()):
-        assert time.monotonic() < deadline, f"processes {left} of job {job}'s earlier run still run"
-        time.sleep(0.2)
+    entry = f"SLURM_JOB_ID={job}".encode()
+    wait_for(
+        lambda: not _processes_with_environment(entry),
+        deadline - time.monotonic(),
+        f"the processes of job {job}'s earlier run to end",
+        every=0.2,
+        detail=lambda: f"still running: {_processes_with_environment(entry)}",
+    )
     # slurmd refuses to launch a job again within the second its credential was revoked in (the requeue's kill):
-    # "Killing non-startable batch JobId=...: Job credential revoked", and the job ends FAILED.
+    # "Killing non-startable batch JobId=...: Job credential revoked", and the job ends FAILED. A sleep on purpose:
+    # that second must pass, and slurmd says nowhere when it has.
     time.sleep(2)
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", *settings)

@@ -18,6 +18,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from helpers.presets import SWEEP_JOB
 from helpers.processes import live_members, wait_group
 from helpers.turns import alone_now
+from helpers.waiting import exited, wait_for
 from runner import outcome
 from runner.metric_table import DEFAULT_TABLE
 from runner.outcome import FINISHED, OUTCOME_FILE
@@ -54,22 +55,18 @@ def start_sweep(tmp_path, sweep_dir, overrides) -> subprocess.Popen:
 
 def wait_until_training(process: subprocess.Popen, log: Path, what: str, timeout: float = 240) -> None:
     """Until the run that logs to `log` has started training (its "steps per epoch" line)."""
-    deadline = time.monotonic() + timeout
-    while not (log.exists() and "steps per epoch" in log.read_text()):
-        assert process.poll() is None, f"the sweep ended before {what} started training"
-        assert time.monotonic() < deadline, f"{what} did not start training in time"
-        time.sleep(0.2)
+    wait_for(
+        lambda: log.exists() and "steps per epoch" in log.read_text(),
+        timeout,
+        f"{what} to start training",
+        unless=exited(process, "the sweep"),
+    )
 
 
 def freeze_training(process: subprocess.Popen, run_dir: Path, what: str) -> int:
     """Once the training process of `run_dir` trains (its "steps per epoch" line), stop it where it is (SIGSTOP);
     return its pid, read from the run directory's lock, which it holds."""
-    deadline = time.monotonic() + 240
-    log = run_dir / "runner.log"
-    while not (log.exists() and "steps per epoch" in log.read_text()):
-        assert process.poll() is None, f"the sweep ended before {what} started training"
-        assert time.monotonic() < deadline, f"{what} did not start training in time"
-        time.sleep(0.05)
+    wait_until_training(process, run_dir / "runner.log", what)
     pid = int((run_dir / LOCK_FILE).read_text().strip())
     os.kill(pid, signal.SIGSTOP)
     return pid
