@@ -10,7 +10,6 @@ which fails that job and not the sweep.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.config.objective import Objective
 from runner.config.schema import MlflowSettings, OptunaSweeperSettings, SweepSettings
 from runner.config.settings import (
+    JobValues,
     job_values,
     metric_table_of,
     mlflow_settings,
@@ -98,17 +98,9 @@ class SweepConfig:
     optuna: OptunaSweeperSettings | None  # the Optuna sweeper's settings (hydra.sweeper); None: another sweeper
     sweep_dir: str | None  # hydra.sweep.dir, absolute
     pruner: dict[str, Any] | None  # the `pruner` group ({_target_: ..., its arguments}), None for pruner=none
-    epochs: int  # a trial's runs continue one another's steps, epochs apart
-    # A job's own values, as composed (its training process validates them).
-    seed: Any
-    progress: Any
-    validation_fraction: Any
-    split_seed: Any
-    # What decides the process a job's runs may train in (runner.sweeps.launch.warm_pool.worker_kind), as composed.
-    strategy: Any
-    cpu_replicas: Any
-    deterministic: Any
-    cluster_kind: Any
+    # A job's own values, as composed (its training process validates them): its seed, its epochs (a trial's runs
+    # continue one another's steps, epochs apart), what decides the process its runs may train in.
+    job: JobValues
 
     @classmethod
     def read(cls, config: DictConfig, hydra: DictConfig | None = None) -> SweepConfig:
@@ -133,7 +125,7 @@ class SweepConfig:
             optuna=optuna,
             sweep_dir=None if sweep_dir is None else os.path.abspath(str(sweep_dir)),
             pruner=pruner_node(config),
-            **dataclasses.asdict(job_values(config)),
+            job=job_values(config),
         )
 
     @property
@@ -199,9 +191,9 @@ class SweepConfig:
     def seeds(self) -> list[Any]:
         """The seeds a job trains: its `seed`, then the next sweep.seeds - 1 integers (its `seed` alone when that
         is not an integer: its training process refuses it and the job is FAILED)."""
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            return [self.seed]
-        return [self.seed + offset for offset in range(self.sweep.seeds)]
+        if isinstance(self.job.seed, bool) or not isinstance(self.job.seed, int):
+            return [self.job.seed]
+        return [self.job.seed + offset for offset in range(self.sweep.seeds)]
 
     @property
     def prunes_replicates(self) -> bool:

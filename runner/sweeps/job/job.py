@@ -107,7 +107,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     swept = parent.data.tags.get(SWEPT_KEYS_TAG, "")
     name = _point_name(overrides, swept, number)
     configuration = configuration_name(overrides, swept, number)
-    job = _Job(client, parent, number, configuration, config, hydra_config, progress_overrides(config.progress))
+    job = _Job(client, parent, number, configuration, config, hydra_config, progress_overrides(config.job.progress))
     job.validation = validation_of_job(config, swept)
     # A grid sweep with a pruner: the job's training reports to a trial of its own.
     if config.prunes_a_grid:
@@ -118,7 +118,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
     values = []
     for index, run in enumerate(runs):
         # A trial's runs continue one another's steps (TrialLink.first_step): the pruner compares like with like.
-        values.append(job.train_seed(*run, first_step=index * config.epochs))
+        values.append(job.train_seed(*run, first_step=index * config.job.epochs))
         if job.pruned_at is not None or job.replicate_pruned(index, values[-1]):
             break  # the pruner stopped the trial: its other seeds and folds do not train
         if job.interrupted:  # the rest is the re-run's
@@ -356,7 +356,7 @@ class _Job:
             return False
         if not report_replicate(self.link, self.config, replicate, value):
             return False
-        self.pruned_at = self.config.epochs
+        self.pruned_at = self.config.job.epochs
         for run_id in self.run_ids:
             self.client.set_tag(run_id, PRUNED_TAG, str(self.pruned_at))
         return True
@@ -405,7 +405,7 @@ def validation_of_job(config: SweepConfig, swept: str) -> ValidationOfJob:
     metric (the summary says so). The split seed is the job's seed before its replicates (sweep.seeds), or the
     schema's seed when the sweep varies `seed` itself, so every configuration and seed is validated on the same
     examples."""
-    fraction = config.validation_fraction
+    fraction = config.job.validation_fraction
     overrides, environ = [], {}
     folds = config.sweep.folds  # then each run holds out its fold instead (train_seed)
     fallback = config.fallback_objective if config.objective_is_default and folds is None else None
@@ -414,8 +414,8 @@ def validation_of_job(config: SweepConfig, swept: str) -> ValidationOfJob:
         fraction = SWEEP_VALIDATION_FRACTION
         if fallback is not None:
             environ[OPTIONAL_VARIABLE] = "1"
-    if (fraction is not None or folds is not None) and config.split_seed is None:
-        seed = SCHEMA_SEED if SEED_KEY in swept.split(",") else config.seed
+    if (fraction is not None or folds is not None) and config.job.split_seed is None:
+        seed = SCHEMA_SEED if SEED_KEY in swept.split(",") else config.job.seed
         overrides.append(f"dataset.split_seed={seed}")
     return ValidationOfJob(tuple(overrides), environ, fallback)
 

@@ -57,12 +57,12 @@ class WorkerKind:
 def worker_kind(config: SweepConfig) -> WorkerKind | None:
     """The kind of warm worker a job's runs may train in, or None: a fresh process per run (the key is off, a
     cluster trains the run, or the values are not a valid config: the training process refuses them as usual)."""
-    strategy = STRATEGIES.get(str(config.strategy))  # as composed: a name no strategy has fails in a fresh process
+    strategy = STRATEGIES.get(str(config.job.strategy))  # as composed: a name no strategy has fails in a fresh process
     if not config.sweep.warm_workers or strategy is None or strategy.own_process:
         return None
-    if config.cluster_kind not in (None, "none"):
+    if config.job.cluster_kind not in (None, "none"):
         return None
-    replicas, deterministic = config.cpu_replicas, config.deterministic
+    replicas, deterministic = config.job.cpu_replicas, config.job.deterministic
     if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
         return None
     if not isinstance(deterministic, bool):

@@ -145,7 +145,7 @@ class OptunaSweep:
             self.settings.terminate,
             self.settings.terminate_min_trials,
             self.sweep.sweep.folds,
-            self.sweep.seed if isinstance(self.sweep.seed, int) else None,
+            self.sweep.job.seed if isinstance(self.sweep.job.seed, int) else None,
         )
 
     def _tag_stopped_early(self, reason: str) -> None:

@@ -47,7 +47,7 @@ def report_replicate(link: TrialLink, config: SweepConfig, replicate: int, value
     trial.report(value, replicate)
     if not trial.should_prune():
         return False
-    trial.set_user_attr(PRUNED_TAG, config.epochs)
+    trial.set_user_attr(PRUNED_TAG, config.job.epochs)
     log.info(
         "trial %d pruned after %d replicate(s): its %s is significantly behind the best trial's on the same seeds "
         "and folds; its other replicates do not train",
