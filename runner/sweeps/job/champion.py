@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from runner import outcome
 from runner.errors import RunnerError
 from runner.lifeline import Process, lifeline
-from runner.outcome import OUTCOME_FILE, OUTCOME_VARIABLE
+from runner.outcome import OUTCOME_FILE, OUTCOME_VARIABLE, SWEEP_DIR_VARIABLE
 from runner.sweeps.job.job import RUNNER_COMMAND, train_in_process
 from runner.sweeps.job.run_command import RunCommand
 from runner.sweeps.launch.warm_pool import POOL, worker_kind
@@ -39,7 +39,7 @@ def log_champion_model(client: MlflowClient, sweep: SweepConfig, sweep_dir: str,
     run_dir = client.get_run(run_id).data.tags[RUN_DIR_TAG]
     command = RunCommand.read(run_dir)
     log.info("sweep.trial_models=champion: logging the model of the champion, %s (MLflow run %s)", label, run_id)
-    code = _continue(sweep, command, run_dir)
+    code = _continue(sweep, command, run_dir, sweep_dir)
     if code != 0 or run_model(client, run_id) is None:
         raise RunnerError(
             f"the sweep's champion, {label} (MLflow run {run_id}), could not log its model (its continuation in "
@@ -49,17 +49,17 @@ def log_champion_model(client: MlflowClient, sweep: SweepConfig, sweep_dir: str,
         )
 
 
-def _continue(sweep: SweepConfig, command: RunCommand, run_dir: str) -> int:
+def _continue(sweep: SweepConfig, command: RunCommand, run_dir: str, sweep_dir: str) -> int:
     """Continue the run in a warm worker of its kind (one of the sweep's, idle now) or a fresh process; its exit status
-    once it has ended."""
+    once it has ended. Either way the run knows its sweep's directory, as its job's runs do: a continuation that
+    stops resumable advises re-running the sweep."""
     outcome_file = os.path.join(run_dir, OUTCOME_FILE)
     watched = lifeline([Process.this()])
+    own = {**command.environ, SWEEP_DIR_VARIABLE: os.path.abspath(sweep_dir)}
     kind = worker_kind(sweep)
     if kind is None:
-        return train_in_process(
-            [*RUNNER_COMMAND, *command.arguments], command.cwd, outcome_file, {**command.environ, **watched}
-        )
+        return train_in_process([*RUNNER_COMMAND, *command.arguments], command.cwd, outcome_file, {**own, **watched})
     outcome.forget(outcome_file)
-    environ = {**command.environ, OUTCOME_VARIABLE: outcome_file}
+    environ = {**own, OUTCOME_VARIABLE: outcome_file}
     limit = sweep.sweep.worker_memory_mb
     return POOL.train(kind, command.arguments, command.cwd, environ, watched, limit, to_the_end=True)
