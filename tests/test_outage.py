@@ -27,8 +27,7 @@ from helpers.servers import MlflowServer
 from helpers.tracking import metric_history, mlflow_client
 from helpers.waiting import wait_for
 
-# alone: epoch times during and outside an outage are compared, and a journal's replay timed.
-pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.alone]
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 
 EPOCH_METRICS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "examples_per_second", "learning_rate")
 # One device, a checkpoint after every epoch (each one an artifact handed over while the server may be down),
@@ -187,6 +186,7 @@ def test_a_quiet_run_on_a_tracking_server_shows_no_mlflow_links_of_its_own(tmp_p
     _once(output, "MLflow UI: ")
 
 
+@pytest.mark.alone  # its epoch times during and outside the outage are compared
 def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_whole(tmp_path, up, trainings):
     outage = 40.0
     # About 1.5 s per epoch here, a checkpoint every 5 (with 3 kept, those of the outage's first epochs are gone from
@@ -224,6 +224,7 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     assert statistics.median(during) < 1.5 * statistics.median(outside) + 0.5, (during, outside)
 
 
+@pytest.mark.alone  # the process must end within a minute of the outage, not after MLflow's back-off
 def test_an_outage_across_the_end_leaves_a_journal_that_the_replay_command_delivers(tmp_path, up, trainings):
     training = Training(
         trainings, tmp_path, "run", up, "epochs=4", "dataset.train_examples=1024", "mlflow.outage_seconds=3", WITH_MODEL
@@ -295,6 +296,7 @@ def test_kill_9_during_an_outage_then_resume_loses_nothing_and_logs_each_epoch_o
     assert {step: logged[step] for step in kept} == kept  # the killed invocation's own numbers
 
 
+@pytest.mark.alone  # its epochs' times during the outage are compared with the outage's length
 def test_an_outage_during_a_multi_worker_run_stops_none_of_its_workers(tmp_path, up, trainings):
     """In a cluster the chief tracks through its own tracker process too: its workers, which train in step with
     it, never wait for the server either."""
