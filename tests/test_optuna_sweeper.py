@@ -136,15 +136,20 @@ def _grid_config(*overrides: str, sweeper: str = BASIC_SWEEPER):
     return OmegaConf.create({**composed, "hydra": {"sweeper": {"_target_": sweeper}}})
 
 
+def _read(config):
+    """A sweep's composed config and what it asks, read, as check_sweep takes them."""
+    return config, SweepConfig.read(config)
+
+
 def test_a_pruner_is_valid_in_a_grid_sweep_with_seeds_and_folds_but_not_with_another_sweeper():
-    check_sweep(_grid_config("pruner=median", "sweep.objective=test_loss"))
+    check_sweep(*_read(_grid_config("pruner=median", "sweep.objective=test_loss")))
     # A trial's seeds and folds report one after another (TrialLink.first_step).
-    check_sweep(_grid_config("pruner=median", "sweep.objective=test_loss", "sweep.folds=3", "sweep.seeds=2"))
+    check_sweep(*_read(_grid_config("pruner=median", "sweep.objective=test_loss", "sweep.folds=3", "sweep.seeds=2")))
     with pytest.raises(
         RunnerError,
         match=r"^pruner='median' is not valid: hydra.sweeper._target_=my.Sweeper reports its trials to no study",
     ):
-        check_sweep(_grid_config("pruner=median", "sweep.objective=test_loss", sweeper="my.Sweeper"))
+        check_sweep(*_read(_grid_config("pruner=median", "sweep.objective=test_loss", sweeper="my.Sweeper")))
 
 
 def test_a_grid_job_continues_its_running_trial_and_asks_a_new_one_after_a_failure(tmp_path):
@@ -305,7 +310,7 @@ def test_the_wilcoxon_pruner_stops_a_trial_whose_replicates_are_behind_the_best_
     config = _grid_config("pruner=wilcoxon", "sweep.folds=5", "epochs=3")
     sweep = SweepConfig.read(config)
     assert sweep.prunes_replicates and not SweepConfig.read(_grid_config("pruner=median")).prunes_replicates
-    check_sweep(config)
+    check_sweep(config, sweep)
     create_grid_study(sweep, str(tmp_path))
     best = JobTrial(str(tmp_path), 0)
     link = best.open()

@@ -326,6 +326,7 @@ def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path
     """Not `The others finished`, and chosen_by stays the objective asked for (no finished run tells whether the
     data could be split, so there is no reason to fall back on the test set)."""
     from runner.sweeps.plugins.parent_run import finish_parent_run
+    from runner.sweeps.sweep_config import SweepConfig
 
     monkeypatch.chdir(tmp_path)  # the simulated experiment's artifacts
     store = f"sqlite:///{tmp_path}/mlflow.db"
@@ -335,7 +336,8 @@ def test_a_sweep_whose_every_job_failed_says_so_and_keeps_its_objective(tmp_path
     sweep_dir.mkdir()
     (sweep_dir / PARENT_RUN_ID_FILE).write_text(parent_id + "\n")
     with pytest.raises(RunnerError) as raised:
-        finish_parent_run(sweep_config(str(sweep_dir), store, "optimizer.lr=0.1,0.2"))
+        config = sweep_config(str(sweep_dir), store, "optimizer.lr=0.1,0.2")
+        finish_parent_run(config, SweepConfig.read(config))
     said = str(raised.value)
     assert said.startswith("3 of 3 sweep jobs failed: job 0 (optimizer.lr=0.1,fold=0)") and "The others" not in said
     assert f"None finished, so the summary above and MLflow parent run {parent_id} have no best configuration" in said
@@ -360,6 +362,7 @@ def test_a_regression_sweeps_winner_shows_its_test_value_of_every_metric_everywh
     """Two configurations of a regression, two runs each: the winner's test_mae, test_rmse and test_loss, each the
     mean of its runs' values with its interval, in the terminal, sweep_summary.md, the parent run and the report."""
     from runner.sweeps.plugins.parent_run import finish_parent_run
+    from runner.sweeps.sweep_config import SweepConfig
 
     monkeypatch.chdir(tmp_path)
     store = f"sqlite:///{tmp_path}/mlflow.db"
@@ -371,7 +374,8 @@ def test_a_regression_sweeps_winner_shows_its_test_value_of_every_metric_everywh
     sweep_dir.mkdir()
     (sweep_dir / PARENT_RUN_ID_FILE).write_text(parent_id + "\n")
     composed_with = ["task=regression", "mlflow.log_model=false"]
-    finish_parent_run(sweep_config(str(sweep_dir), store, "optimizer.lr=0.1,0.2", composed_with=composed_with))
+    config = sweep_config(str(sweep_dir), store, "optimizer.lr=0.1,0.2", composed_with=composed_with)
+    finish_parent_run(config, SweepConfig.read(config))
 
     said = capsys.readouterr().out
     [line] = [line for line in said.splitlines() if line.startswith("the winner's test metrics")]

@@ -58,12 +58,12 @@ def test_a_pruner_with_an_objective_of_the_end_suggests_the_validation_splits_pe
 
     from runner.errors import RunnerError
     from runner.sweeps.study.pruning import check_sweep
-    from runner.sweeps.sweep_config import BASIC_SWEEPER
+    from runner.sweeps.sweep_config import BASIC_SWEEPER, SweepConfig
 
     composed = OmegaConf.to_container(compose(["pruner=median", "sweep.objective=eval_accuracy"]), resolve=True)
     config = OmegaConf.create({**composed, "hydra": {"sweeper": {"_target_": BASIC_SWEEPER}}})
     with pytest.raises(RunnerError) as refused:
-        check_sweep(config)
+        check_sweep(config, SweepConfig.read(config))
     said = str(refused.value)
     assert said.startswith("sweep.objective='eval_accuracy' is not valid: pruner=median compares each epoch's")
     assert "e.g. sweep.objective=val_accuracy (" in said and "sweep.objective=test_" not in said

@@ -82,8 +82,9 @@ def end_sweep(config: DictConfig) -> None:
 
     try:
         try:
-            POOL.settle(SweepConfig.read(config).sweep.worker_memory_mb)
-            parent_run.finish_parent_run(config)
+            sweep = SweepConfig.read(config)
+            POOL.settle(sweep.sweep.worker_memory_mb)
+            parent_run.finish_parent_run(config, sweep)
         finally:
             POOL.close()
     except RunnerError as error:
@@ -126,7 +127,7 @@ def check_optuna_sweep(config: DictConfig, sweep: SweepConfig) -> None:
     """The sweep's rules and its pruner (runner.sweeps.study.pruning.check_sweep) and, for an Optuna sweep, its
     search space and queued trials, and a study storage that opens."""
 
-    check_sweep(config)
+    check_sweep(config, sweep)
     if sweep.study is not None:
         from runner.sweeps.plugins.optuna_sweeper import check_settings  # noqa: PLC0415  Optuna: only for an Optuna sweep
 

@@ -98,15 +98,15 @@ def start_parent_run(config: DictConfig, sweep: SweepConfig) -> str:
     return parent_id
 
 
-def finish_parent_run(config: DictConfig) -> None:
+def finish_parent_run(config: DictConfig, sweep: SweepConfig) -> None:
     """Log the summary of the parent's children to it, print it, close the parent, and raise a
-    RunnerError naming the failed jobs if there are any."""
+    RunnerError naming the failed jobs if there are any. `config`: the sweep's composed config; `sweep`: what it
+    asks, read (SweepConfig.read)."""
 
     sweep_dir = sweep_dir_of(config)
     parent_id = read_parent_run_id(sweep_dir)
     if parent_id is None:  # on_multirun_start did not get as far as creating it
         return
-    sweep = SweepConfig.read(config)
     client = MlflowClient(tracking_uri=sweep.tracking_uri)
     status = RunStatus.FAILED
     try:

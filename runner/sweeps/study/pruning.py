@@ -23,17 +23,16 @@ from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_op
 log = logging.getLogger("runner")
 
 
-def check_sweep(config: Any) -> None:
+def check_sweep(config: Any, sweep: SweepConfig) -> None:
     """Before a sweep's parent run exists: its pruner, if any, imports and takes the arguments its option gives, and
     the sweep keeps the SWEEP rules of runner.config.settings (a pruner needs an Optuna or a grid sweep, replicates
     for a replicate pruner, a per-epoch objective for the others; a terminator needs replicates). A pruner works under
     any strategy: under MultiWorkerMirrored every worker stops with the chief (runner.clusters.agreement), under
-    ParameterServer the coordinator, which alone trains."""
+    ParameterServer the coordinator, which alone trains. `sweep`: the sweep's config, read (SweepConfig.read)."""
     node = pruner_node(config)
     if node is not None:
         target = node.pop("_target_")
         check_arguments("pruner._target_", target, import_target("pruner._target_", target), node)
-    sweep = SweepConfig.read(config)
     for rule in RULES:
         if rule.group == SWEEP:
             rule.check(sweep)
