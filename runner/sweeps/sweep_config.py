@@ -86,6 +86,11 @@ class StudyAddress:
     storage: str
     name: str = DEFAULT_STUDY_NAME  # "": the storage's only study (a report that found the storage alone)
 
+    @classmethod
+    def of(cls, settings: OptunaSweeperSettings, sweep_dir: str) -> StudyAddress:
+        """The study the Optuna sweeper's `settings` name, its journal (storage null) in `sweep_dir`."""
+        return cls(storage_of(settings.storage, sweep_dir), settings.study_name or DEFAULT_STUDY_NAME)
+
 
 @dataclass(frozen=True)
 class SweepConfig:
@@ -184,8 +189,7 @@ class SweepConfig:
         """Where an Optuna sweep's study lives and its name; None: not an Optuna sweep."""
         if self.optuna is None or self.sweep_dir is None:
             return None
-        name = self.optuna.study_name or DEFAULT_STUDY_NAME
-        return StudyAddress(storage_of(self.optuna.storage, self.sweep_dir), name)
+        return StudyAddress.of(self.optuna, self.sweep_dir)
 
     @property
     def seeds(self) -> list[Any]:

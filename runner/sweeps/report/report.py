@@ -31,8 +31,8 @@ from runner.config.settings import optuna_sweeper_settings
 from runner.errors import RunnerError
 from runner.sweeps.report.summary import JobRow, Summary, every_job_failed, methods
 from runner.sweeps.study.study import is_optuna_sweep, open_storage
-from runner.sweeps.sweep_config import StudyAddress, storage_of
-from runner.sweeps.terms import DEFAULT_STUDY_NAME, JOURNAL_FILE, chosen_on_test, what_chose
+from runner.sweeps.sweep_config import StudyAddress
+from runner.sweeps.terms import JOURNAL_FILE, chosen_on_test, what_chose
 from runner.sweeps.uncertainty import ALPHA, LEVEL, Interval
 
 LOG_DECADES = 2  # positive values spanning more than this many decades get a log axis
@@ -64,8 +64,7 @@ def find_study(sweep_dir: str, given: Mapping[str, str], config: Any = None) -> 
     if config is not None:
         if not is_optuna_sweep(config):
             return None
-        sweeper = optuna_sweeper_settings(config.hydra.sweeper)
-        return StudyAddress(storage_of(sweeper.storage, sweep_dir), sweeper.study_name or DEFAULT_STUDY_NAME)
+        return StudyAddress.of(optuna_sweeper_settings(config.hydra.sweeper), sweep_dir)
     name = given.get("hydra.sweeper.study_name", "")
     storage = given.get("hydra.sweeper.storage")
     if storage and storage != "null":
