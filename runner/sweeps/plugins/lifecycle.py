@@ -14,12 +14,14 @@ only once the sweep's verbosity is set (runner.verbosity.configure).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.check import check_sweep_points
+from runner.config.schema import OptunaSweeperSettings
 from runner.config.settings import sweep_settings
 from runner.errors import RunnerError, report
 from runner.lifeline import Process, lifeline
@@ -116,9 +118,8 @@ def refuse_hydras_optuna_sweeper(config: DictConfig) -> None:
             f"hydra.sweeper._target_={target} is Hydra's Optuna sweeper, which the runner replaces with its own "
             f"({SWEEPER_TARGET}: ask/tell over the launcher, pruned trials recorded, on the Optuna this project pins). "
             "Fix: drop the `_target_` line from the config's hydra.sweeper node and keep `override /hydra/sweeper: "
-            "optuna` in its defaults (or pass hparams_search=optuna): the runner's sweeper takes the same keys "
-            "(direction, n_trials, n_jobs, storage, study_name, sampler, params, custom_search_space, "
-            "max_failure_rate).",
+            f"optuna` in its defaults (or pass hparams_search=optuna): the runner's sweeper takes Hydra's sweeper's "
+            f"keys (its own: {', '.join(item.name for item in dataclasses.fields(OptunaSweeperSettings))}).",
             key="hydra.sweeper._target_",
         )
 
