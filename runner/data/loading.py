@@ -16,7 +16,7 @@ from runner.data.source import DataSplits, TrainingData, describe_spec
 from runner.data.streaming import streamed
 from runner.data.validation import check_one_way, fold_split, split_examples
 from runner.errors import RunnerError
-from runner.task_kinds import KINDS, TaskKind
+from runner.task_kinds import KINDS, TaskKind, kind_named
 
 _DESCRIBING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-data-digest")
 
@@ -26,7 +26,7 @@ def load_data(settings: DatasetSettings, seed: int, workers: int = 1, task: str 
     shaped for `task` (task.kind: runner.task_kinds); `workers`: the MultiWorkerMirrored workers that split the
     training set (a stream with fewer files shards by example)."""
     key = "dataset._target_"
-    kind = KINDS[task]
+    kind = kind_named(task)
     function = settings.component.resolve()
     accepted = _accepted(function)
     # The run's seed, the prefix sizes (so a generator or a reader can make or read only that many), the task.
