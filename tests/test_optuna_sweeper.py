@@ -10,6 +10,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from helpers.sweeps import StandInLauncher
 from runner.errors import RunnerError
 from runner.sweeps.plugins.optuna_sweeper import launcher_parallelism
 from runner.sweeps.report.summary import ConfigurationRow, JobRow, Summary
@@ -175,28 +176,6 @@ def test_a_grid_job_continues_its_running_trial_and_asks_a_new_one_after_a_failu
     assert states == {first.number: TrialState.FAIL, other.number: TrialState.RUNNING, 2: TrialState.COMPLETE}
 
 
-class _RecordingLauncher:
-    """Hydra's launch, standing in for the jobs: each trial's overrides are recorded and it answers at once with a
-    value made from them (the same configuration, the same value: as the same seed trains)."""
-
-    def __init__(self):
-        import threading
-
-        self.launched: list[tuple[int, tuple[str, ...]]] = []
-        self.lock = threading.Lock()
-
-    def launch(self, job_overrides, initial_job_idx: int):
-        from hydra.core.utils import JobReturn, JobStatus
-
-        returns = []
-        for offset, overrides in enumerate(job_overrides):
-            with self.lock:
-                self.launched.append((initial_job_idx + offset, tuple(overrides)))
-            value = (sum(map(ord, "".join(overrides))) % 97) / 97
-            returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=value))
-        return returns
-
-
 def _optuna_sweep(
     tmp_path, n_trials: int, params: dict, n_jobs: int = 1, direction: str | None = "maximize"
 ) -> list[tuple[int, tuple[str, ...]]]:
@@ -221,7 +200,7 @@ def _optuna_sweep(
         return_hydra_config=True,
     )
     OmegaConf.update(config, "hydra.sweeper.params", params, merge=False)
-    launcher = _RecordingLauncher()
+    launcher = StandInLauncher()
     OptunaSweep(config, launcher).run([])
     return launcher.launched
 

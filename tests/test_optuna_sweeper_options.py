@@ -5,42 +5,17 @@ the line naming Hydra's sweeper is gone, and is refused in one paragraph while i
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from helpers.cli import run_cli
 from helpers.config import REPO
+from helpers.sweeps import StandInLauncher
 from runner.config.check import compose_config
 from runner.errors import RunnerError
 from runner.sweeps.plugins.lifecycle import refuse_hydras_optuna_sweeper
 from runner.sweeps.plugins.optuna_sweeper import OptunaSweep, check_settings
 from runner.sweeps.sweep_config import SweepConfig
-
-
-class _StandInLauncher:
-    """Hydra's launch, standing in for the jobs: records each trial's overrides and answers at once, FAILED for the
-    trials `fails` picks (as a sweep job whose training failed answers), else a value."""
-
-    def __init__(self, fails=lambda overrides: False):
-        self.fails = fails
-        self.launched: list[tuple[str, ...]] = []
-        self.lock = threading.Lock()
-
-    def launch(self, job_overrides, initial_job_idx: int):
-        returns = []
-        for overrides in job_overrides:
-            with self.lock:
-                self.launched.append(tuple(overrides))
-            if self.fails(overrides):
-                error = RuntimeError("the job's training failed")
-                returns.append(JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=error))
-            else:
-                value = (sum(map(ord, "".join(overrides))) % 97) / 97
-                returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=value))
-        return returns
 
 
 def _sweep_config(tmp_path, *overrides: str, lr: str = "choice(0.01, 0.001)"):
@@ -65,14 +40,14 @@ def test_the_documented_custom_search_space_draws_a_momentum_for_the_sgd_trials_
     )
     OmegaConf.update(config, "hydra.sweeper.params", {"optimizer": "choice(adam, sgd)"}, merge=False)
     check_settings(config, SweepConfig.read(config))  # it imports
-    launcher = _StandInLauncher()
+    launcher = StandInLauncher()
     OptunaSweep(config, launcher).run([])
     assert len(launcher.launched) >= 4  # a repeated configuration (two Adam trials) is told, not launched
-    for overrides in launcher.launched:
+    for _, overrides in launcher.launched:
         values = dict(item.split("=", 1) for item in overrides)
         assert ("optimizer.momentum" in values) == (values["optimizer"] == "sgd"), overrides
         assert 0.0 <= float(values.get("optimizer.momentum", 0.5)) <= 0.99
-    assert {dict(item.split("=", 1) for item in o)["optimizer"] for o in launcher.launched} == {"adam", "sgd"}
+    assert {dict(item.split("=", 1) for item in o)["optimizer"] for _, o in launcher.launched} == {"adam", "sgd"}
 
     with pytest.raises(RunnerError, match=r"^hydra.sweeper.custom_search_space='mylab.search.nothing'"):
         bad = _sweep_config(tmp_path, "hydra.sweeper.custom_search_space=mylab.search.nothing")
@@ -85,7 +60,7 @@ def test_max_failure_rate_stops_asking_once_more_than_that_share_of_the_ended_tr
     failure that makes them more than half of the ended trials (trial 4's: 3 of 5), and without a limit every trial
     runs, the failures failing alone."""
     count = iter(range(100))
-    launcher = _StandInLauncher(fails=lambda overrides: next(count) not in (0, 2))
+    launcher = StandInLauncher(fails=lambda overrides: next(count) not in (0, 2))
     limit = f"hydra.sweeper.max_failure_rate={'null' if rate is None else rate}"
     # A continuous space: no configuration is proposed twice (a repeat is told its original's result, not launched).
     config = _sweep_config(tmp_path, "hydra.sweeper.n_trials=6", limit, lr="interval(0.0001, 0.1)")

@@ -202,3 +202,32 @@ def assert_finished_sweep(tmp_path, sweep_dir, result, points, launcher="basic")
     assert f"best test_accuracy: {best.data.metrics['test_accuracy']:.4f}" in markdown
     assert parent.data.metrics["best_test_accuracy"] == pytest.approx(best.data.metrics["test_accuracy"])
     return parent_id, jobs
+
+
+class StandInLauncher:
+    """Hydra's launch, standing in for a sweep's jobs in the sweeper's own tests: each trial's job number and overrides
+    are recorded and it answers at once, FAILED for the trials `fails` picks (as a job whose training failed
+    answers), else with a value made from the overrides (the same configuration, the same value: as the same seed
+    trains)."""
+
+    def __init__(self, fails=lambda overrides: False):
+        import threading
+
+        self.fails = fails
+        self.launched: list[tuple[int, tuple[str, ...]]] = []
+        self.lock = threading.Lock()
+
+    def launch(self, job_overrides, initial_job_idx: int):
+        from hydra.core.utils import JobReturn, JobStatus
+
+        returns = []
+        for offset, overrides in enumerate(job_overrides):
+            with self.lock:
+                self.launched.append((initial_job_idx + offset, tuple(overrides)))
+            if self.fails(overrides):
+                error = RuntimeError("the job's training failed")
+                returns.append(JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=error))
+            else:
+                value = (sum(map(ord, "".join(overrides))) % 97) / 97
+                returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=value))
+        return returns
