@@ -101,9 +101,9 @@ class OptunaSweep:
             load_if_exists=True,
         )
         _check_continued_direction(study, direction, storage)
-        # The sampler's config node: Hydra has already instantiated the sweeper's nested _target_s in its settings.
-        node = OmegaConf.select(self.config, "hydra.sweeper.sampler")
-        sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else self.settings.sampler
+        # The sampler's config node, instantiated here (continued_sampler); a sampler object, as it is.
+        node = self.settings.sampler
+        sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else node
         study.sampler = continued_sampler(sampler, len(study.trials), instantiate)
         n_trials = self.settings.n_trials
         if not study.trials:  # queued once: a re-run of the command finds them among the study's trials
