@@ -5,7 +5,9 @@ curves and the registry's comparison all read it; none lists metric names or gue
 
 A run's metrics are its loss and its scores (`accuracy` by default), each logged per epoch on the training set
 (`train_<name>`), the validation split (`val_<name>`, where the run has one) and the test set (`test_<name>`); each
-score once more as `eval_<name>`, the model restored without a strategy and evaluated; and `examples_per_second`.
+score once more as `eval_<name>`, the model restored without a strategy and evaluated; `examples_per_second`; and
+what the trained model costs (COST), once at the end of the run: its parameters, the exported model's size, the
+served model's latency per example and examples per second, and the seconds it trained.
 A direction is known: Keras' own metrics by the names they log under (below), and a sweep's override
 (`sweep.direction`, or the Optuna sweeper's `hydra.sweeper.direction`) before it."""
 
@@ -23,6 +25,14 @@ DIRECTIONS = (MINIMIZE, MAXIMIZE)
 SPLITS = ("train", "val", "test")  # the per-epoch passes, in the order they are logged
 EVAL = "eval"  # the restored model's pass over the test set, once training has ended
 THROUGHPUT = "examples_per_second"
+# What the trained model costs (runner.training.cost; model_bytes: runner.training.actions.LogModel), each logged once
+# at the end of a run at the step of the model's epoch.
+PARAMETERS = "parameters"  # every weight of the model (model.count_params())
+TRAINABLE_PARAMETERS = "trainable_parameters"
+MODEL_BYTES = "model_bytes"  # the exported model's files (the logged MLflow Model), in bytes
+LATENCY_MS = "latency_ms"  # the served model's milliseconds per example at a batch of cost.latency_batch
+SERVED_EXAMPLES_PER_SECOND = "served_examples_per_second"  # the same measurement as examples per second
+TRAINING_SECONDS = "training_seconds"  # the seconds the run's epochs took to train
 
 # Keras' metrics by the names they log under (their `name`, the snake_case of their class), and the endings the
 # rest of Keras' names share: errors, divergences and losses are lower-better, the scores higher-better.
@@ -126,6 +136,32 @@ class Metric:
         return cls(name, str(known))
 
 
+# Lower is better for each cost but the served model's examples per second. A run that logs no model (mlflow.log_model
+# false, a sweep's trial under sweep.trial_models=champion) has no model_bytes.
+COST = (
+    Metric(PARAMETERS, MINIMIZE),
+    Metric(TRAINABLE_PARAMETERS, MINIMIZE),
+    Metric(MODEL_BYTES, MINIMIZE),
+    Metric(LATENCY_MS, MINIMIZE),
+    Metric(SERVED_EXAMPLES_PER_SECOND, MAXIMIZE),
+    Metric(TRAINING_SECONDS, MINIMIZE),
+)
+COST_KEYS = tuple(metric.name for metric in COST)
+_COST_DIRECTIONS = {metric.name: metric.direction for metric in COST}
+# How the summaries and the report write a number: counts whole, speeds and seconds to a tenth, the latency in
+# milliseconds to a thousandth, every other metric to four decimals.
+_FORMATS = {
+    **dict.fromkeys((PARAMETERS, TRAINABLE_PARAMETERS, MODEL_BYTES), ".0f"),
+    **dict.fromkeys((THROUGHPUT, SERVED_EXAMPLES_PER_SECOND, TRAINING_SECONDS), ".1f"),
+    LATENCY_MS: ".3f",
+}
+
+
+def formatted(key: str, value: float) -> str:
+    """`value` of the logged metric `key` as the summaries and the report write it."""
+    return format(value, _FORMATS.get(key, ".4f"))
+
+
 @dataclass(frozen=True)
 class MetricTable:
     """The run's loss and scores, and every key a run logs from them."""
@@ -162,9 +198,10 @@ class MetricTable:
 
     @property
     def result_keys(self) -> tuple[str, ...]:
-        """The numbers a finished run's outcome holds, in the order the summaries show them: any can be a sweep's
-        objective."""
-        return (*self.epoch_keys(), *self.eval_keys, THROUGHPUT)
+        """The numbers a finished run holds, in the order the summaries show them: any can be a sweep's objective.
+        Its outcome holds them but val_* without a validation split and model_bytes, logged after it with the
+        model."""
+        return (*self.epoch_keys(), *self.eval_keys, THROUGHPUT, *COST_KEYS)
 
     def curve_keys(self, split: str) -> tuple[str, ...]:
         """The curves a figure draws per epoch: `split`'s scores and loss, and the training loss."""
@@ -183,6 +220,8 @@ class MetricTable:
             return str(given)
         if key == THROUGHPUT:
             return MAXIMIZE
+        if key in _COST_DIRECTIONS:
+            return _COST_DIRECTIONS[key]
         split, _, name = key.partition("_")
         found = next((m.direction for m in self.model_metrics if m.name == name), None)
         if split not in (*SPLITS, EVAL) or found is None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.metric_table import DEFAULT_TABLE, MetricTable
+from runner.metric_table import COST_KEYS, DEFAULT_TABLE, MetricTable
 
 # Set by a supervisor for the one process it starts: the path of the file that process writes.
 OUTCOME_VARIABLE = "RUNNER_OUTCOME_FILE"
@@ -95,15 +95,21 @@ def tell_early(outcome: Outcome) -> None:
 
 def finished(result: Any, table: MetricTable = DEFAULT_TABLE, task: str | None = None) -> Outcome:
     """The outcome of a training that finished: a runner.train.RunResult's final numbers, each of `table`'s result
-    keys. They come from the run's last logged value of each metric, so a resumed run that had no epoch left to
-    train still reports the numbers of its last epoch."""
+    keys that it holds. They come from the run's last logged value of each metric, so a resumed run that had no epoch
+    left to train still reports the numbers of its last epoch."""
     metrics = {
         key: float(result.final_metrics[key])
         for key in table.result_keys
-        if key not in table.eval_keys and (key in result.final_metrics or not key.startswith("val_"))
+        if key not in table.eval_keys and (key in result.final_metrics or not _may_lack(key))
     }
     metrics.update((key, float(result.eval_scores.get(key, float("nan")))) for key in table.eval_keys)
     return Outcome(FINISHED, metrics=metrics, run_id=result.run_id, task=task)
+
+
+def _may_lack(key: str) -> bool:
+    """Whether a finished run may lack `key`: val_* without a validation split, the costs of a run stopped early by
+    its pruner (never restored) or of one whose model is logged after its outcome (model_bytes)."""
+    return key.startswith("val_") or key in COST_KEYS
 
 
 def path(run_dir: str, task_type: str | None = None, index: int = 0, environ: Mapping[str, str] = os.environ) -> str:

@@ -42,6 +42,12 @@ def test_the_default_table_lists_what_a_run_has_always_logged_in_the_order_the_s
         "test_accuracy",
         "eval_accuracy",
         "examples_per_second",
+        "parameters",
+        "trainable_parameters",
+        "model_bytes",
+        "latency_ms",
+        "served_examples_per_second",
+        "training_seconds",
     )
     assert DEFAULT_TABLE.epoch_keys(validation=False) == ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
     assert DEFAULT_TABLE.per_epoch_keys[-1] == "examples_per_second"
@@ -71,6 +77,10 @@ def test_a_direction_is_the_metrics_own_unless_the_sweep_overrides_it_and_an_unk
     assert "eval_mae" in table.result_keys and "eval_loss" not in table.result_keys
     assert table.lower_is_better("val_mae") and not table.lower_is_better("eval_r2_score")
     assert table.lower_is_better("test_spread") and not table.lower_is_better("examples_per_second")
+    # What the model costs: lower is better but for how many examples the served model answers each second.
+    costs = ("parameters", "trainable_parameters", "model_bytes", "latency_ms", "training_seconds")
+    assert all(table.lower_is_better(key) for key in costs)
+    assert not table.lower_is_better("served_examples_per_second")
     assert not table.lower_is_better("val_loss", "maximize")  # sweep.direction wins
     assert DEFAULT_TABLE.lower_is_better("val_loss") and not DEFAULT_TABLE.lower_is_better("val_accuracy")
     with pytest.raises(RunnerError, match=r"^val_mea is not a metric this run logs \(train_loss, .*val_mae.*\)"):

@@ -105,6 +105,15 @@ def test_a_finished_run_has_one_model_with_signature_requirements_and_final_metr
     assert json.loads(mlmodel["signature"]["outputs"]) == [
         {"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 10]}}
     ]
+    # What the model costs (runner.training.cost): the parameters of the network it serves, the size of the logged
+    # model's files, and its served speed as one measurement, linked to the model with the epoch's metrics.
+    costs = run.data.metrics
+    network = tf.saved_model.load(str(saved_model)).network
+    assert costs["parameters"] == costs["trainable_parameters"] == sum(np.prod(v.shape) for v in network.variables)
+    assert costs["model_bytes"] == sum(path.stat().st_size for path in local.rglob("*") if path.is_file())
+    assert costs["latency_ms"] * costs["served_examples_per_second"] == pytest.approx(1000)
+    assert 0 < costs["training_seconds"] < (run.info.end_time - run.info.start_time) / 1000
+    assert {"parameters", "latency_ms", "training_seconds"} <= set(linked)
     requirements = (local / "requirements.txt").read_text().split()
     assert f"tensorflow=={version('tensorflow')}" in requirements
     assert not [line for line in requirements if line.startswith("tf-keras")]  # loading it needs no Keras

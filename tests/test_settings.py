@@ -255,13 +255,25 @@ def test_cpu_replicas_and_explicit_devices_conflict():
         ("sweep.folds=0", "sweep.folds=0"),
         ("sweep.folds=two", "sweep.folds='two'"),
         ("sweep.trial_models=best", "sweep.trial_models='best'"),
+        # The exported model's size is measured as the model is logged: not for a trial that logs none.
+        ("sweep.objective=model_bytes,sweep.trial_models=champion", "sweep.objective=model_bytes"),
     ],
 )
 def test_bad_sweep_settings_name_the_value_and_the_fix(defaults, override, named):
+    config = defaults
+    for item in override.split(","):
+        config = overridden(config, item)
     with pytest.raises(RunnerError) as raised:
-        objective_of(overridden(defaults, override))
+        objective_of(config)
     message = str(raised.value)
     assert message.startswith(named + " is not valid") and "Fix:" in message and "\n" not in message, message
+
+
+def test_a_sweep_may_choose_on_what_a_model_costs_and_on_its_size_only_where_each_run_logs_its_model():
+    assert _settings("sweep.objective=parameters").sweep.objective == "parameters"
+    assert _settings("sweep.objective=model_bytes").sweep.objective == "model_bytes"
+    with pytest.raises(RunnerError, match=r"^sweep.objective=model_bytes is not valid: .*mlflow.log_model=false.* Fix"):
+        _settings("sweep.objective=model_bytes", "mlflow.log_model=false")
 
 
 @pytest.mark.parametrize(

@@ -363,6 +363,15 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class CostSettings:
+    """How the served model's speed is measured at the end of a run (runner.training.cost): on one batch of the test
+    split's raw inputs, warmed up, the median of a few timed calls."""
+
+    latency_batch: int = key(32, Int(), "pass the served model's batch for its latency, e.g. cost.latency_batch=32")
+    latency_repeats: int = key(5, Int(), "pass how many timed calls to take the median of, e.g. cost.latency_repeats=5")
+
+
+@dataclass(frozen=True)
 class SystemMetricsSettings:
     """CPU, memory (and GPU) of the training machine under system/, sampled by the process that tracks."""
 
@@ -617,6 +626,7 @@ class Settings:
     checkpoint: CheckpointSettings = group(CheckpointSettings)
     early_stopping: EarlyStoppingSettings = group(EarlyStoppingSettings)
     runtime: RuntimeSettings = group(RuntimeSettings)
+    cost: CostSettings = group(CostSettings)
     init: InitSettings = group(InitSettings)
     mlflow: MlflowSettings = group(MlflowSettings)
     sweep: SweepSettings = group(SweepSettings)

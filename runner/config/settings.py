@@ -32,7 +32,7 @@ from runner.config.schema import (
     TaskSettings,
 )
 from runner.errors import RunnerError
-from runner.metric_table import MetricTable, snake_case
+from runner.metric_table import MODEL_BYTES, MetricTable, snake_case
 from runner.strategy_kinds import strategy_kind
 from runner.task_kinds import KINDS
 
@@ -207,6 +207,7 @@ def validate(config: Mapping[str, Any]) -> Settings:
     table = settings.metric_table
     check_task_objective(table, settings.task.objective)
     check_metric_keys(table, settings.sweep, settings.task.objective)
+    check_model_bytes_known(settings.sweep, settings.mlflow.log_model)
     check_monitor(table, settings.early_stopping.monitor)
     check_metrics_suit(settings.task.kind, settings.metrics)
     for rule in RULES:
@@ -227,6 +228,25 @@ def check_metric_keys(table: MetricTable, sweep: SweepSettings, score: str) -> N
     why = "a sweep job can only return one of its final numbers"
     _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
     Objective.of(sweep, score, table)  # refuses a direction against the objective's own
+
+
+def check_model_bytes_known(sweep: SweepSettings, log_model: bool = True) -> None:
+    """sweep.objective=model_bytes needs each run's model exported (`log_model`: mlflow.log_model, which a sweep
+    checks in each job): its size is measured as it is logged."""
+    if sweep.objective != MODEL_BYTES:
+        return
+    if not log_model:
+        why, fix = "mlflow.log_model=false exports no model", "drop mlflow.log_model=false"
+    elif sweep.trial_models == "champion":
+        why = "sweep.trial_models=champion exports only the chosen run's model, after every trial"
+        fix = "pass sweep.trial_models=every"
+    else:
+        return
+    raise RunnerError(
+        f"sweep.objective=model_bytes is not valid: the exported model's size is measured as the model is "
+        f"logged, and {why}. Fix: {fix}, or choose on parameters (which the size follows).",
+        key="sweep.objective",
+    )
 
 
 def check_monitor(table: MetricTable, monitor: str | None) -> None:
@@ -311,6 +331,7 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
     # The objective sweep.objective=null chooses on, val_<task.objective>, is then one of the runs' numbers.
     check_task_objective(table, score)
     check_metric_keys(table, settings, score)
+    check_model_bytes_known(settings)
     return settings
 
 

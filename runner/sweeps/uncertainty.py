@@ -52,6 +52,7 @@ NADEAU_BENGIO = "Nadeau & Bengio 2003"
 _RANGES = {
     **dict.fromkeys(("accuracy", "auc", "f1", "fscore", "precision", "recall", "iou"), (0.0, 1.0)),
     **dict.fromkeys(("loss", "crossentropy", "error", "mae", "mse", "rmse", "mape", "msle"), (0.0, math.inf)),
+    **dict.fromkeys(("parameters", "bytes", "ms", "seconds"), (0.0, math.inf)),  # what a model costs
 }
 _UNBOUNDED = (-math.inf, math.inf)
 

@@ -70,6 +70,7 @@ class ExportedModel:
     run_id: str
     seconds: float
     logged: bool  # False: the run already had its model (a resumed run that had logged it before), or no server
+    bytes: int = 0  # the size of the logged model's files (its MLmodel, environment files and SavedModel)
 
 
 def log_run_model(
@@ -122,10 +123,25 @@ def log_run_model(
         pip_requirements=[f"tensorflow=={version('tensorflow')}"],
     )
     seconds = time.perf_counter() - started
+    size = model_bytes(client, info.model_id)
     log.info(
-        "logged the model %s of MLflow run %s (runs:/%s/%s) in %.1f s", info.model_id, run_id, run_id, name, seconds
+        "logged the model %s of MLflow run %s (runs:/%s/%s, %d bytes) in %.1f s",
+        info.model_id,
+        run_id,
+        run_id,
+        name,
+        size,
+        seconds,
     )
-    return ExportedModel(info.model_id, run_id, seconds, logged=True)
+    return ExportedModel(info.model_id, run_id, seconds, logged=True, bytes=size)
+
+
+def model_bytes(client: mlflow.MlflowClient, model_id: str, path: str | None = None) -> int:
+    """The size of the LoggedModel's files under `path` (None: all of them), as its artifact store lists them."""
+    return sum(
+        model_bytes(client, model_id, item.path) if item.is_dir else int(item.file_size or 0)
+        for item in client.list_logged_model_artifacts(model_id, path)
+    )
 
 
 def discard_run_model(tracking_uri: str, run_id: str) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from runner.metric_table import MODEL_BYTES
 from runner.outcome import BEST_METRICS_STEP_TAG
 from runner.plots import plot_curves
 from runner.tracking.artifacts import MODEL_NAME
@@ -171,7 +172,8 @@ class ModelLogging:
 
 
 class LogModel:
-    """The restored model behind the task's raw-input export, as the run's MLflow Model."""
+    """The restored model behind the task's raw-input export, as the run's MLflow Model; its files' size logged as
+    `model_bytes` (runner.metric_table.COST) beside how long logging it took."""
 
     def __init__(self, restored: RestoreAndEvaluate, model_logging: ModelLogging, tracker: Tracker):
         self.restored = restored
@@ -187,7 +189,7 @@ class LogModel:
         step = self.restored.epoch
         self.logged = logged = self.model_logging.log(self.restored.model, step)
         if logged.logged:
-            self.tracker.log_metrics({LOG_SECONDS: logged.seconds}, step=step)
+            self.tracker.log_metrics({LOG_SECONDS: logged.seconds, MODEL_BYTES: float(logged.bytes)}, step=step)
 
 
 class LogCheckpointModels:

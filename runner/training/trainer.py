@@ -21,6 +21,7 @@ from runner.config.objective import Objective
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
+from runner.metric_table import MODEL_BYTES
 from runner.outcome import model_at_sweep_end
 from runner.strategy_kinds import strategy_kind
 from runner.tracking.lifecycle import RunLifecycle
@@ -47,6 +48,7 @@ from runner.training.controller import (
     Listener,
     Stopping,
 )
+from runner.training.cost import MeasureCost
 from runner.training.early_stopping import EarlyStopping
 from runner.training.parts import BatchPlan, Job, Restored
 from runner.training.progress import EpochProgress
@@ -113,7 +115,7 @@ class Trainer:
             model_logging = _model_logging(self, tracker, run_id)
             end = _build_end_actions(self, tracker, run_id, model_logging)
             if on_result is not None and self.job.task.chief:
-                end = _announcing(end, _Announce(self, tracker, run_id, guard, on_result))
+                end = _announcing(end, _Announce(self, tracker, run_id, guard, on_result), _answers_with_model(self))
             controller = _build_controller(
                 self, [tracker, *_checkpoint_models(self, tracker, model_logging), *listeners], stopping, end
             )
@@ -162,7 +164,15 @@ def _build_end_actions(
     panels = tuple(metric.name for metric in table.model_metrics)
     curves = PlotCurves(tracker, curves_path(job.run_dir), title, trainer.state.epoch, panels)
     best_again = LogBestEpochMetrics(restored, trainer.state.epoch, tracker, table.epoch_keys())
-    actions: list[EndAction] = [restored, curves, best_again]
+    cost = MeasureCost(
+        restored,
+        trainer.experiment.export_model,
+        lambda: trainer.data.raw_examples(settings.cost.latency_batch),
+        tracker,
+        trainer.plan.global_batch * trainer.plan.steps_per_epoch,
+        settings.cost.latency_repeats,
+    )
+    actions: list[EndAction] = [restored, cost, curves, best_again]
     if trainer.early_stopping is not None:
         actions.insert(0, TagEarlyStopping(trainer.early_stopping, trainer.state.epoch, tracker))
     if model_logging is not None and settings.mlflow.log_model:
@@ -195,14 +205,22 @@ class _Announce:
         self.on_result(_result(self.trainer, self.run_id, history, histories, self.end))
 
 
-def _announcing(end: EndActions, announce: _Announce) -> EndActions:
+def _announcing(end: EndActions, announce: _Announce, with_model: bool = False) -> EndActions:
     """`end` with `announce` after what decides the run's numbers and before what only records them (the curves'
-    picture, the model and its registration), which then overlap the next run of a warm sweep worker."""
+    picture, the model and its registration), which then overlap the next run of a warm sweep worker; `with_model`:
+    after the model too, whose size is the number asked for."""
     finished = [action for action in end.finished if not isinstance(action, PlotCurves)]
     curves = [action for action in end.finished if isinstance(action, PlotCurves)]
-    first_record = next((i for i, action in enumerate(finished) if isinstance(action, LogModel)), len(finished))
+    models = [i for i, action in enumerate(finished) if isinstance(action, LogModel)]
+    first_record = (models[0] + 1 if with_model else models[0]) if models else len(finished)
     finished[first_record:first_record] = [replace(announce, end=end), *curves]
     return EndActions(finished=finished, stopped=end.stopped)
+
+
+def _answers_with_model(trainer: Trainer) -> bool:
+    """Whether the run's answer waits for its model: its sweep's objective is the exported model's size."""
+    settings = trainer.job.settings
+    return Objective.of(settings.sweep, settings.task.objective, settings.metric_table).name == MODEL_BYTES
 
 
 def _checkpoint_models(trainer: Trainer, tracker: Tracker, model_logging: ModelLogging | None) -> list[Listener]:

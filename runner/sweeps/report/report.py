@@ -29,6 +29,7 @@ from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # plotl
 
 from runner.config.settings import optuna_sweeper_settings
 from runner.errors import RunnerError
+from runner.metric_table import formatted
 from runner.sweeps.report.summary import JobRow, Summary, every_job_failed, methods
 from runner.sweeps.study.study import is_optuna_sweep, open_storage
 from runner.sweeps.sweep_config import StudyAddress
@@ -108,6 +109,7 @@ def write_report(
         _heading(summary, sweep_dir, lower_is_better),
         _configurations_table(summary),
         _winner_tests(summary),
+        _winner_costs(summary),
         _parallel_coordinates(summary, log_keys),
         _curves(summary),
         _jobs_table(summary),
@@ -141,8 +143,9 @@ def _figure_html(figure, div_id: str) -> str:
     )
 
 
-def _format(value: float | None) -> str:
-    return "" if value is None or math.isnan(value) else f"{value:.4f}"
+def _format(value: float | None, key: str = "") -> str:
+    """`value` as the summaries write the metric `key` (four decimals for a key of no format of its own)."""
+    return "" if value is None or math.isnan(value) else formatted(key, value)
 
 
 def _heading(summary: Summary, sweep_dir: str, lower_is_better: bool) -> str:
@@ -222,6 +225,28 @@ def _winner_tests(summary: Summary) -> str:
         f"<h2>The winner's test metrics</h2>\n<p>Configuration <b>{html.escape(best.configuration)}</b>, over its "
         f"{best.n} finished run(s).{caveat}</p>\n<table><thead><tr><th>metric</th><th>mean</th><th>std</th>"
         f"<th>{LEVEL:.0%} CI of the mean</th><th>interval's method</th></tr></thead><tbody>\n"
+        + "\n".join(rows)
+        + "\n</tbody></table>"
+    )
+
+
+def _winner_costs(summary: Summary) -> str:
+    """What the winner's models cost (runner.metric_table.COST); nothing without a winner."""
+    costs = summary.winner_costs()
+    best = summary.best_configuration
+    if not costs or best is None:
+        return ""
+    rows = [
+        f'<tr><td>{html.escape(key)}</td><td class="number">{_format(mean, key)}</td>'
+        f'<td class="number">{_format(std, key)}</td></tr>'
+        for key, mean, std in costs
+    ]
+    return (
+        f"<h2>What the winner's models cost</h2>\n<p>Configuration <b>{html.escape(best.configuration)}</b>, over "
+        f"its {best.n} finished run(s): its parameters, its exported model's size, the served model's latency per "
+        "example and examples per second (the median of timed calls on one batch of the test split, after a "
+        "warm-up), and the seconds its epochs trained. Lower is better for each but the served examples per "
+        "second.</p>\n<table><thead><tr><th>cost</th><th>mean</th><th>std</th></tr></thead><tbody>\n"
         + "\n".join(rows)
         + "\n</tbody></table>"
     )

@@ -19,7 +19,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from runner.metric_table import DEFAULT_TABLE, MetricTable
+from runner.metric_table import COST_KEYS, DEFAULT_TABLE, MetricTable, formatted
 from runner.outcome import BEST_METRICS_STEP_TAG, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
 from runner.sweeps.report.histories import read_histories
@@ -247,6 +247,14 @@ class Summary:
                 tests.append((key, mean, best.std(key), best.interval(key, self.folds)))
         return tests
 
+    def winner_costs(self) -> list[tuple[str, float, float | None]]:
+        """What the best configuration's models cost (runner.metric_table.COST): (key, mean, standard deviation) over
+        its finished runs, for each cost they logged; empty without a best configuration."""
+        best = self.best_configuration
+        if best is None:
+            return []
+        return [(key, mean, best.std(key)) for key in COST_KEYS if (mean := best.mean(key)) is not None]
+
     def verdict(self, row: ConfigurationRow, comparisons: dict[str, PairedTest]) -> str:
         """In words, how the configuration compares with the best one."""
         if row is self.best_configuration:
@@ -356,6 +364,10 @@ class Summary:
                 f"the winner's test metrics{caveat}, mean ± standard deviation over its {best.n} run(s) and the "
                 f"{LEVEL:.0%} CI of the mean: " + ", ".join(reported)
             )
+        costs = [f"{key} {_mean_std(key, mean, std)}" for key, mean, std in self.winner_costs()]
+        if costs:
+            over = f"mean ± standard deviation over its {best.n} run(s)"
+            lines.append(f"what the winner's models cost, {over}: " + ", ".join(costs))
         return lines
 
     def jobs_markdown(self) -> str:
@@ -383,9 +395,9 @@ def _cell(text: str) -> str:
 def _format(key: str, value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if key in ("examples_per_second", WALL_SECONDS):
+    if key == WALL_SECONDS:
         return f"{value:.1f}"
-    return f"{value:.4f}"
+    return formatted(key, value)
 
 
 def _interval(key: str, interval: Interval) -> str:
