@@ -51,7 +51,7 @@ log = logging.getLogger("runner")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | list[float]:
     _task.started = True  # from here on an error is the job's, not the composition's
     prepare_for_tensorflow()  # a job a launcher runs in another process (a Ray worker, a SLURM node) starts here
     # HydraConfig.get() is typed as the HydraConf dataclass, but what it returns is the DictConfig made from it.

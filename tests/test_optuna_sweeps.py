@@ -387,3 +387,68 @@ def test_a_pruner_without_a_sweep_is_one_paragraph(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: pruner=median is not valid without a sweep") and "Fix: " in last
     assert not client_for(tmp_path).search_runs(["0"])
+
+
+@pytest.mark.slow
+def test_a_two_objective_study_shows_its_front_never_chooses_an_infeasible_width_and_registers_by_the_rule(tmp_path):
+    """Accuracy against size: the CNN's dense width (16, 64, 256, each queued once, then one trial TPE proposes,
+    which repeats one of them), two seeds each, val_accuracy maximized and parameters minimized, the widest excluded
+    by `parameters <= 200000`; only the chosen model is exported (sweep.trial_models=champion). The front the
+    summary shows is the one computed here from the runs; the chosen and registered configuration is the best mean
+    val_accuracy among the feasible (the documented rule); the widest is shown infeasible and its trials tell Optuna
+    so."""
+    sweep_dir = tmp_path / "sweep"
+    widths = ("16", "64", "256")
+    result = sweep(
+        tmp_path,
+        sweep_dir,
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=4",
+        "optimizer.lr=0.01",  # in place of hparams_search=optuna's own space: the width alone is searched
+        "batch=32",
+        "+model.dense_units=choice(16,64,256)",
+        "hydra.sweeper.enqueue=[" + ",".join(f'"+model.dense_units={width}"' for width in widths) + "]",
+        "sweep.objective=[val_accuracy,parameters]",
+        "sweep.constraints=['parameters <= 200000']",
+        "sweep.seeds=2",
+        "mlflow.log_model=true",
+        "sweep.trial_models=champion",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = client_for(tmp_path)
+    parent = client.get_run(parent_id_of(sweep_dir))
+    runs = children(client, parent.info.run_id)
+    means = {}
+    for width in widths:
+        group = [run for run in runs if run.data.tags["configuration"].endswith(f"dense_units={width}")]
+        assert len(group) == 2, [run.data.tags["configuration"] for run in runs]
+        means[width] = [sum(run.data.metrics[key] for run in group) / 2 for key in ("val_accuracy", "parameters")]
+    assert means["16"][1] < means["64"][1] < 200_000 < means["256"][1]
+    feasible = {width: values for width, values in means.items() if values[1] <= 200_000}
+    front = [
+        w for w, v in feasible.items() if not any(o[0] >= v[0] and o[1] <= v[1] and o != v for o in feasible.values())
+    ]
+    best = max(feasible, key=lambda width: feasible[width][0])
+
+    rows = {row["configuration"].rpartition("=")[2]: row for row in summary_rows(sweep_dir, CSV_FILE)}
+    assert sorted(width for width, row in rows.items() if row["pareto_front"] == "True") == sorted(front)
+    assert rows["256"]["feasible"] == "False" and rows["256"]["compared_with_best"].startswith("infeasible")
+    assert parent.data.tags["best_configuration"].endswith(f"dense_units={best}")
+    assert sorted(item.rpartition("=")[2] for item in parent.data.tags["pareto_front"].split("; ")) == sorted(front)
+    assert parent.data.tags["objectives"] == "val_accuracy:maximize,parameters:minimize"
+    [version] = client.search_model_versions("name = 'synthetic'")
+    assert client.get_run(version.run_id).data.tags["configuration"].endswith(f"dense_units={best}")
+    markdown = (sweep_dir / MARKDOWN_FILE).read_text()
+    assert "Pareto front over val_accuracy (higher is better) and parameters (lower is better)" in markdown
+    assert (
+        f"+model.dense_units=256 (parameters {means['256'][1]:.0f} > 200000)" in markdown.split("infeasible, never")[1]
+    )
+    assert 'id="pareto-front"' in (sweep_dir / REPORT_FILE).read_text()
+
+    study = _study(sweep_dir)
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    for trial in study.trials:
+        width = str(trial.params["+model.dense_units"])
+        assert trial.values == pytest.approx(means[width]), width
+        assert (trial.constraints["parameters <= 200000"] > 0) == (width == "256")
+    assert {str(trial.params["+model.dense_units"]) for trial in study.best_trials} == set(front)

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from runner.builtins.keras_lane import api
 
 
-def cnn(input_shape: Sequence[int], num_classes: int, weight_decay: float = 1e-5):
-    """The tutorial's CNN: two 3x3 conv layers with max pooling, dense 64, dense logits; L2 on the kernels."""
+def cnn(input_shape: Sequence[int], num_classes: int, weight_decay: float = 1e-5, dense_units: int = 64):
+    """The tutorial's CNN: two 3x3 conv layers with max pooling, dense 64 (`dense_units`: the width a sweep can trade
+    against accuracy), dense logits; L2 on the kernels."""
     keras = api()
     regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
     model = keras.Sequential(
@@ -20,7 +21,7 @@ def cnn(input_shape: Sequence[int], num_classes: int, weight_decay: float = 1e-5
             keras.layers.Conv2D(64, 3, activation="relu", kernel_regularizer=regularizer),
             keras.layers.MaxPooling2D(),
             keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu", kernel_regularizer=regularizer),
+            keras.layers.Dense(dense_units, activation="relu", kernel_regularizer=regularizer),
             # Logits stay float32 under a mixed-precision policy, so the loss is computed in float32.
             keras.layers.Dense(num_classes, kernel_regularizer=regularizer, dtype="float32"),
         ]

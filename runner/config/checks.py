@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -129,6 +129,46 @@ TEXT = Check(
 # with the `metrics` group (runner.config.settings.check_metric_keys).
 METRIC_KEY = Check(
     "it must be a metric's name, e.g. val_accuracy", lambda value: isinstance(value, str) and bool(value)
+)
+
+
+def _is_list(value: Any) -> bool:
+    """A list as the config holds it (a Python list or tuple, or OmegaConf's ListConfig)."""
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
+def _one_or_list(value: Any, accepts: Callable[[Any], bool]) -> bool:
+    if _is_list(value):
+        return bool(value) and all(accepts(item) for item in value)
+    return accepts(value)
+
+
+def _tuple_if_list(value: Any) -> Any:
+    return tuple(value) if _is_list(value) else value
+
+
+# A sweep's objective: one metric's name, or a list of them (a sweep over several objectives).
+METRIC_KEYS = Check(
+    "it must be a metric's name or a list of them, e.g. val_accuracy or [val_accuracy,parameters]",
+    lambda value: _one_or_list(value, lambda item: isinstance(item, str) and bool(item)),
+    _tuple_if_list,
+)
+
+
+def one_or_list(choice: Choice) -> Check:
+    """`choice`'s values, or a non-empty list of them (one per objective of a sweep over several)."""
+    return Check(
+        f"{choice.why}, or a list of them",
+        lambda value: _one_or_list(value, lambda item: choice.accepts(item)),
+        _tuple_if_list,
+    )
+
+
+# sweep.constraints: each a metric, <= or >=, and a number ("parameters <= 100000").
+CONSTRAINT_LINES = Check(
+    "it must be a list of constraints, each a metric, <= or >= and a number, e.g. ['parameters <= 100000']",
+    lambda value: _is_list(value) and all(isinstance(item, str) for item in value),
+    tuple,
 )
 # A non-empty list of device names (null: auto-detect).
 DEVICES = Check(

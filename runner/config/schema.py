@@ -26,9 +26,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from runner.config.checks import (
     ADDRESS,
     BOOL,
+    CONSTRAINT_LINES,
     DEVICES,
     FRACTION,
     METRIC_KEY,
+    METRIC_KEYS,
     MODEL_NAME,
     TEXT,
     TRACKING_URI,
@@ -38,6 +40,7 @@ from runner.config.checks import (
     Choice,
     Int,
     Number,
+    one_or_list,
     refusal,
 )
 from runner.config.components import Component, import_target
@@ -441,18 +444,34 @@ class SweepSettings:
     # val_<task.objective> (val_accuracy for classification), on a validation split the sweep's jobs hold out
     # (dataset.validation_fraction, 0.1 unless set); test_<task.objective> where the data cannot be split
     # (runner.sweeps.terms). A single run registers (mlflow.register) by it too.
-    objective: str | None = key(
+    objective: str | tuple[str, ...] | None = key(
         None,
-        METRIC_KEY,
-        "pass one of them, e.g. sweep.objective=val_loss, or null for the task's default (val_<task.objective>, "
+        METRIC_KEYS,
+        "pass one of them, e.g. sweep.objective=val_loss, a list of them for a trade-off, e.g. "
+        "sweep.objective=[val_accuracy,parameters], or null for the task's default (val_<task.objective>, "
         "val_accuracy for classification, on a validation split).",
     )
-    # Whether the sweep minimizes or maximizes its objective (and a registered model's comparison); null: the
-    # objective's own (runner.metric_table: losses and errors are minimized, scores maximized).
-    direction: str | None = key(
+    # Whether the sweep minimizes or maximizes its objective (and a registered model's comparison), one per objective
+    # where there are several; null: each objective's own (runner.metric_table: losses, errors and costs are
+    # minimized, scores maximized).
+    direction: str | tuple[str, ...] | None = key(
         None,
-        Choice(*DIRECTIONS, why="an objective is either minimized or maximized"),
-        "pass sweep.direction=minimize or maximize, or null for the objective's own",
+        one_or_list(Choice(*DIRECTIONS, why="an objective is either minimized or maximized")),
+        "pass sweep.direction=minimize or maximize (a list of them, one per objective, for several), or null for "
+        "the objective's own",
+    )
+    # With several objectives: the one that chooses among the configurations no other beats on every objective
+    # (the Pareto front), and so the registered model and the champion. null: the first.
+    choose: str | None = key(
+        None, METRIC_KEY, "pass one of sweep.objective's metrics, e.g. sweep.choose=val_accuracy, or null for the first"
+    )
+    # What a configuration must hold to be chosen, each "<metric> <= <number>" or "<metric> >= <number>" on the mean
+    # of its runs' final values (any number a finished run logs, e.g. "parameters <= 100000", "latency_ms <= 2"): an
+    # infeasible configuration is shown as such, never chosen nor registered; an Optuna study samples away from it.
+    constraints: tuple[str, ...] = key(
+        (),
+        CONSTRAINT_LINES,
+        "pass a list of quoted constraints, e.g. \"sweep.constraints=['parameters <= 100000']\", or []",
     )
     # sweep.direction (or hydra.sweeper.direction) against the objective's own direction (maximizing an error,
     # minimizing an accuracy) is refused unless this says it is meant.
@@ -488,6 +507,17 @@ class SweepSettings:
         "pass sweep.trial_models=every (each run logs its model) or champion (only the sweep's best, at its end)",
     )
 
+    @property
+    def objectives(self) -> tuple[str | None, ...]:
+        """sweep.objective as a tuple: one item (None: the task's default) or several."""
+        return self.objective if isinstance(self.objective, tuple) else (self.objective,)
+
+    @property
+    def chosen(self) -> str | None:
+        """The objective that chooses the best configuration: sweep.choose, else the first (None: the task's
+        default)."""
+        return self.choose if self.choose is not None else self.objectives[0]
+
 
 # hydra.sweeper.enqueue: trials to run first, each one trial's values as overrides.
 OVERRIDE_LINES = Check(
@@ -516,11 +546,13 @@ class OptunaSweeperSettings:
     """hparams_search=optuna's sweeper (conf/hydra/sweeper/optuna.yaml): the `hydra.sweeper` node, checked with the
     sweep before its parent run exists (runner.config.settings.optuna_sweeper_settings)."""
 
-    # minimize or maximize sweep.objective; null: sweep.direction, else the objective's own (runner.config.objective).
-    direction: str | None = key(
+    # minimize or maximize sweep.objective (a list: each of its objectives); null: sweep.direction, else the
+    # objective's own (runner.config.objective).
+    direction: str | tuple[str, ...] | None = key(
         None,
-        Choice(*DIRECTIONS, why="a study maximizes or minimizes sweep.objective"),
-        "pass hydra.sweeper.direction=maximize (scores) or minimize (losses, errors), or null for the objective's own",
+        one_or_list(Choice(*DIRECTIONS, why="a study maximizes or minimizes sweep.objective")),
+        "pass hydra.sweeper.direction=maximize (scores) or minimize (losses, errors), a list of them (one per "
+        "objective) for several, or null for the objective's own",
     )
     n_trials: int = key(10, Int(), "pass how many trials the study has in all, e.g. hydra.sweeper.n_trials=20")
     # Trials at once; null: as many as the launcher runs at once.

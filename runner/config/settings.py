@@ -19,7 +19,7 @@ from runner.compat.keras3 import KERAS3_STRATEGIES, KERAS3_UNSUPPORTED
 from runner.config import schema
 from runner.config.checks import TEXT, Choice, Number, refusal
 from runner.config.components import Component, check_targets
-from runner.config.objective import Objective
+from runner.config.objective import Objective, Objectives
 from runner.config.plain import as_plain
 from runner.config.schema import (
     REQUIRED_TARGET_PATHS,
@@ -169,6 +169,24 @@ RULES = (
         group=SWEEP,
     ),
     Rule(
+        "pruner",
+        lambda sweep: sweep.pruner is not None and sweep.goals.several,
+        "a pruner stops a trial whose one objective lags the others', and this sweep trades off several "
+        "({s.objective_list}): Optuna cannot prune a study of several objectives",
+        "drop the pruner (pruner=none), or sweep over one objective",
+        path="pruner_option",
+        group=SWEEP,
+    ),
+    Rule(
+        "hydra.sweeper.terminate",
+        lambda sweep: sweep.terminate is not None and sweep.goals.several,
+        "it stops a study once its one best configuration can hardly improve, and this sweep trades off several "
+        "objectives ({s.objective_list}), whose best configurations are a front, not one",
+        "leave hydra.sweeper.terminate=null to run n_trials trials, or sweep over one objective",
+        path="terminate",
+        group=SWEEP,
+    ),
+    Rule(
         "sweep.objective",
         lambda sweep: (
             sweep.pruner is not None
@@ -226,14 +244,15 @@ def check_metric_keys(table: MetricTable, sweep: SweepSettings, score: str) -> N
     """sweep.objective is one of the numbers a finished run of this table has, and sweep.direction does not go
     against it (or the default objective of the task's `score`) unless sweep.direction_against_metric says so."""
     why = "a sweep job can only return one of its final numbers"
-    _check_metric_key(table.result_keys, "sweep.objective", sweep.objective, why)
-    Objective.of(sweep, score, table)  # refuses a direction against the objective's own
+    for objective in sweep.objectives:
+        _check_metric_key(table.result_keys, "sweep.objective", objective, why)
+    Objectives.of(sweep, score, table)  # refuses a direction against an objective's own, and bad constraints
 
 
 def check_model_bytes_known(sweep: SweepSettings, log_model: bool = True) -> None:
-    """sweep.objective=model_bytes needs each run's model exported (`log_model`: mlflow.log_model, which a sweep
-    checks in each job): its size is measured as it is logged."""
-    if sweep.objective != MODEL_BYTES:
+    """sweep.objective=model_bytes (or a constraint on it) needs each run's model exported (`log_model`:
+    mlflow.log_model, which a sweep checks in each job): its size is measured as it is logged."""
+    if MODEL_BYTES not in sweep.objectives and not any(MODEL_BYTES in text for text in sweep.constraints):
         return
     if not log_model:
         why, fix = "mlflow.log_model=false exports no model", "drop mlflow.log_model=false"
@@ -338,11 +357,19 @@ def sweep_settings(config: Mapping[str, Any]) -> SweepSettings:
 def objective_of(config: Mapping[str, Any], hydra: Mapping[str, Any] | None = None) -> Objective:
     """The objective of a composed config (runner.config.objective) and its direction, hydra.sweeper.direction
     included; `hydra`: Hydra's node where `config` has none (a sweep job's config beside HydraConfig's)."""
+    return objectives_of(config, hydra).chosen
+
+
+def objectives_of(config: Mapping[str, Any], hydra: Mapping[str, Any] | None = None) -> Objectives:
+    """Every objective of a composed config, its directions and constraints (runner.config.objective.Objectives)."""
     if hydra is None:
         hydra = config.get("hydra") or {}
     sweeper = hydra.get("sweeper") or {}
     score = task_settings(config).objective
-    return Objective.of(sweep_settings(config), score, metric_table_of(config), sweeper.get("direction"))
+    direction = sweeper.get("direction")
+    if direction is not None and not isinstance(direction, str):
+        direction = list(direction)  # one per objective (a list node of the config)
+    return Objectives.of(sweep_settings(config), score, metric_table_of(config), direction)
 
 
 @dataclasses.dataclass(frozen=True)

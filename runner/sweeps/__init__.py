@@ -10,6 +10,6 @@ them there: pyproject.toml's [tool.importlinter]):
 - `report/`: what a sweep's end writes: the summary, its statistics per configuration, the HTML report, the
   `python -m runner.report` command.
 - `study/`: the Optuna study a sweep asks and tells: its storage, the grid's study, pruning, the terminator.
-- `sweep_config`: a sweep's composed config read once, typed; `terms` and `uncertainty`: the names a sweep and its
-  runs share, and the statistics of a configuration's replicates.
+- `sweep_config`: a sweep's composed config read once, typed; `terms`, `uncertainty` and `pareto`: the names a sweep
+  and its runs share, the statistics of a configuration's replicates, and the Pareto front of several objectives.
 """

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from runner.config.objective import Objective
+from runner.config.objective import Objective, Objectives
 from runner.config.schema import MlflowSettings, OptunaSweeperSettings, SweepSettings
 from runner.config.settings import (
     JobValues,
@@ -46,6 +46,11 @@ PRUNER_OPTIONS = {
 # run's final objective as the step of its replicate (runner.sweeps.study.pruning.report_replicate); the training
 # process reports no epoch.
 REPLICATE_PRUNERS = ("optuna.pruners.WilcoxonPruner",)
+
+
+def _plain(node: Any) -> Any:
+    """A config value as plain Python (a list of directions as a list)."""
+    return OmegaConf.to_container(node) if isinstance(node, (DictConfig, ListConfig)) else node
 
 
 def pruner_option(target: str) -> str:
@@ -98,7 +103,7 @@ class SweepConfig:
 
     tracking: MlflowSettings  # the `mlflow` group: the store, the experiment, the model and its registry name
     sweep: SweepSettings  # the `sweep` group: objective, seeds, folds
-    goal: Objective  # what the jobs return and the sweep chooses by, and its direction (runner.config.objective)
+    goals: Objectives  # what the jobs return, their directions, what chooses, the constraints
     sweeper: str | None  # hydra.sweeper._target_
     optuna: OptunaSweeperSettings | None  # the Optuna sweeper's settings (hydra.sweeper); None: another sweeper
     sweep_dir: str | None  # hydra.sweep.dir, absolute
@@ -120,11 +125,11 @@ class SweepConfig:
         return cls(
             tracking=mlflow_settings(config),
             sweep=sweep,
-            goal=Objective.of(
+            goals=Objectives.of(
                 sweep,
                 task_settings(config).objective,
                 metric_table_of(config),
-                OmegaConf.select(hydra, "sweeper.direction"),  # the two directions agree, or this refuses
+                _plain(OmegaConf.select(hydra, "sweeper.direction")),  # the two directions agree, or this refuses
             ),
             sweeper=sweeper,
             optuna=optuna,
@@ -137,6 +142,16 @@ class SweepConfig:
     def tracking_uri(self) -> str | None:
         """mlflow.tracking_uri, None for MLflow's default (MLFLOW_TRACKING_URI, else ./mlflow.db)."""
         return self.tracking.tracking_uri or None
+
+    @property
+    def goal(self) -> Objective:
+        """The objective the sweep chooses its best configuration by (its only one, or sweep.choose among several)."""
+        return self.goals.chosen
+
+    @property
+    def objective_list(self) -> str:
+        """The sweep's objectives, as a refusal names them."""
+        return ", ".join(self.goals.names)
 
     @property
     def objective(self) -> str:
@@ -178,6 +193,11 @@ class SweepConfig:
         """What a failed job returns: a value that can never be the best one (the runner's Optuna sweeper records
         such a trial as FAIL)."""
         return self.goal.worst
+
+    @property
+    def worst_answer(self) -> float | list[float]:
+        """What a failed job returns: the worst value, or one per objective in a sweep over several."""
+        return [goal.worst for goal in self.goals.each] if self.goals.several else self.goal.worst
 
     @property
     def terminate(self) -> str | None:

@@ -49,6 +49,11 @@ STOPPED_EARLY_TAG = "study_stopped_early"
 # directory (its multirun.yaml) is not.
 SCORES_TAG = "scores"
 TASK_OBJECTIVE_TAG = "task_objective"
+# On the parent of a sweep over several objectives: each with its direction (Objectives.as_text), and, at its end, the
+# configurations on the Pareto front ("; " between them); of a sweep with sweep.constraints: the constraints.
+OBJECTIVES_TAG = "objectives"
+PARETO_FRONT_TAG = "pareto_front"
+CONSTRAINTS_TAG = "constraints"
 
 
 # ---- what chooses the winner (a validation split unless told otherwise) ----

@@ -143,7 +143,7 @@ def _build_early_stopping(settings: Settings, data: TrainingData, state: Trainin
     watch = watch_of(
         settings.early_stopping,
         settings.checkpoint,
-        settings.sweep.objective,
+        settings.sweep.chosen,
         data.has_validation,
         settings.metric_table,
     )

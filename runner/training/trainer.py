@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from runner.builtins import keras_lane
 from runner.clusters.agreement import any_worker_stops
 from runner.clusters.preemption import CoordinatedPreemption, PreemptionGuard
-from runner.config.objective import Objective
+from runner.config.objective import Objective, Objectives
 from runner.data.source import TrainingData
 from runner.data.streaming import sharding_line
 from runner.data.validation import VALIDATION_SPLIT_FILE
@@ -218,9 +218,10 @@ def _announcing(end: EndActions, announce: _Announce, with_model: bool = False) 
 
 
 def _answers_with_model(trainer: Trainer) -> bool:
-    """Whether the run's answer waits for its model: its sweep's objective is the exported model's size."""
+    """Whether the run's answer waits for its model: its sweep chooses or constrains on the exported model's size."""
     settings = trainer.job.settings
-    return Objective.of(settings.sweep, settings.task.objective, settings.metric_table).name == MODEL_BYTES
+    goals = Objectives.of(settings.sweep, settings.task.objective, settings.metric_table)
+    return MODEL_BYTES in (*goals.names, *goals.constrained_metrics)
 
 
 def _checkpoint_models(trainer: Trainer, tracker: Tracker, model_logging: ModelLogging | None) -> list[Listener]:

@@ -22,12 +22,14 @@ records the job, the others only train beside it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -93,9 +95,9 @@ SCHEMA_SEED = Settings.seed  # the schema's default seed
 RUNNER_COMMAND = (sys.executable, "-m", "runner")
 
 
-def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
+def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float | list[float]:
     """Train this job (each of its seeds, with sweep.seeds > 1) in a subprocess under the sweep's parent
-    run; return its objective (the mean over its seeds)."""
+    run; return its objective (the mean over its seeds), or one mean per objective in a sweep over several."""
     config = SweepConfig.read(cfg, hydra_config)  # what this job reads of its config, once
     sweep_dir = os.path.abspath(str(hydra_config.sweep.dir))
     job_dir = str(hydra_config.runtime.output_dir)
@@ -122,7 +124,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
         if job.pruned_at is not None or job.replicate_pruned(index, values[-1]):
             break  # the pruner stopped the trial: its other seeds and folds do not train
         if job.interrupted:  # the rest is the re-run's
-            return job.worst
+            return config.worst_answer
     mean = statistics.fmean(values)  # a failed seed's (or fold's) worst value makes the whole point the worst
     job.tell_grid_trial(mean)
     job.record_replicates(values)
@@ -137,7 +139,7 @@ def run_sweep_job(cfg: DictConfig, hydra_config: DictConfig) -> float:
             f" and {folds} folds" if folds else "",
             mean,
         )
-    return mean
+    return job.answer(mean)
 
 
 def _runs(
@@ -211,6 +213,7 @@ class _Job:
         self.interrupted = False  # one of its runs was stopped, resumable: a re-run of the sweep continues it
         self.link: TrialLink | None = None  # the trial its last trained run reported to
         self.run_ids: list[str] = []  # its runs so far, trained or found FINISHED
+        self.finished_metrics: list[Mapping[str, float]] = []  # the final numbers of each of its runs that finished
         launcher = where_it_runs(hydra_config)[LAUNCHER_TAG]
         self.lifeline = lifeline_of(launcher)
         # The warm workers its runs train in (runner.sweeps.launch.warm_pool), or None: a fresh process each.
@@ -290,7 +293,35 @@ class _Job:
         if PRUNED_TAG in run.data.tags:  # and its trial's other runs stay untrained
             self.pruned_at = int(run.data.tags[PRUNED_TAG])
         chosen_by = self.validation.chosen_by(self.objective, run.data.metrics)
+        if chosen_by:
+            self.finished_metrics.append(run.data.metrics)
         return float(run.data.metrics[chosen_by]) if chosen_by else self.worst
+
+    def answer(self, mean: float) -> float | list[float]:
+        """What the job returns to its sweeper: the mean of its objective over its runs (`mean`); in a sweep over
+        several objectives, the mean of each, in sweep.objective's order (the worst of each where a run failed).
+        With sweep.constraints, an Optuna trial is told how far the means are past each bound (set_constraint:
+        zero or less where it holds), so that its sampler learns where the feasible configurations are."""
+        goals = self.config.goals
+        if not goals.several and not goals.constraints:
+            return mean
+        whole = not self.failed and bool(self.finished_metrics)
+        means = {key: self._mean(key) if whole else math.nan for key in (*goals.names, *goals.constrained_metrics)}
+        if self.trial is not None and goals.constraints and whole and self.pruned_at is None:
+            _, trial = self.trial.open()
+            for constraint in goals.constraints:
+                value = means[constraint.metric]
+                trial.set_constraint(str(constraint), math.inf if math.isnan(value) else constraint.violation(value))
+        if not goals.several:
+            return mean
+        if not whole:
+            return self.config.worst_answer
+        return [means[goal.name] if math.isfinite(means[goal.name]) else goal.worst for goal in goals.each]
+
+    def _mean(self, key: str) -> float:
+        """The mean of `key` over the job's finished runs; NaN where one of them lacks it."""
+        values = [metrics.get(key) for metrics in self.finished_metrics]
+        return statistics.fmean(values) if all(value is not None for value in values) else math.nan  # type: ignore[arg-type]
 
     def _arguments(self, run_dir: str, overrides: list[str], fold: tuple[int, int] | None) -> list[str]:
         """What follows `python -m runner` for a run: the job's overrides, in run_dir."""
@@ -331,6 +362,7 @@ class _Job:
         for a re-run; or the run ended FAILED with its error. The last two answer with the worst value."""
         chosen_by = self.validation.chosen_by(self.objective, ended.metrics)
         if ended.status == FINISHED and chosen_by:
+            self.finished_metrics.append(ended.metrics)
             self.client.set_tag(run_id, CHOSEN_BY_TAG, chosen_by)
             if self.link is not None:
                 self._tag_if_pruned(self.link, run_id, label)
@@ -447,13 +479,13 @@ def where_it_runs(hydra_config: DictConfig) -> dict[str, str]:
     return tags
 
 
-def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | None) -> float:
+def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | None) -> float | list[float]:
     """A job that ended without returning (its launcher's job was killed: a time limit, scancel, a node
     failure): mark its child run FAILED with `error`, creating the run if the job never got to; return
     the worst objective, for the sweeper. `cfg` is the job's config, hydra node included."""
     hydra_config = cfg.hydra
     config = SweepConfig.read(cfg)
-    objective, worst = config.objective, config.worst
+    objective, worst = config.objective, config.worst_answer
     number = int(hydra_config.job.num)
     overrides = [str(item) for item in hydra_config.overrides.task]
     overrides_tag = ",".join(overrides)
@@ -461,8 +493,11 @@ def record_lost_job(cfg: DictConfig, job_dir: str, error: str, slurm_job: str | 
     parent = _parent_run(client, os.path.abspath(str(hydra_config.sweep.dir)))
     run = _existing_child(client, job_dir, parent.info.run_id, overrides_tag)
     if run is not None and run.info.status == _FINISHED:  # it finished; only its answer was lost
+        if config.goals.several:
+            metrics = run.data.metrics
+            return [float(metrics[goal.name]) if goal.name in metrics else goal.worst for goal in config.goals.each]
         chosen_by = validation_of_job(config, "").chosen_by(objective, run.data.metrics)
-        return float(run.data.metrics[chosen_by]) if chosen_by else worst
+        return float(run.data.metrics[chosen_by]) if chosen_by else config.worst
     where = where_it_runs(hydra_config)
     if slurm_job:
         where[SLURM_JOB_ID_TAG] = slurm_job

@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -92,15 +92,15 @@ class OptunaSweep:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         space = SearchSpace.parse(self.settings.params or {}, arguments)
         storage = self.study_address.storage
-        direction = self.sweep.goal.study_direction
+        directions = self.sweep.goals.study_directions  # one per objective
         study = optuna.create_study(
             study_name=self.study_address.name,
             storage=open_storage(storage),
             sampler=optuna.samplers.RandomSampler(),  # replaced below, once the study's trials are known
-            direction=direction,
+            directions=directions,
             load_if_exists=True,
         )
-        _check_continued_direction(study, direction, storage)
+        _check_continued_directions(study, directions, storage)
         # The sampler's config node, instantiated here (continued_sampler); a sampler object, as it is.
         node = self.settings.sampler
         sampler = OmegaConf.to_container(node) if isinstance(node, DictConfig) else node
@@ -231,14 +231,22 @@ class OptunaSweep:
         )
         if not completed:
             return
-        best = study.best_trial
-        results = {"name": "optuna", "best_params": best.params, "best_value": best.value, "best_trial": best.number}
+        results: dict[str, Any] = {"name": "optuna"}
+        if len(study.directions) > 1:  # Optuna's Pareto front, as Hydra's Optuna sweeper writes it
+            front = study.best_trials
+            results["solutions"] = [
+                {"params": trial.params, "values": trial.values, "trial": trial.number} for trial in front
+            ]
+            log.info("Pareto front: %s", "; ".join(f"{t.params} {t.values}" for t in front) or "none feasible")
+        else:
+            best = study.best_trial
+            results.update(best_params=best.params, best_value=best.value, best_trial=best.number)
+            log.info("Best parameters: %s", best.params)
+            log.info("Best value: %s", best.value)
         if stopped_early:
             results["stopped_early"] = stopped_early
         with open(os.path.join(self.sweep_dir, RESULTS_FILE), "w") as handle:
             handle.write(OmegaConf.to_yaml(OmegaConf.create(results)))
-        log.info("Best parameters: %s", best.params)
-        log.info("Best value: %s", best.value)
 
 
 class _Progress:
@@ -347,20 +355,22 @@ class _Progress:
         if original.state == TrialState.FAIL:
             return False
         trial.set_user_attr(DUPLICATE_ATTR, original.number)
-        end_trial(self.study, trial, original.value, pruned=original.state == TrialState.PRUNED)
+        for key, violation in original.constraints.items():  # infeasible as its original is
+            trial.set_constraint(key, violation)
+        end_trial(self.study, trial, original.values, pruned=original.state == TrialState.PRUNED)
         log.info(
             "trial %d: the sampler proposed trial %d's configuration again (%s): told its result (%s), not trained",
             trial.number,
             original.number,
             " ".join(self.space.overrides(trial.params)[len(self.space.fixed) :]),
-            original.value if original.state == TrialState.COMPLETE else "PRUNED",
+            original.values if original.state == TrialState.COMPLETE else "PRUNED",
         )
         return True
 
     def tell(self, trial, ret: JobReturn) -> None:
         """The trial's job ended: FAIL if it failed, PRUNED if its pruner stopped it, else COMPLETE with its value."""
         value = ret.return_value if ret.status == JobStatus.COMPLETED else None
-        state = end_trial(self.study, trial, value if isinstance(value, int | float) else None)
+        state = end_trial(self.study, trial, value if _is_value(value) else None)
         if ret.status != JobStatus.COMPLETED:
             log.error("trial %d failed: %s", trial.number, job_error(ret))
         elif state == "PRUNED":
@@ -381,16 +391,24 @@ def continued_sampler(sampler: Any, asked: int, instantiate: Callable[[Any], Any
     return instantiate(node)
 
 
-def _check_continued_direction(study: optuna.Study, direction: str, storage: str) -> None:
-    """A study continued from its storage keeps the direction it was created with (Optuna loads it as it is): one
+def _is_value(value: Any) -> bool:
+    """A job's answer: its objective, or a list of them (one per objective of a sweep over several)."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_is_value(item) for item in value)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_continued_directions(study: optuna.Study, directions: Sequence[str], storage: str) -> None:
+    """A study continued from its storage keeps the directions it was created with (Optuna loads it as it is): one
     that differs from this sweep's would rank its trials one way and the sweep's summary the other."""
-    stored = study.direction.name.lower()
-    if stored != direction:
+    stored = [direction.name.lower() for direction in study.directions]
+    if stored != directions:
+        shown, asked = ",".join(stored), ",".join(directions)
         raise RunnerError(
-            f"the Optuna study {study.study_name!r} in {storage} was created to {stored} its objective, and this "
-            f"sweep would {direction} it (sweep.objective and its direction, or hydra.sweeper.direction). Fix: pass "
-            f"hydra.sweeper.direction={stored} to continue the study as it was, or start a new one with another "
-            "hydra.sweep.dir (or hydra.sweeper.study_name)."
+            f"the Optuna study {study.study_name!r} in {storage} was created to {shown} its objective(s), and this "
+            f"sweep would {asked} them (sweep.objective and its direction, or hydra.sweeper.direction). Fix: pass "
+            f"hydra.sweeper.direction={stored[0] if len(stored) == 1 else '[' + shown + ']'} to continue the study "
+            "as it was, or start a new one with another hydra.sweep.dir (or hydra.sweeper.study_name)."
         )
 
 

@@ -18,15 +18,18 @@ from omegaconf import DictConfig
 from runner.config.settings import mlflow_settings
 from runner.errors import RunnerError
 from runner.sweeps.job.champion import log_champion_model
-from runner.sweeps.report.outputs import SweepFacts, load_ahead, write_outputs
+from runner.sweeps.report.outputs import SweepFacts, load_ahead, trade_off_of, write_outputs
 from runner.sweeps.report.report import find_study, log_scaled_keys
 from runner.sweeps.report.summary import Summary
 from runner.sweeps.sweep_config import SweepConfig, sweep_dir_of, swept_keys
 from runner.sweeps.terms import (
     BEST_CONFIGURATION_TAG,
     CHOSEN_BY_TAG,
+    CONSTRAINTS_TAG,
+    OBJECTIVES_TAG,
     OVERRIDES_TAG,
     PARENT_RUN_ID_FILE,
+    PARETO_FRONT_TAG,
     REGISTERED_VERSION_TAG,
     SCORES_TAG,
     SWEEP_DIR_TAG,
@@ -70,6 +73,8 @@ def start_parent_run(config: DictConfig, sweep: SweepConfig) -> str:
         SWEEP_DIR_TAG: sweep_dir,
         SCORES_TAG: sweep.table.as_text(),
         TASK_OBJECTIVE_TAG: sweep.score,
+        **({OBJECTIVES_TAG: sweep.goals.as_text()} if sweep.goals.several else {}),
+        **({CONSTRAINTS_TAG: "; ".join(map(str, sweep.goals.constraints))} if sweep.goals.constraints else {}),
     }
     try:
         client = open_client(sweep.tracking_uri)  # the store, created before any job runs
@@ -129,6 +134,8 @@ def finish_parent_run(config: DictConfig, sweep: SweepConfig) -> None:
                 client.log_metric(parent_id, f"best_{key}_mean", mean)
                 if std is not None:
                     client.log_metric(parent_id, f"best_{key}_std", std)
+        if summary.trade_off:
+            client.set_tag(parent_id, PARETO_FRONT_TAG, "; ".join(row.configuration for row in summary.front))
         print(summary.markdown() + "\n" + summary.jobs_markdown(), flush=True)
         failed = summary.failed
         if summary.best is not None:
@@ -184,6 +191,8 @@ def _facts(config: DictConfig, sweep: SweepConfig, sweep_dir: str) -> SweepFacts
         asked=not default,
         study=find_study(sweep_dir, {}, config),
         log_keys=frozenset(log_scaled_keys(config)),
+        trade_off=trade_off_of(sweep.goals),
+        constraints=sweep.goals.constraints,
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
+from runner.config.objective import Constraint, Objectives
 from runner.metric_table import MetricTable
 from runner.plots import import_pyplot
 from runner.sweeps.report import summary as sweep_summary
@@ -27,6 +28,14 @@ class SweepFacts:
     asked: bool  # sweep.objective named the objective
     study: StudyAddress | None  # an Optuna sweep's study, for the parameter importances
     log_keys: frozenset[str]  # keys swept on a log scale, drawn on a log axis
+    # Several objectives: each (name, lower is better), in sweep.objective's order; empty for one objective.
+    trade_off: tuple[tuple[str, bool], ...] = ()
+    constraints: tuple[Constraint, ...] = ()  # sweep.constraints
+
+
+def trade_off_of(goals: Objectives) -> tuple[tuple[str, bool], ...]:
+    """A sweep's objectives as its summary weighs them (SweepFacts.trade_off): empty for one objective."""
+    return tuple((goal.name, goal.lower_is_better()) for goal in goals.each) if goals.several else ()
 
 
 def write_outputs(
@@ -42,6 +51,8 @@ def write_outputs(
         fallback=facts.fallback,
         asked=facts.asked,
         table=facts.table,
+        trade_off=facts.trade_off,
+        constraints=facts.constraints,
     )
     paths = sweep_summary.write(summary, directory)
     lower = facts.table.lower_is_better(summary.objective, facts.direction)

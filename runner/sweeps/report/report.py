@@ -110,6 +110,7 @@ def write_report(
         _configurations_table(summary),
         _winner_tests(summary),
         _winner_costs(summary),
+        _trade_off(summary),
         _parallel_coordinates(summary, log_keys),
         _curves(summary),
         _jobs_table(summary),
@@ -265,6 +266,73 @@ def _numeric(values: Sequence[str]) -> list[float] | None:
         return [float(value) for value in values]
     except ValueError:
         return None
+
+
+def _trade_off(summary: Summary) -> str:
+    """A sweep over several objectives: its Pareto front drawn (two objectives: each configuration's means, the
+    front joined; more: parallel coordinates, the front highlighted) and listed; nothing for one objective."""
+    if not summary.trade_off:
+        return ""
+    figure = front_figure(summary)
+    names = " and ".join(html.escape(name) for name, _ in summary.trade_off)
+    listed = "".join(f"<li>{html.escape(row.configuration)} (n={row.n})</li>" for row in summary.front)
+    drawn = _figure_html(figure, "pareto-front") if figure is not None else "<p>No configuration to draw.</p>"
+    return (
+        f"<h2>Trade-off: the Pareto front over {names}</h2>\n"
+        f'<p class="note">Each configuration at its means over its finished runs (error bars: one standard '
+        f"deviation); the front is every configuration that holds the constraints and that no other beats on every "
+        f"objective. The chosen configuration is the best on {html.escape(summary.objective)} among them."
+        f"</p>\n{drawn}\n<ul>{listed}</ul>"
+    )
+
+
+def front_figure(summary: Summary):
+    """The front's figure (None without a configuration that has every objective): for two objectives a scatter of
+    the configurations' means with error bars, the front joined and the infeasible ones apart; for more, parallel
+    coordinates over the objectives, the front's lines coloured."""
+    names = [name for name, _ in summary.trade_off]
+    shown = [
+        row
+        for row in summary.configurations
+        if row.complete and not row.pruned and all(row.mean(name) is not None for name in names)
+    ]
+    if not shown:
+        return None
+    front = {row.configuration for row in summary.front}
+    if len(names) > 2:
+        dimensions = [{"label": name, "values": [row.mean(name) for row in shown]} for name in names]
+        colour = [1.0 if row.configuration in front else 0.0 for row in shown]
+        figure = go.Figure(
+            go.Parcoords(line={"color": colour, "colorscale": [[0, "#bbbbbb"], [1, "#d62728"]]}, dimensions=dimensions)
+        )
+        figure.update_layout(height=450, margin={"l": 80, "r": 80, "t": 60, "b": 40})
+        return figure
+    x, y = names
+    figure = go.Figure()
+    groups = (
+        ("on the front", [row for row in shown if row.configuration in front], "#d62728"),
+        ("behind it", [row for row in shown if row.configuration not in front and summary.feasible(row)], "#1f77b4"),
+        ("infeasible", [row for row in shown if not summary.feasible(row)], "#bbbbbb"),
+    )
+    for label, rows, shade in groups:
+        if not rows:
+            continue
+        ordered = sorted(rows, key=lambda row: row.mean(x) or 0.0)
+        figure.add_trace(
+            go.Scatter(
+                x=[row.mean(x) for row in ordered],
+                y=[row.mean(y) for row in ordered],
+                error_x={"type": "data", "array": [row.std(x) or 0.0 for row in ordered]},
+                error_y={"type": "data", "array": [row.std(y) or 0.0 for row in ordered]},
+                mode="lines+markers" if label == "on the front" else "markers",
+                name=label,
+                marker={"color": shade, "size": 10},
+                text=[row.configuration for row in ordered],
+                hovertemplate="%{text}<br>" + f"{x} %{{x}}<br>{y} %{{y}}<extra></extra>",
+            )
+        )
+    figure.update_layout(xaxis_title=x, yaxis_title=y, height=450, margin={"l": 80, "r": 40, "t": 40, "b": 60})
+    return figure
 
 
 def _parallel_coordinates(summary: Summary, log_keys: Collection[str] = ()) -> str:

@@ -23,16 +23,18 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from omegaconf import OmegaConf
 
-from runner.config.objective import Objective, agreed_direction
+from runner.config.objective import Constraint, Objective, agreed_direction
 from runner.config.schema import TaskSettings
 from runner.config.settings import mlflow_settings
 from runner.errors import RunnerError
-from runner.metric_table import DEFAULT_TABLE, MetricTable
-from runner.sweeps.report.outputs import SweepFacts, write_outputs
+from runner.metric_table import DEFAULT_TABLE, MINIMIZE, MetricTable
+from runner.sweeps.report.outputs import SweepFacts, trade_off_of, write_outputs
 from runner.sweeps.report.report import find_study, given_overrides, log_scaled_keys
 from runner.sweeps.sweep_config import SweepConfig
 from runner.sweeps.terms import (
     CHOSEN_BY_TAG,
+    CONSTRAINTS_TAG,
+    OBJECTIVES_TAG,
     OVERRIDES_TAG,
     PARENT_RUN_ID_FILE,
     SCORES_TAG,
@@ -156,7 +158,12 @@ def write(target: str, tracking_uri: str | None = None, out: str | None = None) 
 def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local_dir: str) -> SweepFacts:
     """The sweep's facts from its parent run (the objective its end recorded as chosen_by; before it ends, the one
     it will choose on) and its multirun.yaml where the sweep directory is here."""
-    goal = SweepConfig.read(config).goal if config is not None else _recorded_goal(tags, given)
+    read = SweepConfig.read(config) if config is not None else None
+    goal = read.goal if read is not None else _recorded_goal(tags, given)
+    if read is not None:
+        trade_off, constraints = trade_off_of(read.goals), read.goals.constraints
+    else:
+        trade_off, constraints = _recorded_trade_off(tags, goal.table)
     return SweepFacts(
         objective=tags.get(CHOSEN_BY_TAG) or goal.name,  # what the sweep's end recorded as having chosen
         direction=goal.direction,
@@ -165,7 +172,19 @@ def _facts(tags: Mapping[str, str], given: Mapping[str, str], config: Any, local
         asked=not goal.is_default,  # whether sweep.objective named it, as the sweep's end says
         study=find_study(local_dir, given, config),
         log_keys=frozenset(log_scaled_keys(config, tags.get(OVERRIDES_TAG, ""))),
+        trade_off=trade_off,
+        constraints=constraints,
     )
+
+
+def _recorded_trade_off(
+    tags: Mapping[str, str], table: MetricTable
+) -> tuple[tuple[tuple[str, bool], ...], tuple[Constraint, ...]]:
+    """A sweep's objectives (several) and constraints as its parent run recorded them."""
+    pairs = [item.partition(":") for item in tags.get(OBJECTIVES_TAG, "").split(",") if item]
+    trade_off = tuple((name, direction == MINIMIZE) for name, _, direction in pairs)
+    texts = [text for text in tags.get(CONSTRAINTS_TAG, "").split("; ") if text]
+    return trade_off, tuple(Constraint.parse(text, table) for text in texts)
 
 
 def _recorded_goal(tags: Mapping[str, str], given: Mapping[str, str]) -> Objective:
@@ -173,6 +192,10 @@ def _recorded_goal(tags: Mapping[str, str], given: Mapping[str, str]) -> Objecti
     task's score) and the command's overrides (the schema's defaults for a sweep that recorded neither)."""
     table = MetricTable.from_text(tags[SCORES_TAG]) if SCORES_TAG in tags else DEFAULT_TABLE
     score = given.get("task.objective") or tags.get(TASK_OBJECTIVE_TAG) or TaskSettings().objective
+    if OBJECTIVES_TAG in tags:  # several: the one that chooses, with the direction recorded for it
+        recorded = dict(item.partition(":")[::2] for item in tags[OBJECTIVES_TAG].split(",") if item)
+        chosen = given.get("sweep.choose") or next(iter(recorded))
+        return Objective(chosen, score, recorded.get(chosen), table)
     direction = agreed_direction(given.get("hydra.sweeper.direction"), given.get("sweep.direction"))
     return Objective(given.get("sweep.objective"), score, direction, table)
 

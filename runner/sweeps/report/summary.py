@@ -19,9 +19,11 @@ from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+from runner.config.objective import Constraint
 from runner.metric_table import COST_KEYS, DEFAULT_TABLE, MetricTable, formatted
 from runner.outcome import BEST_METRICS_STEP_TAG, STOPPED_AT_EPOCH_TAG
 from runner.plots import plot_sweep_curves
+from runner.sweeps.pareto import pareto_front
 from runner.sweeps.report.histories import read_histories
 from runner.sweeps.study.study import PRUNED_TAG
 from runner.sweeps.terms import (
@@ -199,6 +201,10 @@ class Summary:
     swept_keys: tuple[str, ...] = ()  # the keys the sweep varies, as the parent run names them (without seed, fold)
     stopped_early: str = ""  # why an Optuna study's terminator ended it before n_trials (STOPPED_EARLY_TAG)
     table: MetricTable = DEFAULT_TABLE  # the jobs' metrics (the sweep's `metrics`): the columns and curves
+    # A sweep over several objectives: each (its name, whether lower is better), in sweep.objective's order; empty
+    # for one objective.
+    trade_off: tuple[tuple[str, bool], ...] = ()
+    constraints: tuple[Constraint, ...] = ()  # what a configuration's means must hold to be chosen (sweep.constraints)
 
     @property
     def failed(self) -> list[JobRow]:
@@ -255,12 +261,47 @@ class Summary:
             return []
         return [(key, mean, best.std(key)) for key in COST_KEYS if (mean := best.mean(key)) is not None]
 
+    def broken(self, row: ConfigurationRow) -> list[str]:
+        """The constraints the configuration's means break, in words (broken_constraints)."""
+        return broken_constraints(row, self.constraints)
+
+    def feasible(self, row: ConfigurationRow) -> bool:
+        return not self.broken(row)
+
+    @cached_property
+    def front(self) -> list[ConfigurationRow]:
+        """With several objectives: the configurations no other beats on every objective's mean, among those that
+        finished every run, hold every constraint and have each objective (in the order they are listed); empty
+        for one objective."""
+        if not self.trade_off:
+            return []
+        candidates = {
+            row.configuration: row
+            for row in self.configurations
+            if row.complete
+            and not row.pruned
+            and self.feasible(row)
+            and all(row.mean(name) is not None for name, _ in self.trade_off)
+        }
+        points = {name: [row.mean(key) or 0.0 for key, _ in self.trade_off] for name, row in candidates.items()}
+        return [candidates[name] for name in pareto_front(points, [lower for _, lower in self.trade_off])]
+
     def verdict(self, row: ConfigurationRow, comparisons: dict[str, PairedTest]) -> str:
-        """In words, how the configuration compares with the best one."""
+        """In words, how the configuration compares with the best one (and, with several objectives, whether it is
+        on the Pareto front)."""
+        said = self._verdict(row, comparisons)
+        if self.trade_off and any(row is member for member in self.front):
+            said += "; on the Pareto front"
+        return said
+
+    def _verdict(self, row: ConfigurationRow, comparisons: dict[str, PairedTest]) -> str:
         if row is self.best_configuration:
             return "the best"
         if row.pruned:
             return "pruned: not compared"
+        broken = self.broken(row) if row.complete else []
+        if broken:
+            return "infeasible (sweep.constraints): " + ", ".join(broken)
         if row.configuration not in comparisons:
             return "not compared (a run did not finish)" if row.n else "no finished run"
         return comparisons[row.configuration].verdict()
@@ -298,7 +339,7 @@ class Summary:
             lines += ["", every_job_failed(len(self.rows), self.objective)]
         if self.stopped_early:
             lines += ["", f"Ended early: {self.stopped_early}."]
-        lines += self._repeated_and_pruned_lines() + self._best_lines()
+        lines += self._repeated_and_pruned_lines() + self._constraint_lines() + self._front_lines() + self._best_lines()
         for job in self.failed:
             lines += ["", f"job {job.job} ({job.overrides}) {job.status}: {job.error or 'no error recorded'}"]
         return "\n".join(lines) + "\n"
@@ -336,6 +377,35 @@ class Summary:
             ]
         return lines
 
+    def _constraint_lines(self) -> list[str]:
+        if not self.constraints:
+            return []
+        infeasible = [row for row in self.configurations if row.complete and not row.pruned and not self.feasible(row)]
+        said = "; ".join(f"{row.configuration} ({', '.join(self.broken(row))})" for row in infeasible)
+        return [
+            "",
+            "constraints (sweep.constraints, on each configuration's means): "
+            + ", ".join(map(str, self.constraints))
+            + (f"; infeasible, never chosen: {said}" if infeasible else "; every configuration holds them"),
+        ]
+
+    def _front_lines(self) -> list[str]:
+        """The Pareto front: each configuration on it with its mean ± standard deviation, interval and n of every
+        objective."""
+        if not self.trade_off:
+            return []
+        objectives = " and ".join(
+            f"{name} ({'lower' if lower else 'higher'} is better)" for name, lower in self.trade_off
+        )
+        lines = ["", f"Pareto front over {objectives}: {len(self.front)} configuration(s) no other beats on every one"]
+        for row in self.front:
+            values = [
+                f"{key} {_mean_std(key, row.mean(key), row.std(key))} {_interval(key, row.interval(key, self.folds))}"
+                for key, _ in self.trade_off
+            ]
+            lines.append(f"- {row.configuration} (n={row.n}): " + ", ".join(values))
+        return lines
+
     def _best_lines(self) -> list[str]:
         """The best configuration, its best job, what chose it and, chosen on validation, its test metrics."""
         best = self.best_configuration
@@ -354,6 +424,12 @@ class Summary:
                 f"{self.objective} {_format(self.objective, self.best.metrics[self.objective])}"
             )
         lines += ["", what_chose(self.objective, self.asked)]
+        if self.trade_off:
+            lines.append(
+                f"with several objectives, the configuration with the best mean {self.objective} among those that "
+                "hold the constraints (always on the Pareto front) is chosen, registered and compared with the "
+                "champion (sweep.choose names another objective to decide)"
+            )
         reported = [
             f"{key} {_mean_std(key, mean, std)} {_interval(key, interval)}"
             for key, mean, std, interval in self.winner_tests()
@@ -463,6 +539,8 @@ def collect(
     fallback: str | None = None,
     asked: bool = True,
     table: MetricTable = DEFAULT_TABLE,
+    trade_off: tuple[tuple[str, bool], ...] = (),
+    constraints: tuple[Constraint, ...] = (),
 ) -> Summary:
     """One row per (job number, seed, fold); configurations group the rows, the best is picked among those that
     finished. `fallback`: the objective where no finished job has `objective` (the default val_accuracy over data
@@ -480,7 +558,8 @@ def collect(
     for row in rows:
         grouped.setdefault(row.configuration, []).append(row)
     configurations = [ConfigurationRow(name, jobs) for name, jobs in grouped.items()]
-    best_configuration = _best_configuration(configurations, objective, lower_is_better)
+    feasible = [row for row in configurations if not broken_constraints(row, constraints)]
+    best_configuration = _best_configuration(feasible, objective, lower_is_better)
     configurations = _ranked(configurations, best_configuration, objective, lower_is_better)
     best = None
     if best_configuration is not None:
@@ -489,7 +568,19 @@ def collect(
     sweep = run_name_for(parent.data.tags.get(SWEEP_DIR_TAG, "")) or parent_id
     stopped = parent.data.tags.get(STOPPED_EARLY_TAG, "")
     return Summary(
-        sweep, parent_id, objective, rows, best, configurations, best_configuration, asked, swept_keys, stopped, table
+        sweep,
+        parent_id,
+        objective,
+        rows,
+        best,
+        configurations,
+        best_configuration,
+        asked,
+        swept_keys,
+        stopped,
+        table,
+        trade_off,
+        constraints,
     )
 
 
@@ -543,6 +634,19 @@ def _job_rows(
             )
         )
     return rows
+
+
+def broken_constraints(row: ConfigurationRow, constraints: tuple[Constraint, ...]) -> list[str]:
+    """The constraints the configuration's means break, in words (`parameters 121930 > 100000`); a constraint on a
+    metric its runs lack is broken too."""
+    said = []
+    for constraint in constraints:
+        mean = row.mean(constraint.metric)
+        if not constraint.holds(mean):
+            shown = "none" if mean is None else _format(constraint.metric, mean)
+            other = ">" if constraint.operator == "<=" else "<"
+            said.append(f"{constraint.metric} {shown} {other} {constraint.bound:g}")
+    return said
 
 
 def _best_configuration(
@@ -628,7 +732,10 @@ def _write_configurations_csv(summary: Summary, directory: str) -> str:
     objective = summary.objective
     low, high, method = f"{objective}_ci95_low", f"{objective}_ci95_high", f"{objective}_ci95_method"
     columns = ["configuration", "n", "jobs", *stats, "run_ids", "objective", low, high, method, "compared_with_best"]
+    columns += ["feasible"] if summary.constraints else []
+    columns += ["pareto_front"] if summary.trade_off else []
     comparisons = summary.comparisons()
+    front = {row.configuration for row in summary.front}
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
@@ -642,6 +749,10 @@ def _write_configurations_csv(summary: Summary, directory: str) -> str:
             values["objective"] = objective
             values["compared_with_best"] = summary.verdict(row, comparisons)
             values["run_ids"] = " ".join(job.run_id for job in row.finished)
+            if summary.constraints:
+                values["feasible"] = summary.feasible(row)
+            if summary.trade_off:
+                values["pareto_front"] = row.configuration in front
             writer.writerow(values)
     return path
 

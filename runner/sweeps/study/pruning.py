@@ -15,7 +15,7 @@ from typing import Any
 from hydra.utils import instantiate
 
 from runner.config.components import check_arguments, import_target
-from runner.config.settings import RULES, SWEEP, objective_of, pruner_node
+from runner.config.settings import RULES, SWEEP, objectives_of, pruner_node
 from runner.errors import RunnerError
 from runner.sweeps.study.study import PRUNED_TAG, TrialLink
 from runner.sweeps.sweep_config import REPLICATE_PRUNERS, SweepConfig, pruner_option
@@ -107,8 +107,11 @@ def trial_reporter(config: Mapping[str, Any], chief: bool) -> TrialReporter | No
         return None
     if not chief or node is not None and node["_target_"] in REPLICATE_PRUNERS:
         return None  # a replicate pruner's reports are the job's, one per run (report_replicate)
+    goals = objectives_of(config)
+    if goals.several:
+        return None  # Optuna takes no intermediate value in a study of several objectives (and prunes none)
     import optuna  # noqa: PLC0415  Optuna: only in a sweep's training (every training process reads this module)
 
     # pruner=none still reports each epoch (the study's intermediate values), and never prunes.
     _, trial = link.open(instantiate(node) if node is not None else optuna.pruners.NopPruner())
-    return TrialReporter(trial, objective_of(config).name, link.first_step)
+    return TrialReporter(trial, goals.chosen.name, link.first_step)

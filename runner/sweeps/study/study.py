@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -112,19 +112,21 @@ def live_trial(study, number: int):
     return optuna.trial.Trial(study, trial_id(frozen_trial(study, number)))
 
 
-def end_trial(study, trial, value: float | None, pruned: bool = False) -> str:
+def end_trial(study, trial, value: float | Sequence[float] | None, pruned: bool = False) -> str:
     """How every trial ends, in every kind of study (an Optuna sweep's, a pruned grid's), through Optuna's tell:
     PRUNED if `pruned` (a configuration proposed again, whose original was pruned); FAIL without a value (its job
-    failed); PRUNED if its pruner stopped it (PRUNED_TAG among its user attributes); COMPLETE with a finite `value`;
-    FAIL otherwise (a failed run's worst value). Returns the state's name."""
+    failed); PRUNED if its pruner stopped it (PRUNED_TAG among its user attributes); COMPLETE with a finite `value`
+    (a list of them, one per objective, in a study of several); FAIL otherwise (a failed run's worst value). Returns
+    the state's name."""
     from optuna.trial import TrialState  # noqa: PLC0415  Optuna: only in the processes of an Optuna or pruned sweep
 
-    if pruned or value is not None and PRUNED_TAG in frozen_trial(study, trial.number).user_attrs:
+    values = None if value is None else [float(v) for v in (value if isinstance(value, Sequence) else [value])]
+    if pruned or values is not None and PRUNED_TAG in frozen_trial(study, trial.number).user_attrs:
         state = TrialState.PRUNED
         study.tell(trial, state=state)
-    elif value is not None and math.isfinite(value):
+    elif values and all(math.isfinite(v) for v in values):
         state = TrialState.COMPLETE
-        study.tell(trial, float(value))
+        study.tell(trial, values if len(values) > 1 else values[0])
     else:
         state = TrialState.FAIL
         study.tell(trial, state=state)
