@@ -200,3 +200,22 @@ def test_an_optuna_study_of_two_objectives_is_told_both_and_writes_its_front(tmp
         str(trial.params["+model.dense_units"]) for trial in study.best_trials
     )
     assert not math.isnan(results.solutions[0]["values"][0])
+
+
+@pytest.mark.slow  # a `python -m runner` process
+def test_pruning_a_study_of_two_objectives_exits_2_with_one_paragraph_and_no_run(tmp_path):
+    from helpers.cli import run_cli
+
+    done = run_cli(
+        "-m",
+        "hparams_search=optuna",
+        "sweep.objective=[val_accuracy,parameters]",
+        "pruner=median",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        timeout=120,
+    )
+    said = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and said[-1].startswith("error: pruner='median' is not valid: a pruner stops"), said
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "sweep" / "optuna_study.journal").exists()
