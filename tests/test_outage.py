@@ -188,11 +188,11 @@ def test_a_quiet_run_on_a_tracking_server_shows_no_mlflow_links_of_its_own(tmp_p
 
 @pytest.mark.alone  # its epoch times during and outside the outage are compared
 def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_whole(tmp_path, up, trainings):
-    outage = 40.0
-    # About 1.5 s per epoch here, a checkpoint every 5 (with 3 kept, those of the outage's first epochs are gone from
-    # the run directory before the server is back).
+    outage, epochs = 25.0, 35  # a checkpoint every 5 epochs, the last one included
+    # About 1.5 s per epoch here (at least 10 in the outage, and epochs after it), a checkpoint every 5 (with 3 kept,
+    # those of the outage's first epochs are gone from the run directory before the server is back).
     training = Training(
-        trainings, tmp_path, "run", up, "epochs=50", "dataset.train_examples=4096", "checkpoint.every_epochs=5"
+        trainings, tmp_path, "run", up, f"epochs={epochs}", "dataset.train_examples=4096", "checkpoint.every_epochs=5"
     ).start()
     client = mlflow_client(up.url)
     wait_for(lambda: _epochs_logged(client, training) >= 4, 180, "4 epochs before the outage", every=0.1)
@@ -203,7 +203,7 @@ def test_an_outage_during_training_neither_stops_nor_slows_it_and_the_run_ends_w
     _once(output, "stopped answering")
     _once(output, "answers again after")
     assert "Retrying" not in output and "Failed to" not in output, output[-4000:]
-    _assert_the_run_is_whole(client, training.run_id, 50, training.run_dir, checkpoints=10)
+    _assert_the_run_is_whole(client, training.run_id, epochs, training.run_dir, checkpoints=epochs // 5)
 
     seconds = _epoch_seconds(client, training.run_id)
     stamps = [
