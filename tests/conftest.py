@@ -59,23 +59,27 @@ def pytest_addoption(parser):
 # Modules that start a SLURM cluster of their own (tests/helpers/slurm.py): one at a time on the machine.
 SLURM_MODULES = {"test_slurm", "test_preemption_clusters", "test_submitit"}
 
-# The longest groups, longest first (seconds measured two at a time on 2 cores, the top of --durations): the
+# The longest groups, longest first (each group's seconds summed from --durations=0 of a whole run on 2 cores): the
 # workers take them first, so that what is left for the end is short and neither worker waits long on the other.
 # The order is only a schedule; any order passes.
 LONGEST_GROUPS = (
-    "slurm",  # about 970 s
-    "test_optuna_sweeps",  # 400 s
-    "test_team_server_page",  # 400 s
-    "test_sweep_validation",  # 280 s
-    "test_ray_sweep",  # 260 s
-    "test_sweep",  # 250 s
-    "test_resilience",  # 240 s
-    "test_packaging",  # 240 s
-    "test_example_project",  # 230 s
-    "test_team_auth",  # 210 s
-    "test_outage",  # 200 s
-    "test_sweep_seeds",  # 200 s
-    "test_team_server",  # 170 s
+    "slurm",  # about 1010 s
+    "test_optuna_sweeps",  # 570 s
+    "test_resilience",  # 480 s
+    "test_sweep_validation",  # 270 s
+    "test_example_project",  # 240 s
+    "test_sweep",  # 220 s
+    "test_outage",  # 210 s
+    "test_packaging",  # 200 s
+    "test_cluster",  # 170 s
+    "test_determinism",  # 165 s
+    "test_warm_workers",  # 155 s
+    "test_team_server_page",  # 140 s
+    "test_training",  # 130 s
+    "test_sweep_seeds",  # 110 s
+    "test_model_logging",  # 105 s
+    "test_ray_sweep",  # 105 s
+    "test_keras3",  # 100 s
 )
 
 
