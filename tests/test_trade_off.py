@@ -66,7 +66,8 @@ def _summary(constraints=(), trade_off=(("val_accuracy", False), ("parameters", 
     rows, number = [], 0
     for name, (accuracy, parameters) in values.items():
         for seed, step in (("1", 0.01), ("2", -0.01)):
-            rows.append(_row(number, name, seed, val_accuracy=accuracy + step, parameters=parameters))
+            metrics = {"val_accuracy": accuracy + step, "parameters": parameters, "val_loss": 1 - accuracy}
+            rows.append(_row(number, name, seed, **metrics))
         number += 1
     configurations = [ConfigurationRow(name, [row for row in rows if row.configuration == name]) for name in values]
     feasible = [row for row in configurations if not broken_constraints(row, constraints)]
@@ -107,6 +108,13 @@ def test_the_summary_shows_the_front_and_an_infeasible_configuration_is_never_ch
     figure = front_figure(constrained)
     drawn = {trace.name: list(trace.text) for trace in figure.data}
     assert drawn == {"on the front": ["narrow", "mid"], "behind it": ["worse"], "infeasible": ["wide"]}
+
+    # Three objectives: parallel coordinates over them, the front's lines apart from the others'.
+    three = _summary(trade_off=(("val_accuracy", False), ("parameters", True), ("val_loss", True)))
+    [lines] = front_figure(three).data
+    assert [dimension.label for dimension in lines.dimensions] == ["val_accuracy", "parameters", "val_loss"]
+    on_front = {row.configuration for row in three.front}
+    assert list(lines.line.color) == [float(row.configuration in on_front) for row in three.configurations]
 
 
 @pytest.mark.parametrize(
