@@ -50,6 +50,13 @@ def test_a_sweep_job_holds_out_the_default_fraction_from_one_split_seed_unless_t
     assert what_chose("test_accuracy", asked=True).startswith(
         "The test set chose the winner (test_accuracy), as sweep.objective=test_accuracy asks"
     )
+    # Several objectives: any of them (or a constraint) on the validation split holds it out, whichever chooses.
+    for asked_for in (
+        ["sweep.objective=[parameters,val_accuracy]"],
+        ["sweep.objective=[parameters,latency_ms]", "sweep.constraints=['val_accuracy >= 0.5']"],
+    ):
+        assert _validation(asked_for, swept="batch").overrides[0] == "dataset.validation_fraction=0.1", asked_for
+    assert _validation(["sweep.objective=[parameters,test_accuracy]"], swept="batch").overrides == ()
 
 
 def test_a_pruner_with_an_objective_of_the_end_suggests_the_validation_splits_per_epoch_one():

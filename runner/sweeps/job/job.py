@@ -432,16 +432,17 @@ class ValidationOfJob:
 
 
 def validation_of_job(config: SweepConfig, swept: str) -> ValidationOfJob:
-    """With a val_ objective and no dataset.validation_fraction, the job holds out the default fraction; left to
-    the default objective, data the runner cannot split trains without one and answers with the test set's
-    metric (the summary says so). The split seed is the job's seed before its replicates (sweep.seeds), or the
-    schema's seed when the sweep varies `seed` itself, so every configuration and seed is validated on the same
+    """With a val_ objective (or constraint) and no dataset.validation_fraction, the job holds out the default
+    fraction; left to the default objective, data the runner cannot split trains without one and answers with the
+    test set's metric (the summary says so). The split seed is the job's seed before its replicates (sweep.seeds), or
+    the schema's seed when the sweep varies `seed` itself, so every configuration and seed is validated on the same
     examples."""
     fraction = config.job.validation_fraction
     overrides, environ = [], {}
     folds = config.sweep.folds  # then each run holds out its fold instead (train_seed)
     fallback = config.fallback_objective if config.objective_is_default and folds is None else None
-    if fraction is None and folds is None and config.objective.startswith("val_"):
+    validated = (*config.goals.names, *config.goals.constrained_metrics)  # every objective, every constraint
+    if fraction is None and folds is None and any(name.startswith("val_") for name in validated):
         overrides.append(f"dataset.validation_fraction={SWEEP_VALIDATION_FRACTION}")
         fraction = SWEEP_VALIDATION_FRACTION
         if fallback is not None:
