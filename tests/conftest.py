@@ -59,27 +59,31 @@ def pytest_addoption(parser):
 # Modules that start a SLURM cluster of their own (tests/helpers/slurm.py): one at a time on the machine.
 SLURM_MODULES = {"test_slurm", "test_preemption_clusters", "test_submitit"}
 
-# The longest groups, longest first (each group's seconds summed from --durations=0 of a whole run on 2 cores): the
-# workers take them first, so that what is left for the end is short and neither worker waits long on the other.
-# The order is only a schedule; any order passes.
+# The longest groups first (each group's seconds summed from --durations=0 of a whole run on 2 cores): the workers
+# take them first, so that what is left for the end is short and neither worker waits long on the other. Beside the
+# SLURM group, which mostly waits on SLURM's clocks, come the long groups with no test that must run alone
+# (@pytest.mark.alone, or helpers.turns.alone_now): such a test waits for the test beside it to end, and beside a
+# SLURM test both workers then idle (test_optuna_sweeps' frozen orphan waited up to 240 s so). The order is only a
+# schedule; any order passes.
 LONGEST_GROUPS = (
-    "slurm",  # about 1010 s
-    "test_optuna_sweeps",  # 570 s
-    "test_resilience",  # 480 s
-    "test_sweep_validation",  # 270 s
-    "test_example_project",  # 240 s
-    "test_sweep",  # 220 s
-    "test_outage",  # 210 s
-    "test_packaging",  # 200 s
-    "test_cluster",  # 170 s
+    "slurm",  # about 1080 s; beside it, about 1060 s of groups that never run alone:
+    "test_sweep_validation",  # 300 s
+    "test_example_project",  # 360 s
+    "test_warm_workers",  # 210 s
+    "test_training",  # 190 s
+    # Then the longest of the rest.
+    "test_optuna_sweeps",  # 580 s
+    "test_resilience",  # 550 s
+    "test_sweep",  # 300 s
+    "test_outage",  # 220 s
+    "test_team_server_page",  # 180 s
+    "test_cluster",  # 180 s
     "test_determinism",  # 165 s
-    "test_warm_workers",  # 155 s
-    "test_team_server_page",  # 140 s
-    "test_training",  # 130 s
-    "test_sweep_seeds",  # 110 s
-    "test_model_logging",  # 105 s
-    "test_ray_sweep",  # 105 s
-    "test_keras3",  # 100 s
+    "test_packaging",  # 160 s
+    "test_sweep_seeds",  # 155 s
+    "test_keras3",  # 125 s
+    "test_ray_sweep",  # 110 s
+    "test_model_logging",  # 95 s
 )
 
 
